@@ -1,0 +1,65 @@
+"""Findings: what a rule says about a session, with the evidence behind it.
+
+A finding carries its estimated saving (time per step and share of the step) so findings
+can be ranked, and evidence that points at the rows of summary tables, at trace events and
+at source lines. A finding that a cause explains is nested under it in ``explains``.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class Severity(str, Enum):
+    info = "info"
+    low = "low"
+    medium = "medium"
+    high = "high"
+    critical = "critical"
+
+    @property
+    def rank(self) -> int:
+        return list(Severity).index(self)
+
+
+class Saving(BaseModel):
+    """The time a fix would save, per step and as a share of the step."""
+
+    ms_per_step: float = Field(ge=0, description="Estimated milliseconds saved per step.")
+    share_of_step: float = Field(ge=0, le=1, description="The same as a share of the mean step time (0..1).")
+    basis: str = Field(default="", description="How the estimate was made, in one sentence.")
+
+
+class Evidence(BaseModel):
+    """One piece of evidence: a table row, a trace event or a source line."""
+
+    kind: Literal["table_row", "event", "source_line"]
+    table: str | None = Field(default=None, description="Summary table name, for table_row.")
+    row: str | None = Field(default=None, description="The row's stable key in that table.")
+    column: str | None = None
+    value: Any = None
+    event_id: int | None = Field(default=None, description="Row id in the session's events, for event.")
+    name: str | None = Field(default=None, description="The event's or row's name, for people.")
+    start_ns: int | None = None
+    file: str | None = None
+    line: int | None = None
+    function: str | None = None
+    note: str = ""
+
+
+class Finding(BaseModel):
+    rule: str = Field(description="The id of the rule that produced it.")
+    title: str
+    severity: Severity
+    confidence: float = Field(ge=0, le=1)
+    saving: Saving
+    message: str = Field(description="What was found, with the figures.")
+    recommendation: str = Field(description="What to do about it.")
+    evidence: list[Evidence] = Field(default_factory=list)
+    explains: list["Finding"] = Field(
+        default_factory=list, description="Symptoms this finding is the cause of, nested here instead of ranked beside it."
+    )
+    metrics: dict[str, Any] = Field(default_factory=dict, description="The figures the rule computed.")

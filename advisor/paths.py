@@ -1,0 +1,31 @@
+"""Where advisor's data folders (rules/, knowledge/, cases/) are, installed or not.
+
+A wheel carries them inside the package as advisor/_data/...; a checkout (and an
+editable install) has them at the top of the repository, beside the package.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def data_dir(name: str) -> Path:
+    """The folder ``name`` (``rules``, ``knowledge`` or ``cases``)."""
+    for candidate in (_PACKAGE / "_data" / name, _PACKAGE.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"advisor's {name}/ folder is missing from this installation")
+
+
+def rules_dir() -> Path:
+    return data_dir("rules")
+
+
+def knowledge_dir() -> Path:
+    return data_dir("knowledge")
+
+
+def cases_dir() -> Path:
+    return data_dir("cases")
