@@ -1,0 +1,394 @@
+"""Tie events together: who launched each GPU event, which op, step and phase it belongs to.
+
+Every collector and importer hands its events here once, so all sources get the same
+relations (see advisor.session for the columns):
+
+- ``launch``: the runtime/driver call with the GPU event's correlation id.
+- ``parent_op``: the op whose External id the event carries (Kineto links runtime calls
+  and kernels to the innermost op that way); failing that, the innermost op on the same
+  thread whose time range contains the event.
+- ``top_op``: the outermost op around it. On one thread ops nest properly, so an op is
+  outermost exactly when no earlier op on the thread ends after it starts; that test is a
+  running maximum, vectorised, with no per-event Python.
+- ``step`` and ``phase``: host events by time (steps and phase ranges are disjoint per
+  process); GPU events inherit both from the call that launched them, because work
+  queued in step N belongs to step N even when it runs later.
+
+Traces from other profilers carry steps (ProfilerStep#N) but no phases, so phases are
+inferred per step from what the trace does say: ``enumerate(DataLoader)...`` ranges are
+Dataloader, ``Optimizer.step#`` / ``Optimizer.zero_grad#`` ranges are Optimization, the span
+of autograd ops (``...Backward...``, ``autograd::engine::evaluate_function``) is Backward,
+and the time from the end of data loading to the start of backward is Forward. The
+inferred ranges are added as rows of kind ``phase`` with category ``advisor-inferred``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from advisor.session import GPU_KINDS, PHASES, conform_events
+
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+ADVISOR_PHASE = re.compile(r"^advisor::(Dataloader|Forward|Backward|Optimization)$")
+# record_function ranges that the 2021 schema files under "Operator" but that are
+# annotations, not operators.
+ANNOTATION_PREFIXES = ("enumerate(DataLoader)", "Optimizer.step#", "Optimizer.zero_grad#")
+_BACKWARD_OP = re.compile(r"Backward|^autograd::engine::evaluate_function")
+HOST_BLOCKING_PREFIXES = ("cudaMemcpy", "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+SOURCE_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::to", "aten::copy_", "aten::cpu", "aten::tolist")
+
+
+def name_matches(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
+    """Boolean mask of rows whose (categorical) name matches ``pattern``; the regex runs
+    once per distinct name, not once per row."""
+    names = names.astype("category")
+    hits = np.asarray(names.cat.categories.astype(str).str.contains(pattern), dtype=bool)
+    codes = names.cat.codes.to_numpy()
+    return np.where(codes >= 0, hits[np.maximum(codes, 0)], False)
+
+
+def classify_names(events: pd.DataFrame) -> pd.DataFrame:
+    """Re-kind rows by name: steps, advisor's phase ranges, and old-schema annotations."""
+    names = events["name"].astype(str)
+    kind = events["kind"].astype(str).to_numpy(copy=True)
+    step_match = names.str.extract(STEP_NAME, expand=False)
+    is_step = step_match.notna().to_numpy() & np.isin(kind, ["op", "annotation"])
+    kind[is_step] = "step"
+    step = events["step"].to_numpy(copy=True)
+    step[is_step] = step_match[is_step].astype("int64").to_numpy()
+
+    phase_match = names.str.extract(ADVISOR_PHASE, expand=False)
+    is_phase = phase_match.notna().to_numpy() & np.isin(kind, ["op", "annotation"])
+    kind[is_phase] = "phase"
+    phase = events["phase"].astype(str).to_numpy(copy=True)
+    phase[is_phase] = phase_match[is_phase].to_numpy()
+
+    is_annotation = names.str.startswith(ANNOTATION_PREFIXES).to_numpy() & (kind == "op")
+    kind[is_annotation] = "annotation"
+    out = events.copy()
+    out["kind"] = pd.Categorical(kind)
+    out["step"] = step
+    out["phase"] = pd.Categorical(phase)
+    return out
+
+
+def _top_level(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For rows sorted by start (outer first on ties) on one thread: is each outermost?"""
+    if not len(starts):
+        return np.zeros(0, dtype=bool)
+    running_end = np.maximum.accumulate(ends)
+    before = np.concatenate([[np.iinfo(np.int64).min], running_end[:-1]])
+    return before <= starts
+
+
+def _innermost_containing(op_starts: np.ndarray, op_ends: np.ndarray, op_ids: np.ndarray,
+                          parents: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """Innermost op containing each point, for ops of one thread sorted by start.
+
+    The latest op starting at or before the point either contains it or has ended; in
+    the second case its ancestors are tried, walking up ``parents`` (positions).
+    """
+    result = np.full(len(points), -1, dtype="int64")
+    idx = np.searchsorted(op_starts, points, side="right") - 1
+    for i, j in enumerate(idx):
+        while j >= 0 and op_ends[j] < points[i]:
+            j = parents[j]
+        if j >= 0:
+            result[i] = op_ids[j]
+    return result
+
+
+def _parents_of_sorted(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Position of each interval's innermost enclosing interval (-1 for none), for
+    intervals sorted by start, outer first. A stack walk: one pass, in Python, but only
+    over ops, which are a minority of a trace's events."""
+    parents = np.full(len(starts), -1, dtype="int64")
+    stack: list[int] = []
+    for i in range(len(starts)):
+        s = starts[i]
+        while stack and ends[stack[-1]] <= s and not (ends[stack[-1]] == s == starts[stack[-1]]):
+            stack.pop()
+        if stack:
+            parents[i] = stack[-1]
+        stack.append(i)
+    return parents
+
+
+def _link_ops(ev: pd.DataFrame) -> None:
+    """Fill parent_op and top_op for ops and host calls (in place)."""
+    kind = ev["kind"].astype(str).to_numpy()
+    n = len(ev)
+    parent_op = np.full(n, -1, dtype="int64")
+    top_op = np.full(n, -1, dtype="int64")
+    starts_all = ev["start_ns"].to_numpy()
+    ends_all = ev["end_ns"].to_numpy()
+    is_op = kind == "op"
+    host_needing = np.isin(kind, ["runtime", "driver", "python", "annotation", "op"])
+
+    thread_key = ev["pid"].to_numpy() * 1_000_003 + ev["tid"].to_numpy()
+    for key in np.unique(thread_key[is_op]):
+        on_thread = thread_key == key
+        op_rows = np.flatnonzero(is_op & on_thread)  # already sorted by (start, -end)
+        starts = starts_all[op_rows]
+        ends = ends_all[op_rows]
+        parents = _parents_of_sorted(starts, ends)
+        outer = parents < 0
+        parent_op[op_rows] = np.where(parents >= 0, op_rows[np.maximum(parents, 0)], -1)
+        # top_op: the latest outermost op at or before each op.
+        outer_pos = np.where(outer, np.arange(len(op_rows)), -1)
+        outer_pos = np.maximum.accumulate(outer_pos)
+        top_op[op_rows] = op_rows[outer_pos]
+        # Other host rows on this thread: by External id first (below), else containment.
+        others = np.flatnonzero(host_needing & on_thread & ~is_op)
+        if len(others):
+            parent_op[others] = _innermost_containing(starts, ends, op_rows, parents, starts_all[others])
+
+    # External ids are the trace's own statement of which op launched a runtime call.
+    external = ev["external_id"].to_numpy()
+    op_by_external = pd.Series(np.flatnonzero(is_op), index=external[is_op])
+    op_by_external = op_by_external[~op_by_external.index.duplicated(keep="last")]
+    op_by_external = op_by_external[op_by_external.index >= 0]
+    calls = np.isin(kind, ["runtime", "driver"]) & (external >= 0)
+    mapped = pd.Series(external[calls]).map(op_by_external).to_numpy()
+    found = ~pd.isna(mapped)
+    rows = np.flatnonzero(calls)[found]
+    parent_op[rows] = mapped[found].astype("int64")
+
+    has_parent = (parent_op >= 0) & ~is_op
+    top_op[has_parent] = top_op[parent_op[has_parent]]
+    ev["parent_op"] = parent_op
+    ev["top_op"] = top_op
+
+
+def _link_gpu(ev: pd.DataFrame) -> None:
+    """Fill launch, parent_op and top_op for GPU events (in place)."""
+    kind = ev["kind"].astype(str).to_numpy()
+    correlation = ev["correlation"].to_numpy()
+    is_call = np.isin(kind, ["runtime", "driver"]) & (correlation >= 0)
+    call_by_corr = pd.Series(np.flatnonzero(is_call), index=correlation[is_call])
+    call_by_corr = call_by_corr[~call_by_corr.index.duplicated(keep="first")]
+    is_gpu = np.isin(kind, list(GPU_KINDS) + ["sync"]) & (correlation >= 0)
+    mapped = pd.Series(correlation[is_gpu]).map(call_by_corr).to_numpy()
+    launch = ev["launch"].to_numpy(copy=True)
+    found = ~pd.isna(mapped)
+    gpu_rows = np.flatnonzero(is_gpu)
+    launch[gpu_rows[found]] = mapped[found].astype("int64")
+    ev["launch"] = launch
+
+    parent_op = ev["parent_op"].to_numpy(copy=True)
+    top_op = ev["top_op"].to_numpy(copy=True)
+    rows = gpu_rows[found]
+    parent_op[rows] = parent_op[launch[rows]]
+    top_op[rows] = top_op[launch[rows]]
+    # GPU events whose launch call is missing from the trace may still name their op.
+    external = ev["external_id"].to_numpy()
+    is_op = kind == "op"
+    op_by_external = pd.Series(np.flatnonzero(is_op), index=external[is_op])
+    op_by_external = op_by_external[~op_by_external.index.duplicated(keep="last")]
+    orphan = np.isin(kind, list(GPU_KINDS)) & (parent_op < 0) & (external >= 0)
+    if orphan.any():
+        mapped_op = pd.Series(external[orphan]).map(op_by_external).to_numpy()
+        ok = ~pd.isna(mapped_op)
+        orphan_rows = np.flatnonzero(orphan)[ok]
+        parent_op[orphan_rows] = mapped_op[ok].astype("int64")
+        top_op[orphan_rows] = top_op[parent_op[orphan_rows]]
+    ev["parent_op"] = parent_op
+    ev["top_op"] = top_op
+
+
+def _main_thread(ev: pd.DataFrame) -> tuple[int, int] | None:
+    kind = ev["kind"].astype(str)
+    steps = ev[kind == "step"]
+    if len(steps):
+        row = steps.iloc[0]
+        return int(row["pid"]), int(row["tid"])
+    ops = ev[kind == "op"]
+    if not len(ops):
+        return None
+    counts = ops.groupby(["pid", "tid"]).size()
+    pid, tid = counts.idxmax()
+    return int(pid), int(tid)
+
+
+def _subtract(ranges: list[tuple[int, int]], taken: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Parts of ``ranges`` not covered by ``taken`` (both small lists of [start, end))."""
+    out = []
+    for start, end in ranges:
+        pieces = [(start, end)]
+        for t_start, t_end in taken:
+            next_pieces = []
+            for p_start, p_end in pieces:
+                if t_end <= p_start or t_start >= p_end:
+                    next_pieces.append((p_start, p_end))
+                    continue
+                if p_start < t_start:
+                    next_pieces.append((p_start, t_start))
+                if t_end < p_end:
+                    next_pieces.append((t_end, p_end))
+            pieces = next_pieces
+        out.extend(p for p in pieces if p[1] > p[0])
+    return out
+
+
+def _infer_phases(ev: pd.DataFrame, steps: pd.DataFrame, main: tuple[int, int]) -> pd.DataFrame:
+    """Phase ranges per step for traces that carry none (see module docstring)."""
+    names = ev["name"].astype(str)
+    kind = ev["kind"].astype(str)
+    pid = ev["pid"].to_numpy()
+    same_process = pid == main[0]
+    loader = ev[(kind == "annotation") & names.str.startswith("enumerate(DataLoader)") & same_process]
+    optimizer = ev[(kind == "annotation") & names.str.startswith(("Optimizer.step#", "Optimizer.zero_grad#")) & same_process]
+    backward = ev[(kind == "op") & names.str.contains(_BACKWARD_OP) & same_process]
+    rows = []
+    for step in steps.itertuples(index=False):
+        def inside(frame: pd.DataFrame) -> pd.DataFrame:
+            return frame[(frame["start_ns"] >= step.start_ns) & (frame["start_ns"] < step.end_ns)]
+
+        def clip(frame: pd.DataFrame) -> list[tuple[int, int]]:
+            return [(max(s, step.start_ns), min(e, step.end_ns)) for s, e in zip(frame["start_ns"], frame["end_ns"])]
+
+        dl = clip(inside(loader))
+        opt = clip(inside(optimizer))
+        bwd_rows = inside(backward)
+        bwd = []
+        if len(bwd_rows):
+            bwd = [(int(bwd_rows["start_ns"].min()), min(int(bwd_rows["end_ns"].max()), step.end_ns))]
+        forward_start = max([e for s, e in dl if bwd and e <= bwd[0][0]] or [e for s, e in dl] or [step.start_ns])
+        if bwd:
+            forward_end = bwd[0][0]
+        else:
+            later_opt = [s for s, e in opt if s >= forward_start]
+            forward_end = min(later_opt) if later_opt else step.end_ns
+        fwd = [(forward_start, forward_end)] if forward_end > forward_start else []
+        taken: list[tuple[int, int]] = []
+        for phase, ranges in (("Dataloader", dl), ("Optimization", opt), ("Backward", bwd), ("Forward", fwd)):
+            for start, end in _subtract(ranges, taken):
+                rows.append({"name": phase, "kind": "phase", "category": "advisor-inferred", "start_ns": start,
+                             "end_ns": end, "pid": main[0], "tid": main[1], "step": int(step.step), "phase": phase})
+            taken.extend(ranges)
+    return pd.DataFrame(rows)
+
+
+def _phase_segments(phases: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Disjoint segments from phase ranges that may nest (advisor's own collector can
+    record a backward inside an optimizer closure): the innermost range wins, so each
+    elementary segment takes the latest-starting range that covers it."""
+    if not len(phases):
+        empty = np.zeros(0, dtype="int64")
+        return empty, empty, np.zeros(0, dtype=object)
+    p_start = phases["start_ns"].to_numpy()
+    p_end = phases["end_ns"].to_numpy()
+    p_name = phases["phase"].astype(str).to_numpy()
+    bounds = np.unique(np.concatenate([p_start, p_end]))
+    seg_start, seg_end, seg_name = [], [], []
+    order = np.argsort(p_start, kind="stable")
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        covering = order[(p_start[order] <= a) & (p_end[order] >= b)]
+        if len(covering):
+            seg_start.append(a)
+            seg_end.append(b)
+            seg_name.append(p_name[covering[-1]])
+    return np.asarray(seg_start, dtype="int64"), np.asarray(seg_end, dtype="int64"), np.asarray(seg_name, dtype=object)
+
+
+def _assign_steps_and_phases(ev: pd.DataFrame, main: tuple[int, int] | None) -> None:
+    kind = ev["kind"].astype(str).to_numpy()
+    n = len(ev)
+    starts = ev["start_ns"].to_numpy()
+    step_col = ev["step"].to_numpy(copy=True)
+    phase_col = ev["phase"].astype(str).to_numpy(copy=True).astype(object)
+    is_host = ~np.isin(kind, list(GPU_KINDS) + ["sync", "gpu_annotation"])
+    steps = ev[kind == "step"].sort_values("start_ns")
+    if main is not None and len(steps):
+        same_process = ev["pid"].to_numpy() == main[0]
+        targets = np.flatnonzero(is_host & same_process & (kind != "step"))
+        s_start = steps["start_ns"].to_numpy()
+        s_end = steps["end_ns"].to_numpy()
+        idx = np.searchsorted(s_start, starts[targets], side="right") - 1
+        ok = (idx >= 0) & (starts[targets] < s_end[np.maximum(idx, 0)])
+        step_col[targets[ok]] = steps["step"].to_numpy()[idx[ok]]
+
+        phase_targets = targets[ok & (kind[targets] != "phase")]
+        seg_start, seg_end, seg_name = _phase_segments(ev[kind == "phase"])
+        assigned = np.full(len(phase_targets), "Others", dtype=object)
+        if len(seg_start):
+            t = starts[phase_targets]
+            pidx = np.searchsorted(seg_start, t, side="right") - 1
+            hit = (pidx >= 0) & (t < seg_end[np.maximum(pidx, 0)])
+            assigned[hit] = seg_name[pidx[hit]]
+        phase_col[phase_targets] = assigned
+        # Autograd runs backward ops on its own thread: inside a step they are Backward.
+        other_thread = ev["tid"].to_numpy()[phase_targets] != main[1]
+        autograd = name_matches(ev["name"], _BACKWARD_OP)[phase_targets]
+        phase_col[phase_targets[other_thread & (autograd | (phase_col[phase_targets] == "Others"))]] = "Backward"
+
+    # GPU events and sync records take the step and phase of their launch call.
+    launch = ev["launch"].to_numpy()
+    gpu = np.flatnonzero(~is_host & (launch >= 0))
+    step_col[gpu] = step_col[launch[gpu]]
+    phase_col[gpu] = phase_col[launch[gpu]]
+    ev["step"] = step_col
+    ev["phase"] = pd.Categorical(phase_col.astype(str), categories=sorted(set(PHASES) | set(phase_col.astype(str))))
+    del n
+
+
+def _python_stacks(ev: pd.DataFrame) -> None:
+    """Give host-blocking calls and tensor-to-host ops a call stack built from the
+    trace's python_function frames, where the trace has no 'Call stack' text."""
+    kind = ev["kind"].astype(str).to_numpy()
+    is_python = kind == "python"
+    if not is_python.any():
+        return
+    names = ev["name"].astype(str)
+    stacks = ev["call_stack"].astype(str).to_numpy(copy=True).astype(object)
+    wanted = (
+        ((np.isin(kind, ["runtime", "driver"])) & names.str.startswith(HOST_BLOCKING_PREFIXES).to_numpy())
+        | ((kind == "op") & names.isin(SOURCE_OPS).to_numpy())
+    ) & (stacks == "")
+    if not wanted.any():
+        return
+    thread_key = ev["pid"].to_numpy() * 1_000_003 + ev["tid"].to_numpy()
+    starts_all = ev["start_ns"].to_numpy()
+    ends_all = ev["end_ns"].to_numpy()
+    name_arr = names.to_numpy()
+    for key in np.unique(thread_key[wanted]):
+        frames = np.flatnonzero(is_python & (thread_key == key))
+        if not len(frames):
+            continue
+        f_start = starts_all[frames]
+        f_end = ends_all[frames]
+        parents = _parents_of_sorted(f_start, f_end)
+        targets = np.flatnonzero(wanted & (thread_key == key))
+        inner = _innermost_containing(f_start, f_end, np.arange(len(frames)), parents, starts_all[targets])
+        for target, pos in zip(targets, inner):
+            chain = []
+            while pos >= 0:
+                chain.append(name_arr[frames[pos]])
+                pos = parents[pos]
+            # Kineto's 'Call stack' text lists the innermost frame first; keep that order.
+            stacks[target] = ";".join(chain)
+    ev["call_stack"] = pd.Categorical(stacks.astype(str))
+
+
+def attribute(events: pd.DataFrame) -> pd.DataFrame:
+    """Sort events, classify them by name and fill every relation column."""
+    ev = classify_names(conform_events(events))
+    order = np.lexsort((-ev["end_ns"].to_numpy(), ev["start_ns"].to_numpy()))
+    ev = conform_events(ev.iloc[order].reset_index(drop=True))
+    main = _main_thread(ev)
+    kind = ev["kind"].astype(str)
+    has_phases = (kind == "phase").any()
+    if main is not None and not has_phases and (kind == "step").any():
+        inferred = _infer_phases(ev, ev[kind == "step"].sort_values("start_ns"), main)
+        if len(inferred):
+            ev = pd.concat([ev, inferred], ignore_index=True)
+            order = np.lexsort((-ev["end_ns"].to_numpy(), ev["start_ns"].to_numpy()))
+            ev = conform_events(ev.iloc[order].reset_index(drop=True))
+    _link_ops(ev)
+    _link_gpu(ev)
+    _assign_steps_and_phases(ev, main)
+    _python_stacks(ev)
+    return conform_events(ev)

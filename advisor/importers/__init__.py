@@ -1,0 +1,94 @@
+"""Turn a path a user gives into a Session: a saved session folder or a trace file.
+
+``load(path)`` is the one entry point; it decides by what the path is, not by its name,
+so a trace without the usual suffix still loads and a stray file gets one clear line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from advisor.attribute import attribute
+from advisor.errors import SessionError, TraceError
+from advisor.importers.kineto import events_from_raw, open_trace, read_events
+from advisor.session import CollectorInfo, DeviceInfo, DistributedInfo, Session, SessionMeta, is_session_dir
+
+__all__ = ["load", "load_kineto"]
+
+
+def load(path: str | Path) -> Session:
+    """A saved session folder or a PyTorch profiler / Kineto trace, as a Session."""
+    target = Path(path)
+    if not target.exists():
+        raise TraceError(f"{target}: no such file or directory")
+    if target.is_dir():
+        if is_session_dir(target):
+            return Session.load(target)
+        raise SessionError(f"{target} is a directory but not an advisor session (it has no session.json)")
+    return load_kineto(target)
+
+
+def _device(record: dict[str, Any]) -> DeviceInfo:
+    major, minor = record.get("computeMajor"), record.get("computeMinor")
+    return DeviceInfo(
+        id=int(record.get("id", 0)),
+        kind="gpu",
+        name=str(record.get("name", "")),
+        compute_capability=f"{major}.{minor}" if major is not None else None,
+        sm_count=record.get("numSms"),
+        total_memory_bytes=record.get("totalGlobalMem"),
+        properties=record,
+    )
+
+
+def load_kineto(path: Path) -> Session:
+    """Read a Kineto Chrome trace (plain or gzipped JSON) into a Session."""
+    stream = open_trace(path)
+    try:
+        raw, metadata, process_names = read_events(stream, path)
+    finally:
+        stream.close()
+    events = attribute(events_from_raw(raw))
+
+    gpu_ids = sorted(set(events.loc[events["device"] >= 0, "device"].astype(int)))
+    records = {int(d.get("id", -1)): d for d in metadata.get("deviceProperties") or [] if isinstance(d, dict)}
+    devices = [DeviceInfo(id=-1, kind="cpu", name="host CPU (as recorded in the trace)")]
+    for gpu in gpu_ids:
+        devices.append(_device(records[gpu]) if gpu in records else DeviceInfo(id=gpu, kind="gpu", name=f"GPU {gpu}"))
+
+    distributed = None
+    info = metadata.get("distributedInfo")
+    if isinstance(info, dict) and info:
+        distributed = DistributedInfo(
+            backend=str(info.get("backend", "")),
+            rank=int(info.get("rank", 0) or 0),
+            world_size=int(info.get("world_size", 1) or 1),
+            raw=info,
+        )
+    notes = []
+    if not gpu_ids:
+        notes.append("The trace holds no GPU activity: GPU utilisation and kernels were not measured.")
+    skipped = metadata.pop("_skipped_events", 0)
+    kept = {k: v for k, v in metadata.items() if k not in ("deviceProperties", "distributedInfo", "traceEvents")}
+    kept["skipped_events"] = skipped
+    kept["process_names"] = process_names
+    base = metadata.get("baseTimeNanoseconds")
+    meta = SessionMeta(
+        source=str(path),
+        source_format="kineto",
+        collector=CollectorInfo(
+            name="kineto-import",
+            version=str(metadata.get("schemaVersion", "")),
+            activities=sorted(set(events["kind"].astype(str))),
+            gpu_measured=bool(gpu_ids),
+            notes=notes,
+        ),
+        devices=devices,
+        distributed=distributed,
+        base_time_ns=int(base) if isinstance(base, (int, float)) else 0,
+        trace_metadata=kept,
+    )
+    return Session(meta, events)
+
+

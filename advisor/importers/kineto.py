@@ -1,0 +1,442 @@
+"""Read PyTorch profiler / Kineto Chrome-trace JSON (.json or .json.gz) into a Session.
+
+Both schemas are understood: the 2021 one with capitalised categories (Operator, Runtime,
+Kernel, Memcpy, Memset) and today's (cpu_op, cuda_runtime, cuda_driver, kernel, gpu_memcpy,
+gpu_memset, cuda_sync, user_annotation, gpu_user_annotation, python_function).
+
+Traces reach gigabytes, so the file is streamed: ijson's C parser yields one event at a
+time, plain fields are appended to column lists, and every ``CHUNK`` events the lists are
+packed into typed arrays (names interned as categoricals). Peak memory is the packed
+columns plus one chunk, never the whole JSON document.
+
+The few top-level keys besides ``traceEvents`` (deviceProperties, distributedInfo,
+baseTimeNanoseconds...) sit before or after the event array. Rather than parse the file a
+second time for them, the reader keeps the first and last bytes it streams and parses the
+metadata out of those; only if that fails does it make a second, slower pass.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+import zlib
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator
+
+import numpy as np
+import pandas as pd
+
+from advisor.errors import TraceError
+
+CHUNK = 200_000
+_HEAD_BYTES = 1 << 20
+_TAIL_BYTES = 1 << 20
+
+# Category spellings, old and new, to the Session's kinds.
+CATEGORY_KIND = {
+    "operator": "op",
+    "cpu_op": "op",
+    "python_function": "python",
+    "user_annotation": "annotation",
+    "gpu_user_annotation": "gpu_annotation",
+    "runtime": "runtime",
+    "cuda_runtime": "runtime",
+    "cuda_driver": "driver",
+    "kernel": "kernel",
+    "memcpy": "memcpy",
+    "gpu_memcpy": "memcpy",
+    "memset": "memset",
+    "gpu_memset": "memset",
+    "cuda_sync": "sync",
+}
+
+_COPY_NAME = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
+
+
+class _RecordingStream(io.RawIOBase):
+    """A read-only stream that remembers the first and the last bytes read through it."""
+
+    def __init__(self, inner: BinaryIO):
+        self._inner = inner
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.bytes_read = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        data = self._inner.read(len(buffer))
+        n = len(data)
+        buffer[:n] = data
+        self.bytes_read += n
+        if len(self.head) < _HEAD_BYTES:
+            self.head += data[: _HEAD_BYTES - len(self.head)]
+        self.tail += data
+        if len(self.tail) > 2 * _TAIL_BYTES:
+            del self.tail[: len(self.tail) - _TAIL_BYTES]
+        return n
+
+
+def open_trace(path: Path) -> BinaryIO:
+    """Open a trace file, gzipped or not, after checking it looks like JSON at all."""
+    try:
+        raw = path.open("rb")
+    except OSError as exc:
+        raise TraceError(f"cannot open {path}: {exc.strerror or exc}") from None
+    magic = raw.read(2)
+    raw.seek(0)
+    stream: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw  # type: ignore[assignment]
+    try:
+        first = _first_char(stream)
+    except (OSError, EOFError, zlib.error) as exc:
+        raw.close()
+        raise TraceError(f"{path} is not a readable gzip file ({exc})") from None
+    if first is None:
+        raw.close()
+        raise TraceError(f"{path} is empty: there is no trace in it")
+    if first not in "{[":
+        raw.close()
+        raise TraceError(
+            f"{path} is not a trace advisor can read: expected PyTorch profiler / Kineto JSON (.json or .json.gz)"
+        )
+    stream.seek(0)
+    return stream
+
+
+def _first_char(stream: BinaryIO) -> str | None:
+    while True:
+        block = stream.read(4096)
+        if not block:
+            return None
+        text = block.lstrip()
+        if text:
+            return chr(text[0])
+
+
+def _tid_number(value: Any, names: dict[str, int]) -> int:
+    """Thread ids come as ints, digit strings or labels such as 'stream 7'."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value)
+    text = str(value)
+    if text.lstrip("-").isdigit():
+        return int(text)
+    digits = re.search(r"(\d+)$", text)
+    if digits:
+        return int(digits.group(1))
+    # A label with no number: give it a stable negative id of its own.
+    return names.setdefault(text, -2 - len(names))
+
+
+class _Columns:
+    """Column lists for one chunk of events, packed into arrays when full."""
+
+    FIELDS = (
+        "name", "category", "ts", "dur", "pid", "tid", "device", "stream", "correlation",
+        "external_id", "input_dims", "input_types", "input_strides", "call_stack", "bytes",
+        "grid", "block", "registers", "shared_memory", "flops", "python_id", "python_parent",
+    )
+
+    def __init__(self) -> None:
+        self.reset()
+        self.packed: list[pd.DataFrame] = []
+
+    def reset(self) -> None:
+        for field in self.FIELDS:
+            setattr(self, field, [])
+
+    def __len__(self) -> int:
+        return len(self.name)  # type: ignore[attr-defined]
+
+    def pack(self) -> None:
+        if not len(self):
+            return
+        frame = {
+            "name": pd.Categorical(self.name),  # type: ignore[attr-defined]
+            "category": pd.Categorical(self.category),  # type: ignore[attr-defined]
+            "ts": np.asarray(self.ts, dtype="float64"),  # type: ignore[attr-defined]
+            "dur": np.asarray(self.dur, dtype="float64"),  # type: ignore[attr-defined]
+        }
+        for field in ("pid", "tid", "device", "stream", "correlation", "external_id", "bytes",
+                      "registers", "shared_memory", "python_id", "python_parent"):
+            frame[field] = np.asarray(getattr(self, field), dtype="int64")
+        frame["flops"] = np.asarray(self.flops, dtype="float64")  # type: ignore[attr-defined]
+        for field in ("input_dims", "input_types", "input_strides", "call_stack", "grid", "block"):
+            frame[field] = pd.Categorical(getattr(self, field))
+        self.packed.append(pd.DataFrame(frame))
+        self.reset()
+
+    def frame(self) -> pd.DataFrame:
+        self.pack()
+        if not self.packed:
+            return pd.DataFrame({f: [] for f in self.FIELDS})
+        if len(self.packed) == 1:
+            return self.packed[0]
+        # union_categoricals keeps names interned across chunks.
+        from pandas.api.types import union_categoricals
+
+        out = {}
+        for column in self.packed[0].columns:
+            parts = [p[column] for p in self.packed]
+            if isinstance(parts[0].dtype, pd.CategoricalDtype):
+                out[column] = union_categoricals([p.array for p in parts])
+            else:
+                out[column] = np.concatenate([p.to_numpy() for p in parts])
+        self.packed = []
+        return pd.DataFrame(out)
+
+
+def _dims_text(value: Any) -> str:
+    if value is None or value == "":
+        return ""
+    return json.dumps(value, separators=(",", ":"))
+
+
+def read_events(stream: BinaryIO, path: Path) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
+    """Stream the events of a Kineto trace.
+
+    Returns the raw event columns (timestamps still in the file's microseconds), the
+    top-level metadata, and process/thread names from the 'M' events.
+    """
+    import ijson
+
+    recorder = _RecordingStream(stream)
+    buffered = io.BufferedReader(recorder, buffer_size=1 << 16)
+    first = _first_char(stream)
+    stream.seek(0)
+    prefix = "item" if first == "[" else "traceEvents.item"
+
+    cols = _Columns()
+    append_name = cols.name.append  # type: ignore[attr-defined]
+    process_names: dict[str, Any] = {}
+    tid_names: dict[str, int] = {}
+    seen_any = False
+    skipped = 0
+    try:
+        for event in ijson.items(buffered, prefix, use_float=True):
+            seen_any = True
+            if not isinstance(event, dict):
+                raise TraceError(f"{path} is not a Kineto trace: its traceEvents hold a {type(event).__name__}, not events")
+            ph = event.get("ph")
+            if ph != "X":
+                if ph == "M":
+                    args = event.get("args") or {}
+                    process_names[f"{event.get('name')}:{event.get('pid')}:{event.get('tid')}"] = args.get("name", args)
+                continue
+            cat = event.get("cat") or ""
+            kind = CATEGORY_KIND.get(cat.lower())
+            if kind is None:
+                skipped += 1
+                continue
+            args = event.get("args") or {}
+            ts = event.get("ts")
+            if ts is None:
+                skipped += 1
+                continue
+            get = args.get
+            append_name(str(event.get("name", "")))
+            cols.category.append(cat)  # type: ignore[attr-defined]
+            cols.ts.append(ts)  # type: ignore[attr-defined]
+            cols.dur.append(event.get("dur") or 0)  # type: ignore[attr-defined]
+            pid = event.get("pid", -1)
+            cols.pid.append(pid if isinstance(pid, int) else _tid_number(pid, tid_names))  # type: ignore[attr-defined]
+            tid = event.get("tid", -1)
+            cols.tid.append(tid if isinstance(tid, int) else _tid_number(tid, tid_names))  # type: ignore[attr-defined]
+            device = get("device")
+            cols.device.append(device if isinstance(device, int) else -1)  # type: ignore[attr-defined]
+            stream_id = get("stream")
+            cols.stream.append(stream_id if isinstance(stream_id, int) else -1)  # type: ignore[attr-defined]
+            correlation = get("correlation")
+            cols.correlation.append(correlation if isinstance(correlation, int) else -1)  # type: ignore[attr-defined]
+            external = get("External id", get("external id"))
+            cols.external_id.append(external if isinstance(external, int) else -1)  # type: ignore[attr-defined]
+            cols.input_dims.append(_dims_text(get("Input Dims")))  # type: ignore[attr-defined]
+            cols.input_types.append(_dims_text(get("Input type")))  # type: ignore[attr-defined]
+            cols.input_strides.append(_dims_text(get("Input Strides")))  # type: ignore[attr-defined]
+            cols.call_stack.append(get("Call stack") or "")  # type: ignore[attr-defined]
+            nbytes = get("bytes")
+            cols.bytes.append(nbytes if isinstance(nbytes, int) else -1)  # type: ignore[attr-defined]
+            grid = get("grid")
+            cols.grid.append(_dims_text(grid) if grid is not None else "")  # type: ignore[attr-defined]
+            block = get("block")
+            cols.block.append(_dims_text(block) if block is not None else "")  # type: ignore[attr-defined]
+            registers = get("registers per thread")
+            cols.registers.append(registers if isinstance(registers, int) else -1)  # type: ignore[attr-defined]
+            shared = get("shared memory")
+            cols.shared_memory.append(shared if isinstance(shared, int) else -1)  # type: ignore[attr-defined]
+            flops = get("flops")
+            cols.flops.append(flops if isinstance(flops, (int, float)) else np.nan)  # type: ignore[attr-defined]
+            python_id = get("Python id")
+            cols.python_id.append(python_id if isinstance(python_id, int) else -1)  # type: ignore[attr-defined]
+            python_parent = get("Python parent id")
+            cols.python_parent.append(python_parent if isinstance(python_parent, int) else -1)  # type: ignore[attr-defined]
+            if len(cols) >= CHUNK:
+                cols.pack()
+    except TraceError:
+        raise
+    except ijson.common.IncompleteJSONError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "unexpected end of data"
+        raise TraceError(f"{path} is truncated or corrupt JSON ({reason}) after {recorder.bytes_read} bytes") from None
+    except ijson.common.JSONError as exc:
+        raise TraceError(f"{path} is not valid JSON ({exc})") from None
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise TraceError(f"{path} is a truncated or corrupt gzip file ({exc or 'unexpected end'})") from None
+    except (TypeError, ValueError) as exc:
+        raise TraceError(f"{path} has an event of the wrong shape ({exc})") from None
+    if first == "{" and not seen_any:
+        meta = _metadata(recorder, stream, path)
+        if "traceEvents" not in meta:
+            raise TraceError(f"{path} is JSON but not a Kineto trace: it has no traceEvents")
+    metadata = _metadata(recorder, stream, path) if first == "{" else {}
+    metadata.pop("traceEvents", None)
+    metadata["_skipped_events"] = skipped
+    return cols.frame(), metadata, process_names
+
+
+def _metadata(recorder: _RecordingStream, stream: BinaryIO, path: Path) -> dict[str, Any]:
+    """The top-level keys other than traceEvents, from the bytes kept while streaming."""
+    head = bytes(recorder.head)
+    meta: dict[str, Any] = {}
+    key = head.find(b'"traceEvents"')
+    whole_file_in_head = recorder.bytes_read <= len(head)
+    if whole_file_in_head:
+        try:
+            document = json.loads(head)
+        except ValueError:
+            document = None
+        if isinstance(document, dict):
+            document["traceEvents"] = True
+            return document
+    if key < 0:
+        return _metadata_second_pass(stream, path)
+    before = head[:key].rstrip()
+    if before.endswith(b","):
+        before = before[:-1]
+    try:
+        parsed = json.loads(before + b"}")
+        if isinstance(parsed, dict):
+            meta.update(parsed)
+    except ValueError:
+        return _metadata_second_pass(stream, path)
+    meta["traceEvents"] = True
+    tail = bytes(recorder.tail)
+    after = _after_events(tail)
+    if after is None:
+        return _metadata_second_pass(stream, path)
+    meta.update(after)
+    return meta
+
+
+_CLOSE_ARRAY = re.compile(rb"\]\s*(,|\})")
+
+
+def _after_events(tail: bytes) -> dict[str, Any] | None:
+    """Parse the keys after the traceEvents array out of the file's last bytes.
+
+    The array's closing bracket is the first ``]`` followed by ``,`` or ``}`` from which
+    the rest of the file parses as the remainder of a JSON object.
+    """
+    stripped = tail.rstrip()
+    if stripped.endswith(b"]}") or re.search(rb"\]\s*\}$", stripped):
+        # Quick path: traceEvents is the last key.
+        pass
+    for match in _CLOSE_ARRAY.finditer(tail):
+        rest = tail[match.end():] if match.group(1) == b"," else b""
+        if match.group(1) == b"}":
+            if tail[match.end():].strip() == b"":
+                return {}
+            continue
+        try:
+            parsed = json.loads(b"{" + rest)
+        except ValueError:
+            continue
+        if isinstance(parsed, dict):
+            return parsed
+    return None
+
+
+def _metadata_second_pass(stream: BinaryIO, path: Path) -> dict[str, Any]:
+    """Slow but sure: walk the whole file again, building every top-level value except
+    the event array."""
+    import ijson
+
+    stream.seek(0)
+    meta: dict[str, Any] = {}
+    for key in ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds", "traceName",
+                "displayTimeUnit", "metadata"):
+        stream.seek(0)
+        try:
+            for value in ijson.items(stream, key, use_float=True):
+                meta[key] = value
+                break
+        except ijson.common.JSONError:
+            break
+    meta["traceEvents"] = True
+    return meta
+
+
+def iter_shared_traces(folder: Path) -> Iterator[Path]:
+    yield from sorted(folder.glob("*.json.gz"))
+
+
+def _ns(values: np.ndarray) -> np.ndarray:
+    """Microseconds (as the file wrote them) to integer nanoseconds, without rounding
+    the whole value through a float product: the integer part is scaled exactly and
+    only the fraction is rounded (to the nearest ns)."""
+    whole = np.floor(values)
+    return whole.astype("int64") * 1000 + np.rint((values - whole) * 1000).astype("int64")
+
+
+def events_from_raw(raw: pd.DataFrame) -> pd.DataFrame:
+    """Raw Kineto columns to the Session's event schema (before attribution)."""
+    category = raw["category"].astype("category")
+    categories = category.cat.categories
+    kind_lookup = np.array([CATEGORY_KIND.get(str(c).lower(), "") for c in categories] + [""], dtype=object)
+    category_codes = category.cat.codes.to_numpy()
+    kind_text = kind_lookup[np.where(category_codes >= 0, category_codes, len(categories))].astype(str)
+    start = _ns(raw["ts"].to_numpy(dtype="float64"))
+    duration = np.maximum(_ns(raw["dur"].to_numpy(dtype="float64")), 0)
+    is_gpu = np.isin(kind_text, ["kernel", "memcpy", "memset", "gpu_annotation", "sync"])
+    device = raw["device"].to_numpy(copy=True)
+    device = np.where(is_gpu & (device < 0), raw["pid"].to_numpy(), device)
+    device = np.where(is_gpu, device, -1)
+    stream = raw["stream"].to_numpy(copy=True)
+    stream = np.where(is_gpu & (stream < 0), raw["tid"].to_numpy(), stream)
+    events = pd.DataFrame({
+        "name": raw["name"],
+        "kind": pd.Categorical(kind_text),
+        "category": category,
+        "start_ns": start,
+        "end_ns": start + duration,
+        "pid": raw["pid"],
+        "tid": raw["tid"],
+        "device": device,
+        "stream": stream,
+        "correlation": raw["correlation"],
+        "external_id": raw["external_id"],
+        "input_dims": raw["input_dims"],
+        "input_types": raw["input_types"],
+        "input_strides": raw["input_strides"],
+        "call_stack": raw["call_stack"],
+        "bytes": raw["bytes"],
+        "grid": raw["grid"],
+        "block": raw["block"],
+        "registers": raw["registers"],
+        "shared_memory": raw["shared_memory"],
+        "flops": raw["flops"],
+    })
+    # Copy direction and memory kinds are spelled in the copy's name; parse each
+    # distinct name once.
+    names = events["name"].astype("category")
+    parsed = [_COPY_NAME.search(str(n)) for n in names.cat.categories]
+    codes = names.cat.codes.to_numpy()
+    for column, group in (("copy_kind", 1), ("src_memory", 2), ("dst_memory", 3)):
+        lookup = np.array([m.group(group) if m else "" for m in parsed] + [""], dtype=object)
+        values = lookup[np.where(codes >= 0, codes, len(parsed))]
+        values = np.where(kind_text == "memcpy", values, "")
+        events[column] = pd.Categorical(values.astype(str))
+    return events
