@@ -237,11 +237,15 @@ def read_events(stream: BinaryIO, path: Path) -> tuple[pd.DataFrame, dict[str, A
             if ts is None:
                 skipped += 1
                 continue
+            dur = event.get("dur") or 0
+            if type(ts) not in (int, float) or type(dur) not in (int, float):
+                raise TraceError(f"{path} has an event of the wrong shape: ts and dur must be numbers, "
+                                 f"got ts={ts!r} dur={dur!r} in {str(event.get('name', ''))[:60]!r}")
             get = args.get
             append_name(str(event.get("name", "")))
             cols.category.append(cat)  # type: ignore[attr-defined]
             cols.ts.append(ts)  # type: ignore[attr-defined]
-            cols.dur.append(event.get("dur") or 0)  # type: ignore[attr-defined]
+            cols.dur.append(dur)  # type: ignore[attr-defined]
             pid = event.get("pid", -1)
             cols.pid.append(pid if isinstance(pid, int) else _tid_number(pid, tid_names))  # type: ignore[attr-defined]
             tid = event.get("tid", -1)
@@ -287,18 +291,19 @@ def read_events(stream: BinaryIO, path: Path) -> tuple[pd.DataFrame, dict[str, A
         raise TraceError(f"{path} is a truncated or corrupt gzip file ({exc or 'unexpected end'})") from None
     except (TypeError, ValueError) as exc:
         raise TraceError(f"{path} has an event of the wrong shape ({exc})") from None
-    if first == "{" and not seen_any:
-        meta = _metadata(recorder, stream, path)
-        if "traceEvents" not in meta:
-            raise TraceError(f"{path} is JSON but not a Kineto trace: it has no traceEvents")
-    metadata = _metadata(recorder, stream, path) if first == "{" else {}
+    metadata = _metadata(recorder, stream, path, seen_any) if first == "{" else {}
+    if first == "{" and "traceEvents" not in metadata:
+        raise TraceError(f"{path} is JSON but not a Kineto trace: it has no traceEvents")
+    if metadata.get("traceEvents") == "not a list":
+        raise TraceError(f"{path} is not a Kineto trace: its traceEvents is not a list of events")
     metadata.pop("traceEvents", None)
     metadata["_skipped_events"] = skipped
     return cols.frame(), metadata, process_names
 
 
-def _metadata(recorder: _RecordingStream, stream: BinaryIO, path: Path) -> dict[str, Any]:
-    """The top-level keys other than traceEvents, from the bytes kept while streaming."""
+def _metadata(recorder: _RecordingStream, stream: BinaryIO, path: Path, seen_any: bool) -> dict[str, Any]:
+    """The top-level keys other than traceEvents, from the bytes kept while streaming.
+    ``traceEvents`` in the result is True where the file has an event list."""
     head = bytes(recorder.head)
     meta: dict[str, Any] = {}
     key = head.find(b'"traceEvents"')
@@ -309,10 +314,11 @@ def _metadata(recorder: _RecordingStream, stream: BinaryIO, path: Path) -> dict[
         except ValueError:
             document = None
         if isinstance(document, dict):
-            document["traceEvents"] = True
+            if "traceEvents" in document:
+                document["traceEvents"] = True if isinstance(document["traceEvents"], list) else "not a list"
             return document
     if key < 0:
-        return _metadata_second_pass(stream, path)
+        return _metadata_second_pass(stream, path, seen_any)
     before = head[:key].rstrip()
     if before.endswith(b","):
         before = before[:-1]
@@ -321,12 +327,12 @@ def _metadata(recorder: _RecordingStream, stream: BinaryIO, path: Path) -> dict[
         if isinstance(parsed, dict):
             meta.update(parsed)
     except ValueError:
-        return _metadata_second_pass(stream, path)
+        return _metadata_second_pass(stream, path, seen_any)
     meta["traceEvents"] = True
     tail = bytes(recorder.tail)
     after = _after_events(tail)
     if after is None:
-        return _metadata_second_pass(stream, path)
+        return _metadata_second_pass(stream, path, seen_any)
     meta.update(after)
     return meta
 
@@ -359,7 +365,7 @@ def _after_events(tail: bytes) -> dict[str, Any] | None:
     return None
 
 
-def _metadata_second_pass(stream: BinaryIO, path: Path) -> dict[str, Any]:
+def _metadata_second_pass(stream: BinaryIO, path: Path, seen_any: bool) -> dict[str, Any]:
     """Slow but sure: walk the whole file again, building every top-level value except
     the event array."""
     import ijson
@@ -375,7 +381,8 @@ def _metadata_second_pass(stream: BinaryIO, path: Path) -> dict[str, Any]:
                 break
         except ijson.common.JSONError:
             break
-    meta["traceEvents"] = True
+    if seen_any:
+        meta["traceEvents"] = True
     return meta
 
 

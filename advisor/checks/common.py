@@ -1,0 +1,50 @@
+"""Small helpers the checks share: savings, severities and table-row evidence."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from advisor.engine import RuleContext
+from advisor.findings import Evidence, Saving, Severity
+
+
+def saving(ctx: RuleContext, ns_per_step: float, basis: str) -> Saving:
+    step = ctx.mean_step_ns or 0.0
+    ns = max(float(ns_per_step), 0.0)
+    share = min(ns / step, 1.0) if step > 0 else 0.0
+    return Saving(ms_per_step=round(ns / 1e6, 4), share_of_step=round(share, 4), basis=basis)
+
+
+def severity_by_share(ctx: RuleContext, share: float, high: str = "high_share", medium: str = "medium_share") -> Severity:
+    if share >= ctx.threshold(high):
+        return Severity.high
+    if share >= ctx.threshold(medium):
+        return Severity.medium
+    return Severity.low
+
+
+def value(frame: pd.DataFrame, row: str, column: str, default: Any = None) -> Any:
+    if frame is None or row not in frame.index or column not in frame.columns:
+        return default
+    item = frame.at[row, column]
+    if isinstance(item, float) and math.isnan(item):
+        return default
+    return item.item() if hasattr(item, "item") else item
+
+
+def row_evidence(table: str, frame: pd.DataFrame, row: str, column: str, note: str = "") -> Evidence | None:
+    item = value(frame, row, column)
+    if item is None:
+        return None
+    return Evidence(kind="table_row", table=table, row=row, column=column, value=item, note=note)
+
+
+def ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f} ms" if ns >= 1e5 else f"{ns / 1e3:.0f} us"
+
+
+def pct(share: float) -> str:
+    return f"{share * 100:.1f}%"

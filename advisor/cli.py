@@ -1,0 +1,181 @@
+"""The `advisor` command line.
+
+    advisor diagnose TARGET [script args...]   run a script, or read a trace or saved session,
+                                                and report ranked findings
+    advisor summary TARGET [--table NAME]      print the summary tables
+    advisor rules list | show ID               the rules and their documentation
+
+Options for advisor come before TARGET; everything after a script's path is the script's
+own (as with `python train.py args`). Bad input gets one line on stderr and a non-zero
+exit; the exit code of `diagnose SCRIPT` is the script's own, unless --fail-on trips.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from advisor import __version__
+from advisor.errors import AdvisorError, UsageError
+
+SEVERITIES = ("info", "low", "medium", "high", "critical")
+FAIL_ON_EXIT = 3
+
+
+def _add_target(parser: argparse.ArgumentParser, with_script_args: bool) -> None:
+    parser.add_argument("target", help="a training script (.py), a PyTorch profiler trace (.json / .json.gz) "
+                                       "or a saved session folder")
+    if with_script_args:
+        parser.add_argument("script_args", nargs=argparse.REMAINDER,
+                            help="arguments passed to the script, as python would")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="advisor",
+        description="Profile a deep-learning job and get ranked, evidence-backed recommendations.",
+    )
+    parser.add_argument("--version", action="version", version=f"advisor {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    diagnose = sub.add_parser("diagnose", help="run or read a profile and report ranked findings",
+                              description="Diagnose a training script, a trace or a saved session.")
+    diagnose.add_argument("--format", "-f", default="terminal", choices=["terminal", "json", "markdown"],
+                          help="report format (default: terminal)")
+    diagnose.add_argument("-o", "--output", type=Path, help="write the report to this file instead of stdout")
+    diagnose.add_argument("--save", type=Path, metavar="DIR",
+                          help="save the session to DIR so `advisor diagnose DIR` renders it again")
+    diagnose.add_argument("--fail-on", choices=SEVERITIES, metavar="SEVERITY",
+                          help=f"exit {FAIL_ON_EXIT} if a finding is at or above SEVERITY ({', '.join(SEVERITIES)})")
+    _add_target(diagnose, with_script_args=True)
+
+    summary = sub.add_parser("summary", help="print the summary tables of a profile")
+    summary.add_argument("--table", "-t", action="append", metavar="NAME",
+                         help="only this table (repeatable); default: all")
+    summary.add_argument("--sort", metavar="COLUMN", help="sort rows by this column, largest first")
+    summary.add_argument("--limit", type=int, default=20, help="rows per table (default: 20; 0 for all)")
+    summary.add_argument("--format", "-f", default="terminal", choices=["terminal", "csv", "json"],
+                         help="output format (default: terminal)")
+    _add_target(summary, with_script_args=True)
+
+    rules = sub.add_parser("rules", help="list the rules or show one's documentation")
+    rules_sub = rules.add_subparsers(dest="rules_command", metavar="ACTION")
+    rules_sub.add_parser("list", help="list the rules")
+    show = rules_sub.add_parser("show", help="show a rule's documentation")
+    show.add_argument("rule_id")
+    return parser
+
+
+def _is_script(target: Path) -> bool:
+    return target.suffix == ".py"
+
+
+def _session_for(target_text: str, script_args: list[str]):
+    """The Session for TARGET, and the script's exit code where a script ran."""
+    from advisor.importers import load
+
+    target = Path(target_text)
+    if _is_script(target):
+        from advisor.collect import collect_script
+
+        run = collect_script(target, script_args)
+        return run.session, run.exit_code
+    if script_args:
+        raise UsageError(f"arguments after {target} are only for scripts, and {target} is not a .py script")
+    return load(target), None
+
+
+def _diagnose(args: argparse.Namespace) -> int:
+    from advisor.engine import run_rules
+    from advisor.reports import build_report, render
+    from advisor.tables import TABLE_DOCS, compute_tables
+
+    session, exit_code = _session_for(args.target, args.script_args)
+    if args.save:
+        session.save(args.save)
+        print(f"advisor: session saved to {args.save}", file=sys.stderr)
+    tables = compute_tables(session)
+    result = run_rules(session, tables)
+    for error in result.errors:
+        print(f"advisor: {error}", file=sys.stderr)
+    report = build_report(session, tables, result.findings, table_docs=TABLE_DOCS)
+    render(report, args.format, args.output)
+    if args.output:
+        print(f"advisor: report written to {args.output}", file=sys.stderr)
+    if args.fail_on:
+        threshold = SEVERITIES.index(args.fail_on)
+
+        def worst(findings) -> int:
+            return max([SEVERITIES.index(f.severity.value) for f in findings]
+                       + [worst(f.explains) for f in findings] + [-1])
+
+        if worst(result.findings) >= threshold:
+            print(f"advisor: findings at or above '{args.fail_on}': failing as asked by --fail-on", file=sys.stderr)
+            return FAIL_ON_EXIT
+    return exit_code if exit_code is not None else 0
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from advisor.summary import print_tables
+
+    session, exit_code = _session_for(args.target, args.script_args)
+    print_tables(session, names=args.table, sort=args.sort, limit=args.limit, fmt=args.format,
+                 console=Console())
+    return exit_code if exit_code is not None else 0
+
+
+def _rules(args: argparse.Namespace) -> int:
+    from advisor.engine import builtin_specs
+
+    specs = builtin_specs()
+    if args.rules_command in (None, "list"):
+        width = max(len(s.id) for s in specs)
+        for spec in specs:
+            print(f"{spec.id:<{width}}  {spec.severity.value:<8} {spec.lifecycle:<10} {spec.title}")
+        return 0
+    by_id = {s.id: s for s in specs}
+    spec = by_id.get(args.rule_id)
+    if spec is None:
+        raise UsageError(f"no rule with id {args.rule_id!r}; `advisor rules list` lists them")
+    print(f"{spec.id}: {spec.title}\n")
+    for heading, text in (("What it does", spec.docs.what), ("Why it matters", spec.docs.why),
+                          ("Example", spec.docs.example), ("Use instead", spec.docs.instead)):
+        if text:
+            print(f"## {heading}\n{text.rstrip()}\n")
+    if spec.thresholds:
+        print("## Options")
+        for name, value in spec.thresholds.items():
+            print(f"  {name} = {value}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        if args.command == "diagnose":
+            return _diagnose(args)
+        if args.command == "summary":
+            return _summary(args)
+        if args.command == "rules":
+            return _rules(args)
+    except AdvisorError as exc:
+        print(f"advisor: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("advisor: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
