@@ -29,7 +29,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from advisor.session import GPU_KINDS, PHASES, conform_events
+from advisor.session import GPU_KINDS, PHASES, concat_events, conform_events, text
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 ADVISOR_PHASE = re.compile(r"^advisor::(Dataloader|Forward|Backward|Optimization)$")
@@ -44,29 +44,43 @@ SOURCE_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::to", "aten::copy
 def name_matches(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
     """Boolean mask of rows whose (categorical) name matches ``pattern``; the regex runs
     once per distinct name, not once per row."""
+    return _per_name(names, lambda n: bool(pattern.search(n))).astype(bool)
+
+
+def _per_name(names: pd.Series, func) -> np.ndarray:
+    """Apply ``func`` to each distinct name once; returns the per-row results."""
     names = names.astype("category")
-    hits = np.asarray(names.cat.categories.astype(str).str.contains(pattern), dtype=bool)
+    results = np.asarray([func(str(c)) for c in names.cat.categories] + [func("")], dtype=object)
     codes = names.cat.codes.to_numpy()
-    return np.where(codes >= 0, hits[np.maximum(codes, 0)], False)
+    return results[np.where(codes >= 0, codes, len(results) - 1)]
 
 
 def classify_names(events: pd.DataFrame) -> pd.DataFrame:
     """Re-kind rows by name: steps, advisor's phase ranges, and old-schema annotations."""
-    names = events["name"].astype(str)
-    kind = events["kind"].astype(str).to_numpy(copy=True)
-    step_match = names.str.extract(STEP_NAME, expand=False)
-    is_step = step_match.notna().to_numpy() & np.isin(kind, ["op", "annotation"])
+    kind = text(events["kind"]).copy()
+    host_range = np.isin(kind, ["op", "annotation"])
+
+    def step_number(name: str):
+        match = STEP_NAME.match(name)
+        return int(match.group(1)) if match else None
+
+    step_of = _per_name(events["name"], step_number)
+    is_step = host_range & np.not_equal(step_of, None)
     kind[is_step] = "step"
     step = events["step"].to_numpy(copy=True)
-    step[is_step] = step_match[is_step].astype("int64").to_numpy()
+    step[is_step] = step_of[is_step].astype("int64")
 
-    phase_match = names.str.extract(ADVISOR_PHASE, expand=False)
-    is_phase = phase_match.notna().to_numpy() & np.isin(kind, ["op", "annotation"])
+    def phase_name(name: str):
+        match = ADVISOR_PHASE.match(name)
+        return match.group(1) if match else None
+
+    phase_of = _per_name(events["name"], phase_name)
+    is_phase = host_range & np.not_equal(phase_of, None)
     kind[is_phase] = "phase"
-    phase = events["phase"].astype(str).to_numpy(copy=True)
-    phase[is_phase] = phase_match[is_phase].to_numpy()
+    phase = text(events["phase"]).copy()
+    phase[is_phase] = phase_of[is_phase]
 
-    is_annotation = names.str.startswith(ANNOTATION_PREFIXES).to_numpy() & (kind == "op")
+    is_annotation = _per_name(events["name"], lambda n: n.startswith(ANNOTATION_PREFIXES)).astype(bool) & (kind == "op")
     kind[is_annotation] = "annotation"
     out = events.copy()
     out["kind"] = pd.Categorical(kind)
@@ -119,7 +133,7 @@ def _parents_of_sorted(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 def _link_ops(ev: pd.DataFrame) -> None:
     """Fill parent_op and top_op for ops and host calls (in place)."""
-    kind = ev["kind"].astype(str).to_numpy()
+    kind = text(ev["kind"])
     n = len(ev)
     parent_op = np.full(n, -1, dtype="int64")
     top_op = np.full(n, -1, dtype="int64")
@@ -165,7 +179,7 @@ def _link_ops(ev: pd.DataFrame) -> None:
 
 def _link_gpu(ev: pd.DataFrame) -> None:
     """Fill launch, parent_op and top_op for GPU events (in place)."""
-    kind = ev["kind"].astype(str).to_numpy()
+    kind = text(ev["kind"])
     correlation = ev["correlation"].to_numpy()
     is_call = np.isin(kind, ["runtime", "driver"]) & (correlation >= 0)
     call_by_corr = pd.Series(np.flatnonzero(is_call), index=correlation[is_call])
@@ -200,15 +214,15 @@ def _link_gpu(ev: pd.DataFrame) -> None:
 
 
 def _main_thread(ev: pd.DataFrame) -> tuple[int, int] | None:
-    kind = ev["kind"].astype(str)
-    steps = ev[kind == "step"]
+    """The thread that runs the loop: the one with the steps, else the one with most ops."""
+    kind = text(ev["kind"])
+    steps = np.flatnonzero(kind == "step")
     if len(steps):
-        row = steps.iloc[0]
-        return int(row["pid"]), int(row["tid"])
-    ops = ev[kind == "op"]
-    if not len(ops):
+        return int(ev["pid"].iat[steps[0]]), int(ev["tid"].iat[steps[0]])
+    ops = kind == "op"
+    if not ops.any():
         return None
-    counts = ops.groupby(["pid", "tid"]).size()
+    counts = ev.loc[ops].groupby(["pid", "tid"]).size()
     pid, tid = counts.idxmax()
     return int(pid), int(tid)
 
@@ -233,43 +247,50 @@ def _subtract(ranges: list[tuple[int, int]], taken: list[tuple[int, int]]) -> li
     return out
 
 
-def _infer_phases(ev: pd.DataFrame, steps: pd.DataFrame, main: tuple[int, int]) -> pd.DataFrame:
+def _infer_phases(ev: pd.DataFrame, main: tuple[int, int]) -> pd.DataFrame:
     """Phase ranges per step for traces that carry none (see module docstring)."""
-    names = ev["name"].astype(str)
-    kind = ev["kind"].astype(str)
-    pid = ev["pid"].to_numpy()
-    same_process = pid == main[0]
-    loader = ev[(kind == "annotation") & names.str.startswith("enumerate(DataLoader)") & same_process]
-    optimizer = ev[(kind == "annotation") & names.str.startswith(("Optimizer.step#", "Optimizer.zero_grad#")) & same_process]
-    backward = ev[(kind == "op") & names.str.contains(_BACKWARD_OP) & same_process]
-    rows = []
-    for step in steps.itertuples(index=False):
-        def inside(frame: pd.DataFrame) -> pd.DataFrame:
-            return frame[(frame["start_ns"] >= step.start_ns) & (frame["start_ns"] < step.end_ns)]
+    kind = text(ev["kind"])
+    same_process = ev["pid"].to_numpy() == main[0]
+    starts = ev["start_ns"].to_numpy()
+    ends = ev["end_ns"].to_numpy()
+    annotation = (kind == "annotation") & same_process
+    loader = np.flatnonzero(annotation & _per_name(ev["name"], lambda n: n.startswith("enumerate(DataLoader)")).astype(bool))
+    optimizer = np.flatnonzero(annotation & _per_name(
+        ev["name"], lambda n: n.startswith(("Optimizer.step#", "Optimizer.zero_grad#"))).astype(bool))
+    backward = np.flatnonzero((kind == "op") & same_process & name_matches(ev["name"], _BACKWARD_OP))
+    step_rows = np.flatnonzero(kind == "step")
+    step_rows = step_rows[np.argsort(starts[step_rows], kind="stable")]
 
-        def clip(frame: pd.DataFrame) -> list[tuple[int, int]]:
-            return [(max(s, step.start_ns), min(e, step.end_ns)) for s, e in zip(frame["start_ns"], frame["end_ns"])]
+    def inside(rows: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        # rows are sorted by start (the frame is), so a step's rows are one slice.
+        a, b = np.searchsorted(starts[rows], [lo, hi], side="left")
+        return rows[a:b]
 
-        dl = clip(inside(loader))
-        opt = clip(inside(optimizer))
-        bwd_rows = inside(backward)
-        bwd = []
-        if len(bwd_rows):
-            bwd = [(int(bwd_rows["start_ns"].min()), min(int(bwd_rows["end_ns"].max()), step.end_ns))]
-        forward_start = max([e for s, e in dl if bwd and e <= bwd[0][0]] or [e for s, e in dl] or [step.start_ns])
+    out = []
+    for row in step_rows:
+        lo, hi, number = int(starts[row]), int(ends[row]), int(ev["step"].iat[row])
+        dl = [(max(int(starts[r]), lo), min(int(ends[r]), hi)) for r in inside(loader, lo, hi)]
+        opt = [(max(int(starts[r]), lo), min(int(ends[r]), hi)) for r in inside(optimizer, lo, hi)]
+        bwd_rows = inside(backward, lo, hi)
+        bwd = [(int(starts[bwd_rows].min()), min(int(ends[bwd_rows].max()), hi))] if len(bwd_rows) else []
+        loader_ends = [e for _, e in dl if not bwd or e <= bwd[0][0]]
+        forward_start = max(loader_ends or [lo])
         if bwd:
             forward_end = bwd[0][0]
         else:
-            later_opt = [s for s, e in opt if s >= forward_start]
-            forward_end = min(later_opt) if later_opt else step.end_ns
+            later_opt = [a for a, _ in opt if a >= forward_start]
+            forward_end = min(later_opt) if later_opt else hi
         fwd = [(forward_start, forward_end)] if forward_end > forward_start else []
         taken: list[tuple[int, int]] = []
         for phase, ranges in (("Dataloader", dl), ("Optimization", opt), ("Backward", bwd), ("Forward", fwd)):
-            for start, end in _subtract(ranges, taken):
-                rows.append({"name": phase, "kind": "phase", "category": "advisor-inferred", "start_ns": start,
-                             "end_ns": end, "pid": main[0], "tid": main[1], "step": int(step.step), "phase": phase})
+            for a, b in _subtract(ranges, taken):
+                out.append((phase, a, b, number))
             taken.extend(ranges)
-    return pd.DataFrame(rows)
+    return pd.DataFrame({
+        "name": [r[0] for r in out], "kind": "phase", "category": "advisor-inferred",
+        "start_ns": [r[1] for r in out], "end_ns": [r[2] for r in out], "pid": main[0], "tid": main[1],
+        "step": [r[3] for r in out], "phase": [r[0] for r in out],
+    })
 
 
 def _phase_segments(phases: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -281,7 +302,7 @@ def _phase_segments(phases: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.nd
         return empty, empty, np.zeros(0, dtype=object)
     p_start = phases["start_ns"].to_numpy()
     p_end = phases["end_ns"].to_numpy()
-    p_name = phases["phase"].astype(str).to_numpy()
+    p_name = text(phases["phase"])
     bounds = np.unique(np.concatenate([p_start, p_end]))
     seg_start, seg_end, seg_name = [], [], []
     order = np.argsort(p_start, kind="stable")
@@ -295,11 +316,11 @@ def _phase_segments(phases: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def _assign_steps_and_phases(ev: pd.DataFrame, main: tuple[int, int] | None) -> None:
-    kind = ev["kind"].astype(str).to_numpy()
+    kind = text(ev["kind"])
     n = len(ev)
     starts = ev["start_ns"].to_numpy()
     step_col = ev["step"].to_numpy(copy=True)
-    phase_col = ev["phase"].astype(str).to_numpy(copy=True).astype(object)
+    phase_col = text(ev["phase"]).copy()
     is_host = ~np.isin(kind, list(GPU_KINDS) + ["sync", "gpu_annotation"])
     steps = ev[kind == "step"].sort_values("start_ns")
     if main is not None and len(steps):
@@ -331,29 +352,27 @@ def _assign_steps_and_phases(ev: pd.DataFrame, main: tuple[int, int] | None) -> 
     step_col[gpu] = step_col[launch[gpu]]
     phase_col[gpu] = phase_col[launch[gpu]]
     ev["step"] = step_col
-    ev["phase"] = pd.Categorical(phase_col.astype(str), categories=sorted(set(PHASES) | set(phase_col.astype(str))))
+    ev["phase"] = pd.Categorical(phase_col, categories=sorted(set(PHASES) | set(np.unique(phase_col))))
     del n
 
 
 def _python_stacks(ev: pd.DataFrame) -> None:
     """Give host-blocking calls and tensor-to-host ops a call stack built from the
     trace's python_function frames, where the trace has no 'Call stack' text."""
-    kind = ev["kind"].astype(str).to_numpy()
+    kind = text(ev["kind"])
     is_python = kind == "python"
     if not is_python.any():
         return
-    names = ev["name"].astype(str)
-    stacks = ev["call_stack"].astype(str).to_numpy(copy=True).astype(object)
-    wanted = (
-        ((np.isin(kind, ["runtime", "driver"])) & names.str.startswith(HOST_BLOCKING_PREFIXES).to_numpy())
-        | ((kind == "op") & names.isin(SOURCE_OPS).to_numpy())
-    ) & (stacks == "")
+    stacks = text(ev["call_stack"]).copy()
+    blocking = _per_name(ev["name"], lambda n: n.startswith(HOST_BLOCKING_PREFIXES)).astype(bool)
+    to_host = _per_name(ev["name"], lambda n: n in SOURCE_OPS).astype(bool)
+    wanted = ((np.isin(kind, ["runtime", "driver"]) & blocking) | ((kind == "op") & to_host)) & (stacks == "")
     if not wanted.any():
         return
     thread_key = ev["pid"].to_numpy() * 1_000_003 + ev["tid"].to_numpy()
     starts_all = ev["start_ns"].to_numpy()
     ends_all = ev["end_ns"].to_numpy()
-    name_arr = names.to_numpy()
+    name_arr = text(ev["name"])
     for key in np.unique(thread_key[wanted]):
         frames = np.flatnonzero(is_python & (thread_key == key))
         if not len(frames):
@@ -370,23 +389,26 @@ def _python_stacks(ev: pd.DataFrame) -> None:
                 pos = parents[pos]
             # Kineto's 'Call stack' text lists the innermost frame first; keep that order.
             stacks[target] = ";".join(chain)
-    ev["call_stack"] = pd.Categorical(stacks.astype(str))
+    ev["call_stack"] = pd.Categorical(stacks)
+
+
+def _sorted(ev: pd.DataFrame) -> pd.DataFrame:
+    """Rows by start time, outer ranges first on ties; ids renumbered to positions."""
+    order = np.lexsort((-ev["end_ns"].to_numpy(), ev["start_ns"].to_numpy()))
+    out = ev.take(order).reset_index(drop=True)
+    out["id"] = np.arange(len(out), dtype="int64")
+    return out
 
 
 def attribute(events: pd.DataFrame) -> pd.DataFrame:
     """Sort events, classify them by name and fill every relation column."""
-    ev = classify_names(conform_events(events))
-    order = np.lexsort((-ev["end_ns"].to_numpy(), ev["start_ns"].to_numpy()))
-    ev = conform_events(ev.iloc[order].reset_index(drop=True))
+    ev = _sorted(classify_names(conform_events(events)))
     main = _main_thread(ev)
-    kind = ev["kind"].astype(str)
-    has_phases = (kind == "phase").any()
-    if main is not None and not has_phases and (kind == "step").any():
-        inferred = _infer_phases(ev, ev[kind == "step"].sort_values("start_ns"), main)
+    kind = text(ev["kind"])
+    if main is not None and not (kind == "phase").any() and (kind == "step").any():
+        inferred = _infer_phases(ev, main)
         if len(inferred):
-            ev = pd.concat([ev, inferred], ignore_index=True)
-            order = np.lexsort((-ev["end_ns"].to_numpy(), ev["start_ns"].to_numpy()))
-            ev = conform_events(ev.iloc[order].reset_index(drop=True))
+            ev = _sorted(concat_events([ev, inferred]))
     _link_ops(ev)
     _link_gpu(ev)
     _assign_steps_and_phases(ev, main)

@@ -115,8 +115,7 @@ def conform_events(frame: pd.DataFrame) -> pd.DataFrame:
         if column in frame.columns:
             values = frame[column]
             if dtype == "category":
-                values = values.astype("object").where(values.notna(), missing)
-                values = values.astype(str).astype("category")
+                values = _as_text_category(values, missing)
             elif dtype == "float64":
                 values = pd.to_numeric(values, errors="coerce").astype("float64")
             else:
@@ -130,6 +129,48 @@ def conform_events(frame: pd.DataFrame) -> pd.DataFrame:
     result = pd.DataFrame(out)
     result["id"] = np.arange(n, dtype="int64")
     return result
+
+
+def text(column: pd.Series) -> np.ndarray:
+    """A categorical column as a numpy object array of str, built per category (fast)
+    rather than per row (``astype(str)`` on a million rows takes seconds)."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        column = column.astype("category")
+    categories = np.asarray([str(c) for c in column.cat.categories] + [""], dtype=object)
+    codes = column.cat.codes.to_numpy()
+    return categories[np.where(codes >= 0, codes, len(categories) - 1)]
+
+
+def concat_events(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Stack conformed event frames, keeping categorical columns categorical (a plain
+    pd.concat turns categoricals with different categories into slow object columns)."""
+    from pandas.api.types import union_categoricals
+
+    frames = [conform_events(f) for f in frames]
+    out = {}
+    for column, (dtype, _missing) in EVENT_COLUMNS.items():
+        parts = [f[column] for f in frames]
+        if dtype == "category":
+            out[column] = union_categoricals([p.array for p in parts])
+        else:
+            out[column] = np.concatenate([p.to_numpy() for p in parts])
+    return conform_events(pd.DataFrame(out))
+
+
+def _as_text_category(values: pd.Series, missing: str) -> pd.Series:
+    """A categorical of strings with ``missing`` for absent values. Categoricals of
+    strings pass through untouched: converting a million rows row by row is what made
+    this slow, and most frames reaching here are already in shape."""
+    if isinstance(values.dtype, pd.CategoricalDtype) and (
+        len(values.cat.categories) == 0 or all(isinstance(c, str) for c in values.cat.categories[:50])
+    ):
+        if values.isna().any():
+            if missing not in values.cat.categories:
+                values = values.cat.add_categories([missing])
+            values = values.fillna(missing)
+        return values
+    values = values.astype("object").where(values.notna(), missing)
+    return values.astype(str).astype("category")
 
 
 class DeviceInfo(BaseModel):

@@ -244,3 +244,15 @@ def test_any_bytes_load_or_fail_cleanly(tmp_path, data):
     else:
         assert isinstance(session, Session)
         assert np.all(session.events["end_ns"].to_numpy() >= session.events["start_ns"].to_numpy())
+
+
+def test_chunked_reading_keeps_every_event(make_trace, monkeypatch):
+    import advisor.importers.kineto as kineto
+
+    whole = load(make_trace(NEW_SCHEMA, name="a.json")).events
+    monkeypatch.setattr(kineto, "CHUNK", 3)  # many chunks, and one left over at the end
+    chunked = load(make_trace(NEW_SCHEMA, name="b.json")).events
+    assert len(chunked) == len(whole)
+    assert chunked.drop(columns=["name"]).equals(whole.drop(columns=["name"]))
+    assert list(chunked["name"].astype(str)) == list(whole["name"].astype(str))
+    assert set(chunked["input_dims"].astype(str)) == {"", "[[8,3,32,32],[16,3,3,3]]"}

@@ -17,6 +17,7 @@ metadata out of those; only if that fails does it make a second, slower pass.
 
 from __future__ import annotations
 
+import ast
 import gzip
 import io
 import json
@@ -52,6 +53,8 @@ CATEGORY_KIND = {
     "cuda_sync": "sync",
 }
 
+_GPU_KINDS = frozenset({"kernel", "memcpy", "memset", "gpu_annotation", "sync"})
+_NAN = float("nan")
 _COPY_NAME = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
 
 
@@ -146,8 +149,12 @@ class _Columns:
         self.packed: list[pd.DataFrame] = []
 
     def reset(self) -> None:
+        # Clear in place: the reader holds bound ``append`` methods of these lists.
         for field in self.FIELDS:
-            setattr(self, field, [])
+            if hasattr(self, field):
+                getattr(self, field).clear()
+            else:
+                setattr(self, field, [])
 
     def __len__(self) -> int:
         return len(self.name)  # type: ignore[attr-defined]
@@ -190,10 +197,22 @@ class _Columns:
         return pd.DataFrame(out)
 
 
-def _dims_text(value: Any) -> str:
-    if value is None or value == "":
+def _as_json_text(text: str) -> str:
+    """A Python repr of a list of numbers and strings (as read) to compact JSON text."""
+    if not text:
         return ""
-    return json.dumps(value, separators=(",", ":"))
+    try:
+        return json.dumps(ast.literal_eval(text), separators=(",", ":"))
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+
+
+def _json_categories(column: pd.Series) -> pd.Categorical:
+    values = column.astype("category")
+    categories = [_as_json_text(str(c)) for c in values.cat.categories]
+    codes = values.cat.codes.to_numpy()
+    lookup = np.array(categories + [""], dtype=object)
+    return pd.Categorical(lookup[np.where(codes >= 0, codes, len(categories))].astype(str))
 
 
 def read_events(stream: BinaryIO, path: Path) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
@@ -211,7 +230,17 @@ def read_events(stream: BinaryIO, path: Path) -> tuple[pd.DataFrame, dict[str, A
     prefix = "item" if first == "[" else "traceEvents.item"
 
     cols = _Columns()
+    # Bound appends, looked up once: this loop runs once per event.
     append_name = cols.name.append  # type: ignore[attr-defined]
+    a_category, a_ts, a_dur = cols.category.append, cols.ts.append, cols.dur.append  # type: ignore[attr-defined]
+    a_pid, a_tid = cols.pid.append, cols.tid.append  # type: ignore[attr-defined]
+    a_correlation, a_external = cols.correlation.append, cols.external_id.append  # type: ignore[attr-defined]
+    a_device, a_stream, a_bytes = cols.device.append, cols.stream.append, cols.bytes.append  # type: ignore[attr-defined]
+    a_grid, a_block = cols.grid.append, cols.block.append  # type: ignore[attr-defined]
+    a_registers, a_shared = cols.registers.append, cols.shared_memory.append  # type: ignore[attr-defined]
+    a_dims, a_types, a_strides = cols.input_dims.append, cols.input_types.append, cols.input_strides.append  # type: ignore[attr-defined]
+    a_stack, a_flops = cols.call_stack.append, cols.flops.append  # type: ignore[attr-defined]
+    a_pyid, a_pyparent = cols.python_id.append, cols.python_parent.append  # type: ignore[attr-defined]
     process_names: dict[str, Any] = {}
     tid_names: dict[str, int] = {}
     seen_any = False
@@ -243,41 +272,66 @@ def read_events(stream: BinaryIO, path: Path) -> tuple[pd.DataFrame, dict[str, A
                                  f"got ts={ts!r} dur={dur!r} in {str(event.get('name', ''))[:60]!r}")
             get = args.get
             append_name(str(event.get("name", "")))
-            cols.category.append(cat)  # type: ignore[attr-defined]
-            cols.ts.append(ts)  # type: ignore[attr-defined]
-            cols.dur.append(dur)  # type: ignore[attr-defined]
+            a_category(cat)
+            a_ts(ts)
+            a_dur(dur)
             pid = event.get("pid", -1)
-            cols.pid.append(pid if isinstance(pid, int) else _tid_number(pid, tid_names))  # type: ignore[attr-defined]
+            a_pid(pid if type(pid) is int else _tid_number(pid, tid_names))
             tid = event.get("tid", -1)
-            cols.tid.append(tid if isinstance(tid, int) else _tid_number(tid, tid_names))  # type: ignore[attr-defined]
-            device = get("device")
-            cols.device.append(device if isinstance(device, int) else -1)  # type: ignore[attr-defined]
-            stream_id = get("stream")
-            cols.stream.append(stream_id if isinstance(stream_id, int) else -1)  # type: ignore[attr-defined]
+            a_tid(tid if type(tid) is int else _tid_number(tid, tid_names))
             correlation = get("correlation")
-            cols.correlation.append(correlation if isinstance(correlation, int) else -1)  # type: ignore[attr-defined]
+            a_correlation(correlation if type(correlation) is int else -1)
             external = get("External id", get("external id"))
-            cols.external_id.append(external if isinstance(external, int) else -1)  # type: ignore[attr-defined]
-            cols.input_dims.append(_dims_text(get("Input Dims")))  # type: ignore[attr-defined]
-            cols.input_types.append(_dims_text(get("Input type")))  # type: ignore[attr-defined]
-            cols.input_strides.append(_dims_text(get("Input Strides")))  # type: ignore[attr-defined]
-            cols.call_stack.append(get("Call stack") or "")  # type: ignore[attr-defined]
-            nbytes = get("bytes")
-            cols.bytes.append(nbytes if isinstance(nbytes, int) else -1)  # type: ignore[attr-defined]
-            grid = get("grid")
-            cols.grid.append(_dims_text(grid) if grid is not None else "")  # type: ignore[attr-defined]
-            block = get("block")
-            cols.block.append(_dims_text(block) if block is not None else "")  # type: ignore[attr-defined]
-            registers = get("registers per thread")
-            cols.registers.append(registers if isinstance(registers, int) else -1)  # type: ignore[attr-defined]
-            shared = get("shared memory")
-            cols.shared_memory.append(shared if isinstance(shared, int) else -1)  # type: ignore[attr-defined]
-            flops = get("flops")
-            cols.flops.append(flops if isinstance(flops, (int, float)) else np.nan)  # type: ignore[attr-defined]
-            python_id = get("Python id")
-            cols.python_id.append(python_id if isinstance(python_id, int) else -1)  # type: ignore[attr-defined]
-            python_parent = get("Python parent id")
-            cols.python_parent.append(python_parent if isinstance(python_parent, int) else -1)  # type: ignore[attr-defined]
+            a_external(external if type(external) is int else -1)
+            if kind in _GPU_KINDS:
+                device = get("device")
+                a_device(device if type(device) is int else -1)
+                stream_id = get("stream")
+                a_stream(stream_id if type(stream_id) is int else -1)
+                nbytes = get("bytes")
+                a_bytes(nbytes if type(nbytes) is int else -1)
+                grid = get("grid")
+                a_grid(str(grid) if grid is not None else "")
+                block = get("block")
+                a_block(str(block) if block is not None else "")
+                registers = get("registers per thread")
+                a_registers(registers if type(registers) is int else -1)
+                shared = get("shared memory")
+                a_shared(shared if type(shared) is int else -1)
+            else:
+                a_device(-1)
+                a_stream(-1)
+                a_bytes(-1)
+                a_grid("")
+                a_block("")
+                a_registers(-1)
+                a_shared(-1)
+            if kind == "op":
+                # str() now, JSON later: converting each distinct value once (in
+                # events_from_raw) is far cheaper than json.dumps on every row.
+                dims = get("Input Dims")
+                a_dims(str(dims) if dims else "")
+                types = get("Input type")
+                a_types(str(types) if types else "")
+                strides = get("Input Strides")
+                a_strides(str(strides) if strides else "")
+                a_stack(get("Call stack") or "")
+                flops = get("flops")
+                a_flops(flops if type(flops) in (int, float) else _NAN)
+            else:
+                a_dims("")
+                a_types("")
+                a_strides("")
+                a_stack(get("Call stack") or "")
+                a_flops(_NAN)
+            if kind == "python":
+                python_id = get("Python id")
+                a_pyid(python_id if type(python_id) is int else -1)
+                python_parent = get("Python parent id")
+                a_pyparent(python_parent if type(python_parent) is int else -1)
+            else:
+                a_pyid(-1)
+                a_pyparent(-1)
             if len(cols) >= CHUNK:
                 cols.pack()
     except TraceError:
@@ -425,13 +479,13 @@ def events_from_raw(raw: pd.DataFrame) -> pd.DataFrame:
         "stream": stream,
         "correlation": raw["correlation"],
         "external_id": raw["external_id"],
-        "input_dims": raw["input_dims"],
-        "input_types": raw["input_types"],
-        "input_strides": raw["input_strides"],
+        "input_dims": _json_categories(raw["input_dims"]),
+        "input_types": _json_categories(raw["input_types"]),
+        "input_strides": _json_categories(raw["input_strides"]),
         "call_stack": raw["call_stack"],
         "bytes": raw["bytes"],
-        "grid": raw["grid"],
-        "block": raw["block"],
+        "grid": _json_categories(raw["grid"]),
+        "block": _json_categories(raw["block"]),
         "registers": raw["registers"],
         "shared_memory": raw["shared_memory"],
         "flops": raw["flops"],
