@@ -1,0 +1,34 @@
+"""Reports: render a diagnosis (session summary, ranked findings, summary tables).
+
+Reports compute nothing: ``build_report`` copies what the earlier stages produced into a
+:class:`Report`, and each renderer reads only that Report.
+
+    report = build_report(session, tables, findings, table_docs=TABLE_DOCS)
+    render(report, "terminal")                     # rich, to the console
+    render(report, "json", Path("report.json"))     # valid against report.schema.json
+    text = render_markdown(report)                  # for a pull-request comment
+
+The JSON Schema of the JSON report and its checks are in :mod:`advisor.reports.schema`.
+"""
+
+from __future__ import annotations
+
+from advisor.reports._json import render_json
+from advisor.reports._markdown import render_markdown
+from advisor.reports._render import FORMATS, render
+from advisor.reports._terminal import render_terminal, terminal_text
+from advisor.reports.model import METRIC_DEFINITIONS, Report, Table, TableColumn, build_report
+
+__all__ = [
+    "FORMATS",
+    "METRIC_DEFINITIONS",
+    "Report",
+    "Table",
+    "TableColumn",
+    "build_report",
+    "render",
+    "render_json",
+    "render_markdown",
+    "render_terminal",
+    "terminal_text",
+]

@@ -1,0 +1,207 @@
+"""What the people-facing renderers share: evidence references, table lookup, labels.
+
+Nothing here computes a figure; it only picks and words what the Report already holds.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from advisor.findings import Evidence
+from advisor.reports.model import Report, Table
+from advisor.reports.units import MISSING, format_bytes, format_cell, format_ns, format_number, is_number
+from advisor.session import DeviceInfo
+
+# A reference is a list of (text, is_code) segments: Markdown sets the code parts in code
+# spans, the terminal prints them plain.
+Segments = list[tuple[str, bool]]
+
+# The summary tables the renderers show, by the canonical names of DESIGN.md, with the
+# spellings a table producer may use for them.
+_TABLE_NAMES: dict[str, tuple[str, ...]] = {
+    "device": ("device", "devices"),
+    "overview": ("overview",),
+    "model": ("model",),
+    "operator": ("operator", "operators", "op", "ops"),
+    "kernel": ("kernel", "kernels"),
+    "memory": ("memory", "memory_manipulation", "memcpy", "memory_manipulations"),
+    "userdefined": ("userdefined", "user_defined"),
+    "distributed": ("distributed",),
+    "perf": ("perf", "performance"),
+}
+
+
+def _normalise(name: str) -> str:
+    name = re.sub(r"[^0-9a-z]+", "_", name.lower()).strip("_")
+    return re.sub(r"_(summary|table)$", "", name)
+
+
+def find_table(report: Report, canonical: str) -> tuple[str, Table] | None:
+    """The report's table for a canonical name ('model', 'kernel', ...), with the name it
+    is stored under, or None."""
+    spellings = _TABLE_NAMES.get(canonical, (canonical,))
+    for name, table in report.tables.items():
+        if _normalise(name) in spellings:
+            return name, table
+    return None
+
+
+# Column-name words in the order a compact view wants them: how often, how long in all,
+# what share, how many, how long each.
+_COLUMN_PRIORITY = (
+    ("calls",),
+    ("total",),
+    ("ratio", "share", "utilization", "pct", "percent"),
+    ("count",),
+    ("avg", "mean"),
+)
+
+
+def compact_columns(table: Table, limit: int) -> list[str]:
+    """At most ``limit`` of the table's columns for a compact view: calls, totals, shares,
+    counts and averages first, then the rest; shown in the table's own order."""
+    names = [c.name for c in table.columns if not _is_nested(table, c.name)]
+    if len(names) <= limit:
+        return names
+
+    def rank(name: str) -> int:
+        words_of_name = set(name.lower().split("_"))
+        for i, words in enumerate(_COLUMN_PRIORITY):
+            if words_of_name & set(words):
+                return i
+        return len(_COLUMN_PRIORITY)
+
+    chosen = set(sorted(names, key=rank)[:limit])
+    return [n for n in names if n in chosen]
+
+
+def cell_text(row: dict[str, Any], column: str, *, max_chars: int | None = None) -> str:
+    """One cell of a table row for people (see units.format_cell); a row's "unit" column,
+    where the table has one, gives the unit of its numbers."""
+    unit = row.get("unit") if column != "unit" else None
+    return format_cell(column, row.get(column), unit=unit if isinstance(unit, str) else None, max_chars=max_chars)
+
+
+def numeric_columns(table: Table, columns: list[str]) -> dict[str, bool]:
+    """Which columns hold numbers (right-aligned when shown)."""
+    return {c: any(is_number(r.get(c)) for r in table.rows[:20]) for c in columns}
+
+
+def _is_nested(table: Table, column: str) -> bool:
+    """A column whose values are lists or objects (per-op kernel detail...)."""
+    for row in table.rows[:20]:
+        value = row.get(column)
+        if value is not None:
+            return isinstance(value, (list, dict))
+    return False
+
+
+def evidence_value(column: str | None, value: Any) -> str:
+    """An evidence value as it reads in a reference: durations and byte counts in units,
+    other numbers raw (a ratio stays 0.41, as the table holds it)."""
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return str(value).lower()
+    if is_number(value):
+        name = (column or "").lower()
+        if name.endswith("_ns"):
+            return format_ns(value)
+        if name.endswith("bytes"):
+            return format_bytes(value)
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        return format_number(value)
+    return str(value)
+
+
+def evidence_segments(ev: Evidence) -> Segments:
+    """A short reference: ``model[Dataloader].cpu_ratio = 0.41``, ``event #123 cudaMemcpy
+    2.1 ms``, ``train.py:42 in main``."""
+    out: Segments = []
+    if ev.kind == "table_row":
+        ref = f"{ev.table or '?'}[{ev.row or ''}]"
+        if ev.column:
+            ref += f".{ev.column}"
+        out.append((ref, True))
+        if ev.value is not None:
+            out.append((f" = {evidence_value(ev.column, ev.value)}", False))
+    elif ev.kind == "event":
+        out.append(("event" + (f" #{ev.event_id}" if ev.event_id is not None else ""), False))
+        if ev.name:
+            out.append((" ", False))
+            out.append((ev.name, True))
+        if ev.value is not None:
+            shown = evidence_value(ev.column, ev.value)
+            label = f" {ev.column}" if ev.column and not ev.column.lower().endswith(("_ns", "bytes")) else ""
+            out.append((f"{label} {shown}", False))
+    else:
+        where = ev.file or "?"
+        if ev.line is not None:
+            where += f":{ev.line}"
+        out.append((where, True))
+        if ev.function:
+            out.append((" in ", False))
+            out.append((ev.function, True))
+    if ev.note:
+        out.append((f" ({ev.note})", False))
+    return out
+
+
+def device_label(device: DeviceInfo) -> str:
+    """``GPU 0: NVIDIA A100-SXM4-40GB (sm 8.0, 108 SMs, 40.0 GiB)``."""
+    kind = device.kind.upper() if device.kind in ("gpu", "cpu") else device.kind
+    head = kind if device.id < 0 else f"{kind} {device.id}"
+    details = []
+    if device.compute_capability:
+        details.append(f"sm {device.compute_capability}")
+    if device.sm_count:
+        details.append(f"{device.sm_count} SMs")
+    if device.total_memory_bytes:
+        details.append(format_bytes(device.total_memory_bytes))
+    text = f"{head}: {device.name}" if device.name else head
+    return text + (f" ({', '.join(details)})" if details else "")
+
+
+def devices_text(report: Report) -> str:
+    devices = report.session.devices
+    return "; ".join(device_label(d) for d in devices) if devices else "none recorded"
+
+
+def steps_text(report: Report) -> str:
+    """``3 steps (#1-#3), mean step 350 ms`` or ``no steps``."""
+    steps = report.session.steps
+    if not steps.count:
+        return "no steps"
+    numbers = steps.numbers
+    span = ""
+    if numbers:
+        span = f" (#{numbers[0]})" if len(numbers) == 1 else f" (#{numbers[0]}-#{numbers[-1]})"
+    noun = "step" if steps.count == 1 else "steps"
+    return f"{steps.count} {noun}{span}, mean step {format_ns(steps.mean_step_ns)}"
+
+
+def gpu_text(report: Report) -> str:
+    """Whether the GPU was measured, and if not, why."""
+    collector = report.session.collector
+    if collector.gpu_measured:
+        return f"measured ({collector.name})"
+    why = "; ".join(collector.notes) if collector.notes else f"the {collector.name} collector recorded no GPU activity"
+    return f"not measured: {why}"
+
+
+def command_text(report: Report) -> str | None:
+    """``train.py --epochs 1 (exit code 0)`` where a script ran, else None."""
+    session = report.session
+    if not session.command and session.exit_code is None:
+        return None
+    text = " ".join(session.command or [session.source])
+    if session.exit_code is not None:
+        text += f" (exit code {session.exit_code})"
+    return text
+
+
+def other_notes(report: Report) -> list[str]:
+    """The report's notes less the GPU one, which the header states already."""
+    return [n for n in report.notes if not n.startswith("GPU not measured")]

@@ -1,0 +1,52 @@
+"""One entry point for every report format: ``render(report, fmt, out, console)``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from advisor.errors import UsageError
+from advisor.reports._json import render_json
+from advisor.reports._markdown import render_markdown
+from advisor.reports._terminal import render_terminal, terminal_text
+from advisor.reports.model import Report
+
+__all__ = ["FORMATS", "render"]
+
+FORMATS = ("terminal", "json", "markdown")
+
+# A terminal report written to a file has no terminal to measure.
+FILE_WIDTH = 100
+
+
+def render(report: Report, fmt: str, out: Path | str | None = None, console: Console | None = None) -> None:
+    """Render ``report`` as ``fmt`` ("terminal", "json" or "markdown").
+
+    With ``out`` the text goes to that file (a terminal report without colour, at width
+    100); otherwise to ``console`` (or standard output). An unknown format, or a file that
+    cannot be written, raises UsageError.
+    """
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if fmt == "terminal" and out is None:
+        render_terminal(report, console if console is not None else Console())
+        return
+    if fmt == "terminal":
+        text = terminal_text(report, width=FILE_WIDTH)
+    elif fmt == "json":
+        text = render_json(report)
+    else:
+        text = render_markdown(report)
+    if out is None:
+        stream = console.file if console is not None else sys.stdout
+        stream.write(text)
+        stream.flush()
+        return
+    path = Path(out)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write the report to {path}: {exc.strerror or exc}") from None

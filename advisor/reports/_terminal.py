@@ -1,0 +1,184 @@
+"""The terminal report (rich): header, ranked findings, a compact look at the tables.
+
+Pure: it reads a Report and prints to the Console it is given. Layout depends only on the
+console's width, so the same report renders the same text at the same width (the golden
+test renders at width 100 with no colour).
+"""
+
+from __future__ import annotations
+
+import io
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.table import Table as RichTable
+from rich.text import Text
+
+from advisor.findings import Finding, Severity
+from advisor.reports._common import (
+    cell_text,
+    command_text,
+    compact_columns,
+    devices_text,
+    evidence_segments,
+    find_table,
+    gpu_text,
+    numeric_columns,
+    other_notes,
+    steps_text,
+)
+from advisor.reports.model import Report, Table
+from advisor.reports.units import format_ns, format_saving
+
+__all__ = ["render_terminal", "terminal_text"]
+
+SEVERITY_STYLE = {
+    Severity.critical: "bold white on red",
+    Severity.high: "bold red",
+    Severity.medium: "bold yellow",
+    Severity.low: "cyan",
+    Severity.info: "dim",
+}
+
+TOP_ROWS = 5
+INDENT = 4
+# A text cell longer than this (shapes, kernel lists) is cut.
+MAX_CELL = 30
+KEY_MIN = 12
+
+
+def _header(report: Report) -> RenderableType:
+    session = report.session
+    grid = RichTable.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    grid.add_row("Source", Text(f"{session.source} ({session.source_format})"))
+    command = command_text(report)
+    if command:
+        grid.add_row("Script", Text(command))
+    grid.add_row("Devices", Text(devices_text(report)))
+    grid.add_row("Window", Text(f"{format_ns(session.window.duration_ns)}; {steps_text(report)}"))
+    gpu = gpu_text(report)
+    grid.add_row("GPU", Text(gpu, style="" if session.collector.gpu_measured else "yellow"))
+    for note in other_notes(report):
+        grid.add_row("Note", Text(note, style="yellow"))
+    title = Text("advisor report", style="bold")
+    return Group(title, Padding(grid, (0, 0, 0, 2), expand=False))
+
+
+def _finding(label: str, finding: Finding, *, symptom: bool = False) -> RenderableType:
+    head = Text()
+    head.append(f"{label}. ", style="bold")
+    head.append(finding.severity.value.upper(), style=SEVERITY_STYLE[finding.severity])
+    head.append("  ")
+    head.append(finding.title, style="bold")
+    head.append(f"  [{finding.rule}]", style="dim")
+    if symptom:
+        head.append("  explained by the above", style="italic")
+
+    body: list[RenderableType] = []
+    saving = Text("Saves ")
+    saving.append(format_saving(finding.saving), style="bold green")
+    saving.append(f"; confidence {finding.confidence * 100:.0f}%", style="dim")
+    body.append(saving)
+    if finding.message:
+        body.append(Text(finding.message))
+    if finding.recommendation:
+        rec = Text("Fix: ", style="bold")
+        rec.append(finding.recommendation, style="")
+        body.append(rec)
+    if finding.evidence:
+        body.append(Text("Evidence:", style="bold"))
+        for ev in finding.evidence:
+            line = Text("- ")
+            for text, is_code in evidence_segments(ev):
+                line.append(text, style="cyan" if is_code else "")
+            body.append(Padding(line, (0, 0, 0, 2), expand=False))
+    for i, symptom in enumerate(finding.explains, 1):
+        body.append(_finding(f"{label}.{i}", symptom, symptom=True))
+    return Group(head, Padding(Group(*body), (0, 0, 0, INDENT), expand=False))
+
+
+def _findings(report: Report) -> list[RenderableType]:
+    if not report.findings:
+        return [Text("No findings: no rule found anything to improve in this profile.", style="bold green")]
+    out: list[RenderableType] = [Text("Findings, ranked by estimated saving", style="bold underline")]
+    for i, finding in enumerate(report.findings, 1):
+        out.append(_finding(str(i), finding))
+        out.append(Text(""))
+    return out[:-1]
+
+
+def _table(table: Table, *, columns: list[str], rows: int | None, width: int) -> RichTable:
+    view = RichTable(
+        title=table.title,
+        title_justify="left",
+        title_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+    )
+    shown = table.rows if rows is None else table.rows[:rows]
+    cells = [[cell_text(row, c, max_chars=MAX_CELL) for c in columns] for row in shown]
+    # Values keep their full width; a long key (a templated kernel name) is what gets cut.
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    key_width = max(KEY_MIN, width - sum(widths) - 3 * len(columns) - 2)
+    view.add_column("key", overflow="ellipsis", no_wrap=True, max_width=key_width)
+    numeric = numeric_columns(table, columns)
+    for c, w in zip(columns, widths, strict=True):
+        view.add_column(c, justify="right" if numeric[c] else "left", no_wrap=True, overflow="ellipsis", min_width=w)
+    for row, values in zip(shown, cells, strict=True):
+        view.add_row(str(row["key"]), *values)
+    caption = list(table.notes)
+    if rows is not None and len(table.rows) > rows:
+        caption.insert(0, f"top {rows} of {len(table.rows)} rows")
+    if caption:
+        view.caption = "\n".join(caption)
+        view.caption_justify = "left"
+    return view
+
+
+def _tables(report: Report, width: int) -> list[RenderableType]:
+    out: list[RenderableType] = []
+    for canonical, limit, rows in (("model", 5, None), ("operator", 5, TOP_ROWS), ("kernel", 5, TOP_ROWS)):
+        found = find_table(report, canonical)
+        if found is None:
+            continue
+        _, table = found
+        if not table.rows:
+            continue
+        out.append(_table(table, columns=compact_columns(table, limit), rows=rows, width=width))
+    return out
+
+
+def render_terminal(report: Report, console: Console) -> None:
+    """Print the report to ``console``."""
+    parts: list[RenderableType] = [_header(report), Text(""), *_findings(report)]
+    for table in _tables(report, console.width):
+        parts += [Text(""), table]
+    console.print(Group(*parts))
+
+
+def terminal_text(report: Report, *, width: int = 100, color: bool = False) -> str:
+    """The terminal report as text at a fixed width (no colour unless ``color``, and then
+    no trailing blanks)."""
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=width,
+        color_system="truecolor" if color else None,
+        force_terminal=color,
+        force_jupyter=False,
+        force_interactive=False,
+        legacy_windows=False,
+        highlight=False,
+        emoji=False,
+        markup=False,
+    )
+    render_terminal(report, console)
+    text = buffer.getvalue()
+    if color:
+        return text
+    # rich pads indented blocks to the full width; a file needs no trailing blanks.
+    return "".join(line.rstrip() + "\n" for line in text.splitlines())

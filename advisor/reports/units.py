@@ -1,0 +1,211 @@
+"""Human units for every renderer: durations, byte counts, shares and table cells.
+
+One place decides how a number looks, so the terminal, Markdown and HTML reports agree:
+``format_ns(1_234_000) == "1.23 ms"``, ``format_ratio(0.41) == "41.0%"``,
+``format_saving(saving) == "12.3 ms/step (41% of step)"``. Values are shown with three
+significant digits in the largest unit that keeps them at 1 or more. The JSON report never
+goes through here: it keeps the raw values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from advisor.findings import Saving
+
+__all__ = [
+    "MISSING",
+    "format_bytes",
+    "format_cell",
+    "format_count",
+    "format_ms",
+    "format_ns",
+    "format_number",
+    "format_percent",
+    "format_ratio",
+    "format_saving",
+    "format_share",
+    "is_number",
+]
+
+MISSING = "-"
+
+_TIME_UNITS = ((1.0, "ns"), (1e3, "us"), (1e6, "ms"), (1e9, "s"))
+_BYTE_UNITS = ((1, "B"), (1024, "KiB"), (1024**2, "MiB"), (1024**3, "GiB"), (1024**4, "TiB"))
+_SI_UNITS = ((1.0, ""), (1e3, "K"), (1e6, "M"), (1e9, "G"), (1e12, "T"), (1e15, "P"))
+
+# Column-name hints that say what a table cell holds. Tables name their columns in the
+# user's words (``total_ns``, ``gpu_ratio``, ``bytes``), so the name is enough to pick a unit.
+# Whole words of the name: "share_of_step" is a share, "shared_memory" is not.
+_RATIO_WORDS = {"ratio", "share", "utilization", "utilisation", "efficiency", "occupancy", "fraction"}
+_PERCENT_HINTS = ("_pct", "percent")
+
+
+def is_number(value: Any) -> bool:
+    """True for ints and floats (not bools), NaN included."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and not math.isfinite(value))
+
+
+def _three_digits(x: float) -> str:
+    a = abs(x)
+    if a >= 100:
+        return f"{x:.0f}"
+    if a >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def _scaled(value: float, units: tuple[tuple[float, str], ...]) -> str:
+    """``value`` in the largest unit that keeps it at 1 or more, three significant digits.
+
+    The unit is chosen after rounding, so 999.7 us prints as "1.00 ms", not "1000 us".
+    """
+    a = abs(value)
+    chosen = units[0]
+    for factor, name in units:
+        if a >= factor:
+            chosen = (factor, name)
+    factor, name = chosen
+    text = _three_digits(value / factor)
+    index = units.index(chosen)
+    if abs(float(text)) >= 1000 and index + 1 < len(units):
+        factor, name = units[index + 1]
+        text = _three_digits(value / factor)
+    return f"{text} {name}".rstrip()
+
+
+def format_ns(ns: Any) -> str:
+    """A duration in nanoseconds: ``"850 ns"``, ``"456 us"``, ``"1.23 ms"``, ``"2.05 s"``."""
+    if _missing(ns) or not is_number(ns):
+        return MISSING
+    if abs(ns) < 1000:
+        return f"{ns:.0f} ns"
+    return _scaled(float(ns), _TIME_UNITS)
+
+
+def format_ms(ms: Any) -> str:
+    """A duration in milliseconds, in the same style as :func:`format_ns`."""
+    if _missing(ms) or not is_number(ms):
+        return MISSING
+    if ms == 0:
+        return "0 ms"
+    return format_ns(ms * 1e6)
+
+
+def format_ratio(ratio: Any) -> str:
+    """A share given as 0..1: ``0.41 -> "41.0%"``."""
+    if _missing(ratio) or not is_number(ratio):
+        return MISSING
+    return f"{ratio * 100:.1f}%"
+
+
+def format_percent(percent: Any) -> str:
+    """A value already in percent: ``41 -> "41.0%"``."""
+    if _missing(percent) or not is_number(percent):
+        return MISSING
+    return f"{percent:.1f}%"
+
+
+def format_share(share: Any) -> str:
+    """A share of the step in whole percent (``"41%"``); below 1% one decimal (``"0.4%"``)."""
+    if _missing(share) or not is_number(share):
+        return MISSING
+    pct = share * 100
+    if pct == 0 or abs(pct) >= 1:
+        return f"{pct:.0f}%"
+    return f"{pct:.1f}%"
+
+
+def format_saving(saving: Saving) -> str:
+    """``"12.3 ms/step (41% of step)"``."""
+    return f"{format_ms(saving.ms_per_step)}/step ({format_share(saving.share_of_step)} of step)"
+
+
+def format_bytes(n: Any) -> str:
+    """A byte count in binary units: ``"512 B"``, ``"1.50 KiB"``, ``"3.20 GiB"``."""
+    if _missing(n) or not is_number(n):
+        return MISSING
+    if abs(n) < 1024:
+        return f"{n:.0f} B"
+    return _scaled(float(n), _BYTE_UNITS)
+
+
+def format_count(n: Any) -> str:
+    """A large count with an SI suffix: ``"1.23 G"``; below a million, digits with commas."""
+    if _missing(n) or not is_number(n):
+        return MISSING
+    if abs(n) < 1e6:
+        return f"{n:,.0f}" if float(n).is_integer() else f"{n:,.4g}"
+    return _scaled(float(n), _SI_UNITS)
+
+
+def format_number(value: Any) -> str:
+    """A plain number: ints with thousands separators, floats with four significant
+    digits (SI suffix from a million up)."""
+    if _missing(value) or not is_number(value):
+        return MISSING
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) < 1e6 else format_count(value)
+    if abs(value) >= 1e6:
+        return format_count(value)
+    return f"{value:.4g}"
+
+
+def _column_kind(column: str) -> str:
+    name = column.lower()
+    if name.endswith("_ns") or name == "ns":
+        return "time"
+    if name.endswith("_ms"):
+        return "time_ms"
+    if "bytes" in name and not any(rate in name for rate in ("gbps", "per_s", "bandwidth")):
+        return "bytes"
+    if any(h in name for h in _PERCENT_HINTS):
+        return "percent"
+    if _RATIO_WORDS & set(name.split("_")):
+        return "ratio"
+    if "flops" in name or "flop_s" in name:
+        return "count"
+    return "number"
+
+
+# A table whose rows hold different quantities names each row's unit in a "unit" column.
+_ROW_UNITS = {"ns": "time", "ms": "time_ms", "bytes": "bytes", "B": "bytes", "ratio": "ratio", "%": "percent"}
+
+
+def format_cell(column: str, value: Any, *, unit: str | None = None, max_chars: int | None = None) -> str:
+    """A table cell for people, its unit read from the column name (``*_ns`` durations,
+    ``*bytes*`` byte counts, ``*ratio``/``*share``/``*utilization`` shares, ``*_pct``
+    percentages) or from ``unit``, the row's own unit ("ns", "bytes", ...) where the table
+    has one; other numbers plain, text as it is, cut to ``max_chars`` if given."""
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, dict)):
+        text = json.dumps(value, separators=(",", ":"), default=str)
+    elif is_number(value):
+        kind = _ROW_UNITS.get(unit or "", "") or _column_kind(str(column))
+        if kind == "time":
+            return format_ns(value)
+        if kind == "time_ms":
+            return format_ms(value)
+        if kind == "bytes":
+            return format_bytes(value)
+        if kind == "percent":
+            return format_percent(value)
+        if kind == "ratio":
+            return format_ratio(value)
+        if kind == "count":
+            return format_count(value)
+        return format_number(value)
+    else:
+        text = str(value)
+    if max_chars is not None and len(text) > max_chars:
+        text = text[: max_chars - 3] + "..."
+    return text
