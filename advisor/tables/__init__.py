@@ -1,0 +1,71 @@
+"""Summary tables: pure functions of a Session, one DataFrame each (the Paddle profiler's
+summary tables, plus host_sync and gpu_idle for the rules).
+
+Every frame has an index named "key" of stable, unique string row keys, snake_case columns,
+times in integer nanoseconds (``*_ns``) and ratios in 0..1. NaN means "not measured"
+(GPU columns of a CPU-only session) or "not recorded"; 0 means measured and none. A table
+with nothing to show is an empty frame that still has its columns. ``TABLE_DOCS`` holds each
+table's title, description, column meanings and what its row keys are; ``frame.attrs``
+carries the same plus ``notes`` (what was not measured and why).
+
+    compute_tables(session)              -> {name: frame} for every table
+    compute_tables(session, ["model"])   -> just those
+    TABLES["kernel"](session)            -> one table
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pandas as pd
+
+from advisor.errors import UsageError
+from advisor.session import Session
+from advisor.tables import (  # noqa: F401  (importing a module registers its tables)
+    device,
+    distributed,
+    gpu_idle,
+    host_sync,
+    kernel,
+    memory,
+    model,
+    operator,
+    overview,
+    perf,
+    userdefined,
+)
+from advisor.tables._facts import Facts
+from advisor.tables._registry import SPECS, TableDoc, TableSpec
+
+__all__ = ["TABLES", "TABLE_DOCS", "TableDoc", "TableSpec", "compute_tables", "table_names"]
+
+_ORDER = (
+    "device",
+    "overview",
+    "model",
+    "operator",
+    "operator_kernels",
+    "kernel",
+    "memory",
+    "userdefined",
+    "distributed",
+    "perf",
+    "host_sync",
+    "gpu_idle",
+)
+TABLES: dict[str, TableSpec] = {name: SPECS[name] for name in _ORDER}
+TABLE_DOCS: dict[str, TableDoc] = {name: spec.doc for name, spec in TABLES.items()}
+
+
+def table_names() -> list[str]:
+    return list(TABLES)
+
+
+def compute_tables(session: Session, names: Iterable[str] | None = None) -> dict[str, pd.DataFrame]:
+    """The named tables (all by default) for ``session``, sharing work between them."""
+    wanted = table_names() if names is None else list(names)
+    unknown = [n for n in wanted if n not in TABLES]
+    if unknown:
+        raise UsageError(f"unknown table {unknown[0]!r}; the tables are: {', '.join(TABLES)}")
+    facts = Facts(session)
+    return {name: TABLES[name](session, facts=facts) for name in wanted}

@@ -1,0 +1,268 @@
+"""What several summary tables need from one session, worked out once.
+
+``Facts`` wraps a Session: the window, the steps, the events of each kind inside the
+profiled steps, and a memo so that an intermediate result one table computes (the blocking
+host calls, say) is reused by another. It only reads the session; the relation columns
+(launch, parent_op, top_op, step, phase) are the attribution stage's, taken as given.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from advisor import intervals as iv
+from advisor.session import GPU_KINDS, PHASES, Session
+
+MODEL_PHASES = tuple(p for p in PHASES if p != "Others")
+
+# A host range or kernel counts as communication by these names (NCCL kernels, c10d ops,
+# torch's nccl:* record_function ranges).
+COMM_KERNEL = re.compile(r"nccl", re.IGNORECASE)
+COMM_HOST = re.compile(r"^(nccl:|c10d::|c10d:|record_param_comms$)|ProcessGroupNCCL")
+
+# Frames that are library code, not the user's: skipped when naming a source line.
+_LIBRARY_FRAME = re.compile(
+    r"site-packages|dist-packages|(^|/)torch/|/lib/python\d|^<|^\[|(^|/)threading\.py|(^|/)runpy\.py"
+)
+_FRAME = re.compile(r"^\s*(?P<file>.+?)\((?P<line>\d+)\): (?P<function>.*)$")
+
+
+def mask_names(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
+    """Rows whose name matches ``pattern``; the regex runs once per distinct name."""
+    cat = names.astype("category")
+    hits = np.array([bool(pattern.search(str(c))) for c in cat.cat.categories] + [False])
+    return hits[cat.cat.codes.to_numpy()]
+
+
+def coded(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """A text column as (int64 codes, labels) with ``labels[code]`` the text; "" is code -1.
+    Grouping on the codes avoids building millions of Python strings."""
+    cat = column if isinstance(column.dtype, pd.CategoricalDtype) else column.astype("category")
+    labels = np.asarray([str(c) for c in cat.cat.categories], dtype=object)
+    codes = cat.cat.codes.to_numpy().astype(np.int64)
+    blank = np.flatnonzero(labels == "")
+    if len(blank):
+        codes[codes == blank[0]] = -1
+    return codes, labels
+
+
+def decode(codes, labels: np.ndarray, missing: str = "") -> np.ndarray:
+    """Text for codes (NaN or -1 give ``missing``), as an object array."""
+    codes = pd.Series(codes).fillna(-1).to_numpy().astype(np.int64)
+    out = np.asarray(labels, dtype=object)[np.maximum(codes, 0)] if len(labels) else np.full(len(codes), missing, dtype=object)
+    out[codes < 0] = missing
+    return out
+
+
+def user_frame(call_stack: str) -> str:
+    """The innermost frame of ``call_stack`` that is not library code, as "file:line".
+
+    Stacks are ';'-separated "file(line): function" frames, innermost first as Kineto
+    writes them; "" when no frame is the user's.
+    """
+    for frame in str(call_stack).split(";"):
+        match = _FRAME.match(frame)
+        if match and not _LIBRARY_FRAME.search(match["file"]):
+            return f"{match['file']}:{match['line']}"
+    return ""
+
+
+def ancestors(parents: np.ndarray, start: np.ndarray, max_depth: int = 256):
+    """Yield (position in ``start``, ancestor row id) for every ancestor of every row, by
+    walking the ``parents`` array (row id -> parent row id, -1 at a root) level by level."""
+    where = np.arange(len(start))
+    current = np.asarray(start, dtype=np.int64)
+    for _ in range(max_depth):
+        live = current >= 0
+        if not live.any():
+            return
+        where, current = where[live], current[live]
+        yield where, current
+        current = parents[current]
+
+
+class Facts:
+    """A Session seen by the tables (see the module docstring)."""
+
+    def __init__(self, session: Session):
+        self.session = session
+        self.meta = session.meta
+        self.events = session.events
+        lo, hi = session.window()
+        self.window = (lo, hi)
+        self.window_ns = max(hi - lo, 0)
+        self.steps = session.steps()
+        self.has_steps = len(self.steps) > 0
+        self._memo: dict[Any, Any] = {}
+
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    # -- time bases ------------------------------------------------------------------------
+
+    @cached_property
+    def step_total_ns(self) -> int:
+        """Time inside steps (the ProfileStep total); the window length without steps."""
+        if not self.has_steps:
+            return self.window_ns
+        return iv.total_length(iv.as_intervals(self.steps))
+
+    @cached_property
+    def step_index(self) -> pd.Series:
+        """Step number -> position in ``steps``."""
+        numbers = pd.Series(np.arange(len(self.steps)), index=self.steps["step"].to_numpy())
+        return numbers[~numbers.index.duplicated(keep="first")]
+
+    def step_positions(self, frame: pd.DataFrame) -> np.ndarray:
+        """Each row's step as a position in ``steps`` (-1: in no step)."""
+        pos = frame["step"].map(self.step_index)
+        return pos.fillna(-1).to_numpy(dtype=np.int64)
+
+    # -- rows ------------------------------------------------------------------------------
+
+    def mask(self, *kinds: str) -> np.ndarray:
+        """Events of these kinds in the profiled steps: rows attributed to a step, or
+        starting inside the window (GPU work queued in a step counts even when it runs
+        after the step's end). Without steps, every event of these kinds."""
+
+        def compute() -> np.ndarray:
+            ev = self.events
+            mask = ev["kind"].isin(kinds).to_numpy().copy()
+            if self.has_steps:
+                lo, hi = self.window
+                start = ev["start_ns"].to_numpy()
+                mask &= (ev["step"].to_numpy() >= 0) | ((start >= lo) & (start < hi))
+            return mask
+
+        return self.memo(("mask", kinds), compute)
+
+    def of_kind(self, *kinds: str) -> pd.DataFrame:
+        """The rows of ``mask(*kinds)`` as a frame."""
+        return self.memo(("of_kind", kinds), lambda: self.events[self.mask(*kinds)])
+
+    def spans(self, *kinds: str) -> iv.Intervals:
+        """The time of ``mask(*kinds)`` rows, without building a frame."""
+        mask = self.mask(*kinds)
+        return iv.Intervals(self.events["start_ns"].to_numpy()[mask], self.events["end_ns"].to_numpy()[mask])
+
+    def busy(self, *kinds: str) -> iv.Intervals:
+        """Union of ``spans(*kinds)`` inside the window: when at least one such event ran."""
+        return self.memo(("busy", kinds), lambda: self.union_in_window(self.spans(*kinds)))
+
+    @cached_property
+    def gpu(self) -> pd.DataFrame:
+        """GPU activity (kernels, copies, sets) of the profiled steps."""
+        return self.of_kind(*GPU_KINDS)
+
+    @cached_property
+    def phases(self) -> pd.DataFrame:
+        """Phase ranges of the window, their phase name in column ``phase_name``."""
+        rows = self.of_kind("phase").copy()
+        phase = rows["phase"].astype(str)
+        rows["phase_name"] = phase.where(phase != "", rows["name"].astype(str)).to_numpy()
+        return rows
+
+    @cached_property
+    def gpu_measured(self) -> bool:
+        if self.meta.collector.gpu_measured:
+            return True
+        return bool(self.events["kind"].isin(GPU_KINDS).any())
+
+    @cached_property
+    def gpu_not_measured_note(self) -> str:
+        why = "; ".join(self.meta.collector.notes) or f"the {self.meta.collector.name} collector recorded no GPU activity"
+        return f"GPU not measured: {why}"
+
+    @cached_property
+    def name_codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """``coded(events["name"])``: every event's name code and the labels."""
+        return coded(self.events["name"])
+
+    def names_of(self, rows: np.ndarray) -> np.ndarray:
+        """Event names of the given row ids, as an object array of str."""
+        codes, labels = self.name_codes
+        return decode(codes[np.asarray(rows, dtype=np.int64)], labels)
+
+    @cached_property
+    def parents(self) -> np.ndarray:
+        """Row id -> parent_op row id, for walking op ancestry."""
+        return self.events["parent_op"].to_numpy()
+
+    def in_window_intervals(self, rows) -> iv.Intervals:
+        """The time of ``rows`` (a frame or intervals) clipped to the window."""
+        lo, hi = self.window
+        return iv.clip(iv.as_intervals(rows), lo, hi)
+
+    def union_in_window(self, rows) -> iv.Intervals:
+        return iv.union(self.in_window_intervals(rows))
+
+    def ratio(self, value, base) -> Any:
+        """value / base, NaN where the base is 0."""
+        base = np.asarray(base, dtype="float64")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.asarray(value, dtype="float64") / base
+        return np.where(base > 0, out, np.nan) if out.ndim else (float(out) if base > 0 else float("nan"))
+
+    @cached_property
+    def comm_kernels(self) -> np.ndarray:
+        """Mask over ``gpu`` of communication kernels."""
+        gpu = self.gpu
+        return (gpu["kind"] == "kernel").to_numpy() & mask_names(gpu["name"], COMM_KERNEL)
+
+    @cached_property
+    def comm_host(self) -> pd.DataFrame:
+        """Host ranges of collective communication (c10d ops, nccl:* ranges)."""
+        host = self.of_kind("op", "annotation")
+        return host[mask_names(host["name"], COMM_HOST)]
+
+
+def stats(keys, durations, *, prefix: str) -> pd.DataFrame:
+    """calls and {prefix}_total/avg/max/min_ns per key (int64 totals, float avg)."""
+    frame = pd.DataFrame({"key": np.asarray(keys), "d": np.asarray(durations, dtype=np.int64)})
+    grouped = frame.groupby("key", sort=True)["d"]
+    out = pd.DataFrame(
+        {
+            "calls": grouped.size(),
+            f"{prefix}_total_ns": grouped.sum(),
+            f"{prefix}_max_ns": grouped.max(),
+            f"{prefix}_min_ns": grouped.min(),
+        }
+    )
+    out[f"{prefix}_avg_ns"] = out[f"{prefix}_total_ns"] / out["calls"]
+    return out
+
+
+def most_common(keys, values, *, missing: Any = "") -> pd.Series:
+    """The most frequent value per key, ``missing`` values ignored (ties: the smallest)."""
+    frame = pd.DataFrame({"k": np.asarray(keys), "v": np.asarray(values)})
+    frame = frame[frame["v"].notna() & (frame["v"] != missing)]
+    if not len(frame):
+        return pd.Series(dtype=object)
+    counts = frame.groupby(["k", "v"], sort=True).size().rename("n").reset_index()
+    counts = counts.sort_values(["k", "n"], ascending=[True, False], kind="stable")
+    best = counts.drop_duplicates("k")
+    return pd.Series(best["v"].to_numpy(), index=best["k"].to_numpy())
+
+
+def top_names(keys, names, weights, *, limit: int, labels: np.ndarray | None = None) -> pd.Series:
+    """Per key, the ``limit`` names with the largest summed weight, joined by "; ".
+    ``names`` may be codes, with ``labels`` to decode them."""
+    frame = pd.DataFrame({"k": np.asarray(keys), "n": np.asarray(names), "w": np.asarray(weights, dtype="float64")})
+    if not len(frame):
+        return pd.Series(dtype=object)
+    sums = frame.groupby(["k", "n"], sort=True)["w"].sum().reset_index()
+    sums = sums.sort_values(["k", "w"], ascending=[True, False], kind="stable")
+    head = sums.groupby("k", sort=True).head(limit)
+    text = decode(head["n"].to_numpy(), labels) if labels is not None else head["n"].astype(str).to_numpy()
+    joined = {}
+    for key, name in zip(head["k"].to_numpy(), text):
+        joined[key] = f"{joined[key]}; {name}" if key in joined else name
+    return pd.Series(joined, dtype=object)

@@ -1,0 +1,59 @@
+"""GPU Idle Breakdown: what the host was doing while the GPU had nothing to run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from advisor import intervals as iv
+from advisor.session import GPU_KINDS
+from advisor.tables._facts import Facts
+from advisor.tables._registry import table, with_notes
+from advisor.tables.device import HOST_BUSY_KINDS
+from advisor.tables.host_sync import blocking_calls
+
+
+@table(
+    "gpu_idle",
+    title="GPU Idle Breakdown",
+    description=(
+        "Time in the window when no GPU work ran (kernels, copies or sets, on any device), "
+        "split by what the host was doing: in a Dataloader phase (data loading), in a "
+        "blocking call of the host_sync table (blocking sync), in an operator or CUDA API call "
+        "(launching: the host is dispatching work but none has reached the GPU), or none of "
+        "these (other: Python, or outside the recorded ranges). Where several apply, the "
+        "first in that order takes the time. Empty when the GPU was not measured."
+    ),
+    key="data loading, blocking sync, launching, other",
+    columns={
+        "idle_ns": "GPU idle time with the host in this state, ns.",
+        "share_of_idle": "idle_ns / all GPU idle time (0..1; the rows sum to 1).",
+        "share_of_window": "idle_ns / window (0..1).",
+        "per_step_ns": "idle_ns per step, ns (NaN without steps).",
+    },
+)
+def gpu_idle_table(f: Facts) -> pd.DataFrame | None:
+    if not f.gpu_measured:
+        return with_notes(None, f.gpu_not_measured_note)
+    if f.window_ns <= 0:
+        return None
+    lo, hi = f.window
+    idle = iv.subtract(([lo], [hi]), f.busy(*GPU_KINDS))
+    phases = f.phases
+    states = (
+        ("data loading", phases[phases["phase_name"].to_numpy() == "Dataloader"]),
+        ("blocking sync", blocking_calls(f)),
+        ("launching", f.busy(*HOST_BUSY_KINDS)),
+    )
+    totals = {}
+    remaining = idle
+    for name, spans in states:
+        busy = iv.as_intervals(spans)
+        totals[name] = iv.intersection_length(remaining, busy)
+        remaining = iv.subtract(remaining, busy)
+    totals["other"] = remaining.length
+    out = pd.DataFrame({"idle_ns": pd.Series(totals, dtype="int64")})
+    out["share_of_idle"] = f.ratio(out["idle_ns"], idle.length)
+    out["share_of_window"] = f.ratio(out["idle_ns"], f.window_ns)
+    out["per_step_ns"] = out["idle_ns"] / len(f.steps) if f.has_steps else np.nan
+    return out

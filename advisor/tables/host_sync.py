@@ -1,0 +1,170 @@
+"""Host Sync Summary: host calls that wait for the GPU, with the user's source line.
+
+A call blocks the host when it copies synchronously (cudaMemcpy without Async), copies
+asynchronously from or to pageable memory (the driver stages it synchronously), waits on a
+stream, device or event, or pulls a tensor to the host (.item(), .cpu(), .tolist()). Where a
+blocking CUDA call happens inside such an operator, the operator is the row (it is what the
+user wrote) and the call is not counted again on its own.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from advisor.tables._facts import Facts, ancestors, coded, mask_names, user_frame
+from advisor.tables._registry import table
+
+SYNC_COPY = "synchronous copy"
+PAGEABLE_COPY = "pageable async copy"
+STREAM_SYNC = "stream synchronize"
+DEVICE_SYNC = "device synchronize"
+EVENT_SYNC = "event synchronize"
+TO_HOST = "tensor to host (.item()/.cpu()/.tolist())"
+
+CALL_REASONS = (
+    (re.compile(r"^(cuda|cu)Memcpy(?!.*Async)"), SYNC_COPY),
+    (re.compile(r"^(cudaStreamSynchronize|cuStreamSynchronize)"), STREAM_SYNC),
+    (re.compile(r"^(cudaDeviceSynchronize|cuCtxSynchronize)"), DEVICE_SYNC),
+    (re.compile(r"^(cudaEventSynchronize|cuEventSynchronize)"), EVENT_SYNC),
+)
+SYNC_COPY_CALL = CALL_REASONS[0][0]
+# When an operator absorbs several blocking calls, the first of these names it.
+REASON_ORDER = (PAGEABLE_COPY, SYNC_COPY, STREAM_SYNC, EVENT_SYNC, DEVICE_SYNC)
+# .item() always waits; the copies (.cpu(), .to("cpu"), .tolist()) wait when a blocking
+# call happens inside them.
+ITEM_OPS = ("aten::item", "aten::_local_scalar_dense")
+TO_HOST_OPS = ITEM_OPS + ("aten::to", "aten::_to_copy", "aten::copy_", "aten::cpu", "aten::tolist", "aten::numpy")
+EXAMPLES = 5
+
+
+def pageable(frame: pd.DataFrame) -> np.ndarray:
+    """Copies whose source or destination is pageable host memory."""
+    return ((frame["src_memory"] == "Pageable") | (frame["dst_memory"] == "Pageable")).to_numpy() & (
+        frame["kind"] == "memcpy"
+    ).to_numpy()
+
+
+def _sources(f: Facts, rows: np.ndarray) -> np.ndarray:
+    """The user's source line "file:line" for each event row, from its own call stack or
+    the nearest enclosing operator's; "" where none is recorded. (ancestors() is given the
+    rows themselves, so the walk looks at each row before its parents.)"""
+    codes, labels = coded(f.events["call_stack"])
+    frames = np.array([user_frame(c) for c in labels] + [""], dtype=object)  # code -1: ""
+    found = np.full(len(rows), -1, dtype=np.int64)
+    for where, anc in ancestors(f.parents, np.asarray(rows)):
+        todo = found[where] < 0
+        where, anc = where[todo], anc[todo]
+        named = frames[codes[anc]] != ""
+        found[where[named]] = codes[anc[named]]
+        if not len(where):
+            break
+    return frames[found]
+
+
+def blocking_calls(f: Facts) -> pd.DataFrame:
+    """The blocking host events of the window: row id, name, reason, start_ns, end_ns, source."""
+    return f.memo("blocking_calls", lambda: _blocking_calls(f))
+
+
+def _blocking_calls(f: Facts) -> pd.DataFrame:
+    ev = f.events
+    calls = f.of_kind("runtime", "driver")
+    reason = np.full(len(calls), "", dtype=object)
+    for pattern, why in CALL_REASONS:
+        reason[(reason == "") & mask_names(calls["name"], pattern)] = why
+    gpu = f.gpu
+    staged = gpu["launch"].to_numpy()[pageable(gpu) & (gpu["launch"].to_numpy() >= 0)]
+    reason[(reason == "") & np.isin(calls["id"].to_numpy(), staged)] = PAGEABLE_COPY
+    blocking = calls[reason != ""]
+    reason = reason[reason != ""]
+
+    # The outermost to-host operator around each blocking call absorbs it: the operator is
+    # what the user wrote. It is a tensor-to-host wait when it is .item() or copies device
+    # to host; otherwise (.to("cuda") from pageable memory) it keeps its calls' reason.
+    is_to_host = np.zeros(len(ev), dtype=bool)
+    ops = f.of_kind("op")
+    to_host_ops = ops[ops["name"].isin(TO_HOST_OPS).to_numpy()]
+    is_to_host[to_host_ops["id"].to_numpy()] = True
+    absorber = np.full(len(blocking), -1, dtype=np.int64)
+    for where, anc in ancestors(f.parents, blocking["parent_op"].to_numpy()):
+        hit = is_to_host[anc]
+        absorber[where[hit]] = anc[hit]
+    taken = absorber >= 0
+    downloads = gpu["launch"].to_numpy()[(gpu["copy_kind"] == "DtoH").to_numpy()]
+    absorbed = pd.DataFrame(
+        {
+            "op": absorber[taken],
+            "rank": pd.Series(reason[taken]).map({r: i for i, r in enumerate(REASON_ORDER)}).to_numpy(),
+            "download": np.isin(blocking["id"].to_numpy()[taken], downloads),
+        }
+    ).groupby("op", sort=True).agg(rank=("rank", "min"), download=("download", "any"))
+    op_ids = absorbed.index.to_numpy(dtype=np.int64)
+    op_reason = np.asarray(REASON_ORDER, dtype=object)[absorbed["rank"].to_numpy()]
+    to_host = absorbed["download"].to_numpy() | np.isin(f.names_of(op_ids), ITEM_OPS)
+    op_reason[to_host] = TO_HOST
+    if not (ev["kind"].isin(("runtime", "driver"))).any():
+        # No CUDA calls recorded: .item() is taken at its word (its inner
+        # _local_scalar_dense is the same wait, so only the outer one counts).
+        items = to_host_ops[to_host_ops["name"].isin(ITEM_OPS).to_numpy()]
+        parent = items["parent_op"].to_numpy()
+        inner = (parent >= 0) & is_to_host[np.maximum(parent, 0)]
+        op_ids = np.concatenate([op_ids, items["id"].to_numpy()[~inner]])
+        op_reason = np.concatenate([op_reason, np.full(int((~inner).sum()), TO_HOST, dtype=object)])
+
+    rows = np.concatenate([blocking["id"].to_numpy()[~taken], op_ids]).astype(np.int64)
+    out = pd.DataFrame(
+        {
+            "row": rows,
+            "name": f.names_of(rows),
+            "reason": np.concatenate([reason[~taken], op_reason]),
+            "start_ns": ev["start_ns"].to_numpy()[rows],
+            "end_ns": ev["end_ns"].to_numpy()[rows],
+        }
+    )
+    out["source"] = _sources(f, rows)
+    return out.sort_values("start_ns", kind="stable").reset_index(drop=True)
+
+
+@table(
+    "host_sync",
+    title="Host Sync Summary",
+    description=(
+        "Host calls that block until the GPU catches up: synchronous copies, async copies "
+        "from/to pageable memory, stream/device/event synchronisation and tensor-to-host "
+        "operators (.item(), .cpu(), .tolist()). A blocking CUDA call inside such an operator "
+        "is counted under the operator only. Rows are per call and source line, the source "
+        "being the innermost frame of the call stack outside torch and site-packages."
+    ),
+    key="'call @ file:line', or the call's name where no stack was recorded",
+    columns={
+        "name": "The blocking call or operator.",
+        "reason": "Why it blocks: " + ", ".join(repr(r) for r in (SYNC_COPY, PAGEABLE_COPY, STREAM_SYNC, DEVICE_SYNC, EVENT_SYNC, TO_HOST)) + ".",
+        "calls": "Calls in the window.",
+        "host_total_ns": "Host time spent in them, ns.",
+        "per_step_ns": "host_total_ns per step, ns (NaN without steps).",
+        "share_of_step": "host_total_ns / total step time (the window without steps).",
+        "source": "Innermost user frame 'file:line'; '' where no stack was recorded.",
+        "example_event_ids": f"Up to {EXAMPLES} event ids of the longest calls, for the timeline.",
+    },
+)
+def host_sync_table(f: Facts) -> pd.DataFrame | None:
+    calls = blocking_calls(f)
+    if not len(calls):
+        return None
+    calls = calls.assign(duration=calls["end_ns"] - calls["start_ns"])
+    grouped = calls.groupby(["name", "reason", "source"], sort=True)
+    out = grouped.agg(calls=("row", "size"), host_total_ns=("duration", "sum")).reset_index()
+    longest = calls.sort_values(["duration", "row"], ascending=[False, True], kind="stable")
+    examples = longest.groupby(["name", "reason", "source"], sort=True)["row"].agg(lambda r: [int(x) for x in r[:EXAMPLES]])
+    out["example_event_ids"] = examples.to_numpy()
+    n_steps = len(f.steps)
+    out["per_step_ns"] = out["host_total_ns"] / n_steps if n_steps else np.nan
+    out["share_of_step"] = f.ratio(out["host_total_ns"], f.step_total_ns)
+    keys = np.where(out["source"] != "", out["name"] + " @ " + out["source"], out["name"])
+    repeated = pd.Series(keys).duplicated(keep=False).to_numpy()
+    keys = np.where(repeated, keys + " [" + out["reason"] + "]", keys)
+    out.index = keys
+    return out.sort_values("host_total_ns", ascending=False, kind="stable")

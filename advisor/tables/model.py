@@ -1,0 +1,108 @@
+"""Model Summary: where a step's time goes, phase by phase, on the host and on the GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from advisor import intervals as iv
+from advisor.tables._facts import MODEL_PHASES, Facts, coded, decode
+from advisor.tables._registry import table, with_notes
+
+ROWS = ("ProfileStep", *MODEL_PHASES, "Others")
+
+
+def _per_step(positions: np.ndarray, starts, ends, n_steps: int) -> np.ndarray:
+    """Union length per step position (0..n_steps-1) of intervals tagged with a position."""
+    ok = positions >= 0
+    lengths = iv.grouped_union_length(positions[ok], (np.asarray(starts)[ok], np.asarray(ends)[ok]))
+    return lengths.reindex(np.arange(n_steps), fill_value=0).to_numpy()
+
+
+@table(
+    "model",
+    title="Model Summary",
+    description=(
+        "Time per step in each phase. CPU time of a phase is the merged time of its phase "
+        "ranges inside the step; Others is the step's time outside every phase. GPU time of a "
+        "phase is the union of the GPU work (kernels, copies, sets) launched in that phase of "
+        "the step, wherever it ran; GPU work launched outside all phases counts as Others. "
+        "Statistics are over steps (a step without the phase counts as 0), and both ratios are "
+        "against the ProfileStep CPU total, the steps' wall time. Empty without steps."
+    ),
+    key="ProfileStep, Dataloader, Forward, Backward, Optimization, Others",
+    columns={
+        "calls": "ProfileStep: steps; a phase: its ranges in the steps; Others: steps.",
+        "cpu_total_ns": "Host time over all steps, ns.",
+        "cpu_avg_ns": "Mean per step, ns.",
+        "cpu_max_ns": "Largest step value, ns.",
+        "cpu_min_ns": "Smallest step value, ns.",
+        "cpu_ratio": "cpu_total_ns / ProfileStep cpu_total_ns (0..1).",
+        "gpu_total_ns": "GPU busy time over all steps, ns (NaN: GPU not measured).",
+        "gpu_avg_ns": "Mean per step, ns.",
+        "gpu_max_ns": "Largest step value, ns.",
+        "gpu_min_ns": "Smallest step value, ns.",
+        "gpu_ratio": "gpu_total_ns / ProfileStep cpu_total_ns (0..1); for ProfileStep, the GPU busy share of the steps.",
+    },
+)
+def model_table(f: Facts) -> pd.DataFrame | None:
+    if not f.has_steps:
+        return None
+    steps = f.steps
+    n = len(steps)
+    s_start, s_end = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    durations = s_end - s_start
+
+    phases = f.phases
+    p_pos = f.step_positions(phases)
+    p_name = phases["phase_name"].to_numpy()
+    # A phase's time counts inside its own step only.
+    ok = p_pos >= 0
+    p_start = np.where(ok, np.maximum(phases["start_ns"].to_numpy(), s_start[np.maximum(p_pos, 0)]), 0)
+    p_end = np.where(ok, np.minimum(phases["end_ns"].to_numpy(), s_end[np.maximum(p_pos, 0)]), 0)
+
+    cpu = {"ProfileStep": durations}
+    calls = {"ProfileStep": n, "Others": n}
+    for phase in MODEL_PHASES:
+        mine = p_name == phase
+        cpu[phase] = _per_step(p_pos[mine], p_start[mine], p_end[mine], n)
+        calls[phase] = int((mine & ok).sum())
+    in_any = np.isin(p_name, MODEL_PHASES)
+    cpu["Others"] = durations - _per_step(p_pos[in_any], p_start[in_any], p_end[in_any], n)
+
+    gpu_per_step: dict[str, np.ndarray] = {}
+    if f.gpu_measured:
+        gpu = f.gpu
+        g_pos = f.step_positions(gpu)
+        g_phase = decode(*coded(gpu["phase"]))
+        g_start, g_end = gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy()
+        gpu_per_step["ProfileStep"] = _per_step(g_pos, g_start, g_end, n)
+        for phase in MODEL_PHASES:
+            mine = g_phase == phase
+            gpu_per_step[phase] = _per_step(g_pos[mine], g_start[mine], g_end[mine], n)
+        other = ~np.isin(g_phase, MODEL_PHASES)
+        gpu_per_step["Others"] = _per_step(g_pos[other], g_start[other], g_end[other], n)
+
+    step_total = int(durations.sum())
+    rows = {}
+    for name in ROWS:
+        row = {"calls": calls[name]}
+        for side, values in (("cpu", cpu.get(name)), ("gpu", gpu_per_step.get(name))):
+            if values is None:
+                row.update({f"{side}_{s}_ns": np.nan for s in ("total", "avg", "max", "min")})
+                continue
+            row.update(
+                {
+                    f"{side}_total_ns": int(values.sum()),
+                    f"{side}_avg_ns": float(values.mean()),
+                    f"{side}_max_ns": int(values.max()),
+                    f"{side}_min_ns": int(values.min()),
+                }
+            )
+        rows[name] = row
+    out = pd.DataFrame.from_dict(rows, orient="index")
+    out["cpu_ratio"] = f.ratio(out["cpu_total_ns"], step_total)
+    out["gpu_ratio"] = f.ratio(out["gpu_total_ns"], step_total)
+    if not f.gpu_measured:
+        with_notes(out, f.gpu_not_measured_note)
+    return out

@@ -1,0 +1,192 @@
+"""Operator Summary and its per-operator kernel detail.
+
+Rows aggregate the calls of one operator name at one level: top-level calls (not nested in
+another operator) under the plain name, nested calls under "name (nested)". Summing the
+top-level rows never counts a nested operator twice; the nested rows are there for rules
+that need the inner operators' shapes (aten::addmm under aten::linear). GPU time of a call
+is the GPU work launched anywhere inside it, found by walking each GPU event's ``parent_op``
+chain, so it is inclusive at both levels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from advisor.tables._facts import (
+    Facts,
+    ancestors,
+    coded,
+    decode,
+    most_common,
+    stats,
+    top_names,
+)
+from advisor.tables._registry import table, with_notes
+
+NESTED_SUFFIX = " (nested)"
+TOP_KERNELS = 3
+
+
+class _Calls:
+    """The window's op calls, each with a row code (name code * 2 + nested), and the
+    (call, GPU event) pairs that attribute GPU work to every call it ran inside."""
+
+    def __init__(self, f: Facts):
+        ops = f.of_kind("op")
+        self.ops = ops
+        ids = ops["id"].to_numpy()
+        top = ops["top_op"].to_numpy()
+        nested = ((top >= 0) & (top != ids)).astype(np.int64)
+        name_codes, self._labels = f.name_codes
+        # A blank name (code -1) takes the slot after the last label, which names() leaves blank.
+        self.codes = np.where(name_codes[ids] >= 0, name_codes[ids], len(self._labels)) * 2 + nested
+        # Row id -> position among the window's ops (-1: not one of them).
+        position = np.full(len(f.events), -1, dtype=np.int64)
+        position[ids] = np.arange(len(ops))
+        pair_call, pair_gpu = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+        for where, anc in ancestors(f.parents, f.gpu["parent_op"].to_numpy()):
+            call = position[anc]
+            hit = call >= 0
+            pair_call.append(call[hit])
+            pair_gpu.append(where[hit])
+        self.pair_call = np.concatenate(pair_call)
+        self.pair_gpu = np.concatenate(pair_gpu)
+
+    def names(self, codes) -> np.ndarray:
+        """Operator names for row codes."""
+        slot = np.asarray(codes) // 2
+        return decode(np.where(slot < len(self._labels), slot, -1), self._labels)
+
+    def keys(self, codes) -> np.ndarray:
+        """Row keys for row codes."""
+        codes = np.asarray(codes)
+        names = self.names(codes)
+        return np.where(codes % 2 == 1, names + NESTED_SUFFIX, names)
+
+
+def _calls(f: Facts) -> _Calls:
+    return f.memo("operator_calls", lambda: _Calls(f))
+
+
+@table(
+    "operator",
+    title="Operator Summary",
+    description=(
+        "One row per operator name and level. Top-level rows (key = the name) hold calls "
+        "not nested in another operator: they never double count, and on one thread they sum "
+        "to at most the window. Nested rows (key = 'name (nested)') hold the calls made inside "
+        "another operator. CPU time is the call's duration; GPU time is the duration of the GPU "
+        "work (kernels, copies, sets) launched inside the call, summed. Ratios are of the "
+        "window, as in the Paddle profiler (several threads can take the sum above 1)."
+    ),
+    key="The operator name, with ' (nested)' appended for nested calls",
+    columns={
+        "name": "Operator name.",
+        "level": "'top' (not inside another operator) or 'nested'.",
+        "calls": "Calls in the window.",
+        "cpu_total_ns": "Sum of the calls' durations, ns.",
+        "cpu_avg_ns": "Mean call duration, ns.",
+        "cpu_max_ns": "Longest call, ns.",
+        "cpu_min_ns": "Shortest call, ns.",
+        "cpu_ratio": "cpu_total_ns / window.",
+        "gpu_total_ns": "GPU time of the work the calls launched, ns (NaN: GPU not measured).",
+        "gpu_avg_ns": "Mean per call, ns (calls launching nothing count as 0).",
+        "gpu_max_ns": "Largest per call, ns.",
+        "gpu_min_ns": "Smallest per call, ns.",
+        "gpu_ratio": "gpu_total_ns / window.",
+        "kernel_count": "Kernels launched by the calls.",
+        "top_kernels": f"Up to {TOP_KERNELS} kernels with the most GPU time, '; '-separated.",
+        "input_dims": "Most common input shapes (as recorded, JSON text); '' where not recorded.",
+        "input_types": "Most common input dtypes (as recorded); '' where not recorded.",
+        "flops": "Sum of the calls' FLOPs where the trace records them; NaN otherwise.",
+    },
+)
+def operator_table(f: Facts) -> pd.DataFrame | None:
+    calls = _calls(f)
+    ops, codes = calls.ops, calls.codes
+    if not len(ops):
+        return None
+    pair_call, pair_gpu = calls.pair_call, calls.pair_gpu
+    out = stats(codes, (ops["end_ns"] - ops["start_ns"]).to_numpy(), prefix="cpu")
+    row_codes = out.index.to_numpy()
+    out["name"] = calls.names(row_codes)
+    out["level"] = np.where(row_codes % 2 == 1, "nested", "top")
+
+    gpu = f.gpu
+    duration = (gpu["end_ns"] - gpu["start_ns"]).to_numpy()[pair_gpu]
+    per_call = np.bincount(pair_call, weights=duration, minlength=len(ops)).astype(np.int64)
+    gpu_stats = stats(codes, per_call, prefix="gpu")
+    for column in ("gpu_total_ns", "gpu_avg_ns", "gpu_max_ns", "gpu_min_ns"):
+        out[column] = gpu_stats[column]
+    is_kernel = (gpu["kind"] == "kernel").to_numpy()[pair_gpu]
+    kernels = np.bincount(pair_call[is_kernel], minlength=len(ops))
+    out["kernel_count"] = pd.Series(kernels).groupby(codes, sort=True).sum().astype("int64")
+    name_codes, name_labels = f.name_codes
+    kernel_names = name_codes[gpu["id"].to_numpy()[pair_gpu[is_kernel]]]
+    top = top_names(codes[pair_call[is_kernel]], kernel_names, duration[is_kernel], limit=TOP_KERNELS, labels=name_labels)
+    out["top_kernels"] = top.reindex(out.index).fillna("")
+    for column in ("input_dims", "input_types"):
+        values, labels = coded(ops[column])
+        out[column] = decode(most_common(codes, values, missing=-1).reindex(out.index), labels)
+    flops = ops["flops"].to_numpy()
+    known = ~np.isnan(flops)
+    out["flops"] = pd.Series(flops[known]).groupby(codes[known], sort=True).sum().reindex(out.index)
+
+    if not f.gpu_measured:
+        for column in ("gpu_total_ns", "gpu_avg_ns", "gpu_max_ns", "gpu_min_ns"):
+            out[column] = np.nan
+        with_notes(out, f.gpu_not_measured_note)
+    out["cpu_ratio"] = f.ratio(out["cpu_total_ns"], f.window_ns)
+    out["gpu_ratio"] = f.ratio(out["gpu_total_ns"], f.window_ns)
+    out.index = calls.keys(row_codes)
+    out["_order"] = row_codes % 2
+    return out.sort_values(["_order", "cpu_total_ns"], ascending=[True, False], kind="stable")
+
+
+@table(
+    "operator_kernels",
+    title="Operator Kernel Detail",
+    description=(
+        "The GPU work of each operator row, by kernel (copies and sets appear under their own "
+        "names). An operator row's detail rows sum to its gpu_total_ns."
+    ),
+    key="'<operator key> -> <kernel name>'",
+    columns={
+        "operator": "The operator table's row key.",
+        "kernel": "Kernel (or copy / set) name.",
+        "calls": "Launches of this kernel inside the operator's calls.",
+        "gpu_total_ns": "Sum of their durations, ns.",
+        "gpu_avg_ns": "Mean duration, ns.",
+        "ratio": "gpu_total_ns / the operator's gpu_total_ns (0..1).",
+    },
+)
+def operator_kernels_table(f: Facts) -> pd.DataFrame | None:
+    calls = _calls(f)
+    if not len(calls.pair_call):
+        return None
+    gpu = f.gpu
+    name_codes, labels = f.name_codes
+    width = len(labels) + 1
+    kernel_codes = name_codes[gpu["id"].to_numpy()[calls.pair_gpu]]
+    op_codes = calls.codes[calls.pair_call]
+    groups, inverse = np.unique(op_codes * width + (kernel_codes + 1), return_inverse=True)
+    duration = (gpu["end_ns"] - gpu["start_ns"]).to_numpy()[calls.pair_gpu]
+    count = np.bincount(inverse, minlength=len(groups))
+    total = np.bincount(inverse, weights=duration, minlength=len(groups)).astype(np.int64)
+    op_of = groups // width
+    op_total = pd.Series(total).groupby(op_of).transform("sum").to_numpy()
+    operator = calls.keys(op_of)
+    kernel = decode(groups % width - 1, labels)
+    out = pd.DataFrame(
+        {
+            "operator": operator,
+            "kernel": kernel,
+            "calls": count,
+            "gpu_total_ns": total,
+            "gpu_avg_ns": total / count,
+            "ratio": f.ratio(total, op_total),
+        },
+        index=[f"{o} -> {k}" for o, k in zip(operator, kernel)],
+    )
+    return out.sort_values(["operator", "gpu_total_ns"], ascending=[True, False], kind="stable")
