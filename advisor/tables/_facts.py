@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from advisor import intervals as iv
+from advisor.attribute import name_matches
 from advisor.session import GPU_KINDS, PHASES, Session
 
 MODEL_PHASES = tuple(p for p in PHASES if p != "Others")
@@ -31,13 +32,6 @@ _LIBRARY_FRAME = re.compile(
     r"site-packages|dist-packages|(^|/)torch/|/lib/python\d|^<|^\[|(^|/)threading\.py|(^|/)runpy\.py"
 )
 _FRAME = re.compile(r"^\s*(?P<file>.+?)\((?P<line>\d+)\): (?P<function>.*)$")
-
-
-def mask_names(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
-    """Rows whose name matches ``pattern``; the regex runs once per distinct name."""
-    cat = names.astype("category")
-    hits = np.array([bool(pattern.search(str(c))) for c in cat.cat.categories] + [False])
-    return hits[cat.cat.codes.to_numpy()]
 
 
 def coded(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -215,13 +209,13 @@ class Facts:
     def comm_kernels(self) -> np.ndarray:
         """Mask over ``gpu`` of communication kernels."""
         gpu = self.gpu
-        return (gpu["kind"] == "kernel").to_numpy() & mask_names(gpu["name"], COMM_KERNEL)
+        return (gpu["kind"] == "kernel").to_numpy() & name_matches(gpu["name"], COMM_KERNEL)
 
     @cached_property
     def comm_host(self) -> pd.DataFrame:
         """Host ranges of collective communication (c10d ops, nccl:* ranges)."""
         host = self.of_kind("op", "annotation")
-        return host[mask_names(host["name"], COMM_HOST)]
+        return host[name_matches(host["name"], COMM_HOST)]
 
 
 def stats(keys, durations, *, prefix: str) -> pd.DataFrame:

@@ -14,7 +14,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from advisor.tables._facts import Facts, ancestors, coded, mask_names, user_frame
+from advisor.attribute import name_matches
+from advisor.tables._facts import Facts, ancestors, coded, user_frame
 from advisor.tables._registry import table
 
 SYNC_COPY = "synchronous copy"
@@ -74,7 +75,7 @@ def _blocking_calls(f: Facts) -> pd.DataFrame:
     calls = f.of_kind("runtime", "driver")
     reason = np.full(len(calls), "", dtype=object)
     for pattern, why in CALL_REASONS:
-        reason[(reason == "") & mask_names(calls["name"], pattern)] = why
+        reason[(reason == "") & name_matches(calls["name"], pattern)] = why
     gpu = f.gpu
     staged = gpu["launch"].to_numpy()[pageable(gpu) & (gpu["launch"].to_numpy() >= 0)]
     reason[(reason == "") & np.isin(calls["id"].to_numpy(), staged)] = PAGEABLE_COPY

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 
 from advisor import intervals as iv
-from advisor.tables._facts import MODEL_PHASES, Facts, coded, decode
+from advisor.session import text
+from advisor.tables._facts import MODEL_PHASES, Facts
 from advisor.tables._registry import table, with_notes
 
 ROWS = ("ProfileStep", *MODEL_PHASES, "Others")
@@ -74,7 +75,7 @@ def model_table(f: Facts) -> pd.DataFrame | None:
     if f.gpu_measured:
         gpu = f.gpu
         g_pos = f.step_positions(gpu)
-        g_phase = decode(*coded(gpu["phase"]))
+        g_phase = text(gpu["phase"])
         g_start, g_end = gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy()
         gpu_per_step["ProfileStep"] = _per_step(g_pos, g_start, g_end, n)
         for phase in MODEL_PHASES:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from advisor.tables._facts import MODEL_PHASES, Facts, mask_names
+from advisor.attribute import name_matches
+from advisor.tables._facts import MODEL_PHASES, Facts
 from advisor.tables._registry import table, with_notes
 from advisor.tables.userdefined import BOOKKEEPING, user_ranges
 
@@ -33,7 +34,7 @@ from advisor.tables.userdefined import BOOKKEEPING, user_ranges
 def overview_table(f: Facts) -> pd.DataFrame:
     phases = f.phases
     gpu_annotations = f.of_kind("gpu_annotation")
-    gpu_annotations = gpu_annotations[~mask_names(gpu_annotations["name"], BOOKKEEPING)]
+    gpu_annotations = gpu_annotations[~name_matches(gpu_annotations["name"], BOOKKEEPING)]
 
     def by_kind(*kinds: str) -> tuple[int, int]:
         return int(f.mask(*kinds).sum()), f.busy(*kinds).length

@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 
 from advisor import intervals as iv
+from advisor.attribute import name_matches
 from advisor.session import PHASES
-from advisor.tables._facts import Facts, decode, mask_names, stats
+from advisor.tables._facts import Facts, decode, stats
 from advisor.tables._registry import table, with_notes
 
 # Ranges that are the profiler's or advisor's own bookkeeping, not the user's.
@@ -24,7 +25,7 @@ def user_ranges(f: Facts) -> pd.DataFrame:
         ann = f.of_kind("annotation")
         if not len(ann):
             return ann
-        keep = ~mask_names(ann["name"], BOOKKEEPING)
+        keep = ~name_matches(ann["name"], BOOKKEEPING)
         return ann[keep]
 
     return f.memo("user_ranges", compute)
@@ -99,7 +100,7 @@ def launched_inside(f: Facts, ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndar
 def userdefined_table(f: Facts) -> pd.DataFrame | None:
     ranges = user_ranges(f)
     gpu_ranges = f.of_kind("gpu_annotation")
-    gpu_ranges = gpu_ranges[~mask_names(gpu_ranges["name"], BOOKKEEPING)]
+    gpu_ranges = gpu_ranges[~name_matches(gpu_ranges["name"], BOOKKEEPING)]
     if not len(ranges) and not len(gpu_ranges):
         return None
     codes, labels = f.name_codes
