@@ -33,6 +33,9 @@ from advisor.session import GPU_KINDS, PHASES, concat_events, conform_events, te
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 ADVISOR_PHASE = re.compile(r"^advisor::(Dataloader|Forward|Backward|Optimization)$")
+# advisor's host collector wraps each host-blocking call (.item(), .cpu()...) in a range
+# named for the call and the line that made it, in Kineto's call-stack spelling.
+SYNC_RANGE = re.compile(r"^advisor::sync (?P<call>\S+) @ (?P<frame>.+)$")
 # record_function ranges that the 2021 schema files under "Operator" but that are
 # annotations, not operators.
 ANNOTATION_PREFIXES = ("enumerate(DataLoader)", "Optimizer.step#", "Optimizer.zero_grad#")
@@ -400,6 +403,31 @@ def _sorted(ev: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _sync_range_stacks(ev: pd.DataFrame) -> None:
+    """Give the ops inside advisor's ``advisor::sync`` ranges the range's source line as
+    their call stack (where they have none), and the range itself too."""
+    frames = _per_name(ev["name"], lambda n: (m := SYNC_RANGE.match(n)) and m["frame"] or "")
+    ranges = np.flatnonzero((text(ev["kind"]) == "annotation") & (frames != ""))
+    if not len(ranges):
+        return
+    stacks = text(ev["call_stack"]).copy()
+    kind = text(ev["kind"])
+    thread_key = ev["pid"].to_numpy() * 1_000_003 + ev["tid"].to_numpy()
+    starts = ev["start_ns"].to_numpy()
+    ends = ev["end_ns"].to_numpy()
+    for key in np.unique(thread_key[ranges]):
+        ops = np.flatnonzero((kind == "op") & (thread_key == key))
+        op_starts = starts[ops]
+        for r in ranges[thread_key[ranges] == key]:
+            a, b = np.searchsorted(op_starts, [starts[r], ends[r]], side="left")
+            inside = ops[a:b]
+            inside = inside[stacks[inside] == ""]
+            stacks[inside] = frames[r]
+            if stacks[r] == "":
+                stacks[r] = frames[r]
+    ev["call_stack"] = pd.Categorical(stacks)
+
+
 def attribute(events: pd.DataFrame) -> pd.DataFrame:
     """Sort events, classify them by name and fill every relation column."""
     ev = _sorted(classify_names(conform_events(events)))
@@ -412,5 +440,6 @@ def attribute(events: pd.DataFrame) -> pd.DataFrame:
     _link_ops(ev)
     _link_gpu(ev)
     _assign_steps_and_phases(ev, main)
+    _sync_range_stacks(ev)
     _python_stacks(ev)
     return conform_events(ev)

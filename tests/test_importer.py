@@ -256,3 +256,19 @@ def test_chunked_reading_keeps_every_event(make_trace, monkeypatch):
     assert chunked.drop(columns=["name"]).equals(whole.drop(columns=["name"]))
     assert list(chunked["name"].astype(str)) == list(whole["name"].astype(str))
     assert set(chunked["input_dims"].astype(str)) == {"", "[[8,3,32,32],[16,3,3,3]]"}
+
+
+def test_advisor_sync_ranges_give_their_ops_the_source_line(make_trace):
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 0.0, "dur": 50.0},
+        {"ph": "X", "cat": "user_annotation", "name": "advisor::sync item @ /home/me/train.py(42): main",
+         "pid": 1, "tid": 1, "ts": 10.0, "dur": 5.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::item", "pid": 1, "tid": 1, "ts": 10.5, "dur": 4.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::_local_scalar_dense", "pid": 1, "tid": 1, "ts": 11.0, "dur": 2.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 20.0, "dur": 2.0},
+    ]
+    ev = load(make_trace(events)).events
+    stacks = dict(zip(ev["name"].astype(str), ev["call_stack"].astype(str)))
+    assert stacks["aten::item"] == "/home/me/train.py(42): main"
+    assert stacks["aten::_local_scalar_dense"] == "/home/me/train.py(42): main"
+    assert stacks["aten::add"] == ""

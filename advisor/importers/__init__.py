@@ -12,7 +12,7 @@ from typing import Any
 from advisor.attribute import attribute
 from advisor.errors import SessionError, TraceError
 from advisor.importers.kineto import events_from_raw, open_trace, read_events
-from advisor.session import CollectorInfo, DeviceInfo, DistributedInfo, Session, SessionMeta, is_session_dir
+from advisor.session import CollectorInfo, DeviceInfo, DistributedInfo, Session, SessionMeta, is_session_dir, text
 
 __all__ = ["load", "load_kineto"]
 
@@ -42,6 +42,26 @@ def _device(record: dict[str, Any]) -> DeviceInfo:
     )
 
 
+def _advisor_metadata(metadata: dict[str, Any]) -> dict[str, Any] | None:
+    """What advisor's own host collector wrote into the trace (strings decoded), if it did."""
+    if "advisor" not in metadata:
+        return None
+    from advisor.collect.torch_hooks import read_trace_metadata  # imports no torch
+
+    return read_trace_metadata(metadata)
+
+
+def _without_partial_steps(raw, facts: dict[str, Any] | None):
+    """Drop the step ranges advisor's collector marked partial (a warm-up call, a step cut
+    off by the end of the run or a break): their events then belong to no step, so
+    per-step figures are not skewed by a half step."""
+    partial = (facts or {}).get("partial_steps") or []
+    if not partial:
+        return raw
+    names = {f"ProfilerStep#{n}" for n in partial}
+    return raw[~raw["name"].astype(str).isin(names)].reset_index(drop=True)
+
+
 def load_kineto(path: Path) -> Session:
     """Read a Kineto Chrome trace (plain or gzipped JSON) into a Session."""
     stream = open_trace(path)
@@ -49,6 +69,8 @@ def load_kineto(path: Path) -> Session:
         raw, metadata, process_names = read_events(stream, path)
     finally:
         stream.close()
+    collector_facts = _advisor_metadata(metadata)
+    raw = _without_partial_steps(raw, collector_facts)
     events = attribute(events_from_raw(raw))
 
     gpu_ids = sorted(set(events.loc[events["device"] >= 0, "device"].astype(int)))
@@ -71,6 +93,8 @@ def load_kineto(path: Path) -> Session:
         notes.append("The trace holds no GPU activity: GPU utilisation and kernels were not measured.")
     skipped = metadata.pop("_skipped_events", 0)
     kept = {k: v for k, v in metadata.items() if k not in ("deviceProperties", "distributedInfo", "traceEvents")}
+    if collector_facts is not None:
+        kept["advisor"] = collector_facts
     kept["skipped_events"] = skipped
     kept["process_names"] = process_names
     base = metadata.get("baseTimeNanoseconds")
@@ -80,7 +104,7 @@ def load_kineto(path: Path) -> Session:
         collector=CollectorInfo(
             name="kineto-import",
             version=str(metadata.get("schemaVersion", "")),
-            activities=sorted(set(events["kind"].astype(str))),
+            activities=sorted(set(text(events["kind"]))),
             gpu_measured=bool(gpu_ids),
             notes=notes,
         ),

@@ -129,12 +129,13 @@ def _table(table: Table, *, columns: list[str], rows: int | None, width: int) ->
     for c, w in zip(columns, widths, strict=True):
         view.add_column(c, justify="right" if numeric[c] else "left", no_wrap=True, overflow="ellipsis", min_width=w)
     for row, values in zip(shown, cells, strict=True):
-        view.add_row(str(row["key"]), *values)
+        # Text, not str: names from traces may hold "[...]", which rich would take as markup.
+        view.add_row(Text(str(row["key"])), *(Text(v) for v in values))
     caption = list(table.notes)
     if rows is not None and len(table.rows) > rows:
         caption.insert(0, f"top {rows} of {len(table.rows)} rows")
     if caption:
-        view.caption = "\n".join(caption)
+        view.caption = Text("\n".join(caption))
         view.caption_justify = "left"
     return view
 

@@ -171,9 +171,15 @@ class Facts:
         return bool(self.events["kind"].isin(GPU_KINDS).any())
 
     @cached_property
-    def gpu_not_measured_note(self) -> str:
+    def gpu_not_measured_reason(self) -> str:
+        """Why the GPU was not measured, at length (the device table's note)."""
         why = "; ".join(self.meta.collector.notes) or f"the {self.meta.collector.name} collector recorded no GPU activity"
         return f"GPU not measured: {why}"
+
+    @cached_property
+    def gpu_not_measured_note(self) -> str:
+        """The same, short, for table captions: the session header says why at length."""
+        return f"GPU not measured by the {self.meta.collector.name} collector: its GPU columns are empty."
 
     @cached_property
     def name_codes(self) -> tuple[np.ndarray, np.ndarray]:

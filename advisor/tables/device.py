@@ -52,7 +52,7 @@ def device_table(f: Facts) -> pd.DataFrame:
         "compute_capability": None,
         "memory_bytes": cpu.total_memory_bytes if cpu is not None else None,
         "memory_bandwidth_gbps": cpu.memory_bandwidth_gbps if cpu is not None else None,
-        "note": "" if f.gpu_measured else f.gpu_not_measured_note,
+        "note": "" if f.gpu_measured else f.gpu_not_measured_reason,
     }
     if f.gpu_measured:
         gpu = f.gpu

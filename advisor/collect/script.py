@@ -1,0 +1,251 @@
+"""Run a user's training script the way ``python train.py args`` would, under the host
+collector, and keep what it left behind whatever way it ended.
+
+The script runs in this process with ``runpy.run_path(..., run_name="__main__")``;
+``sys.argv`` is swapped for ``[script, *args]`` and the script's folder put first on
+``sys.path``, both restored afterwards; the working directory is left alone. An exception,
+``sys.exit(n)`` or KeyboardInterrupt in the script ends the run, not advisor: the trace is
+still exported from what was collected, the user's traceback is shown on stderr as Python
+would show it, and the exit code Python would have given is kept.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from advisor.collect import torch_hooks
+from advisor.errors import ScriptError
+
+NORMAL = "normal"
+EXCEPTION = "exception"
+EXIT = "exit"
+INTERRUPT = "interrupt"
+
+INTERRUPT_EXIT_CODE = 130  # what a shell reports for a process ended by SIGINT
+
+_HOOKS_FILE = torch_hooks.__file__
+
+
+@dataclass(frozen=True)
+class ScriptRun:
+    """One run of a user's script under the host collector."""
+
+    script: Path
+    args: list[str]
+    command: list[str]
+    """``sys.argv`` as the script saw it: the script path as given, then its arguments."""
+    exit_code: int
+    ending: str
+    """``normal``, ``exception``, ``exit`` (SystemExit, any code) or ``interrupt``."""
+    error: str | None
+    """How it ended, in one line, where not normally: ``ValueError: bad shape``,
+    ``SystemExit: 3``, ``KeyboardInterrupt``."""
+    wall_time_s: float
+    trace_path: Path | None
+    """The Chrome trace torch.profiler exported; None where nothing was profiled."""
+    step_source: str | None = None
+    """What started a step: ``dataloader``, ``optimizer`` or ``forward`` (see torch_hooks)."""
+    steps: int = 0
+    partial_steps: list[int] = field(default_factory=list)
+    batch_size: int | None = None
+    batch_size_source: str | None = None
+    host_syncs: list[dict] = field(default_factory=list)
+    """Host-blocking calls per source line (see torch_hooks.HostSyncSite), most time first."""
+    torch_version: str | None = None
+    notes: list[str] = field(default_factory=list)
+    """One line each: what was not collected and why."""
+
+    @property
+    def profiled(self) -> bool:
+        return self.trace_path is not None
+
+    @property
+    def script_error(self) -> str | None:
+        """``error`` where the run did not end well (a ``sys.exit(0)`` ended well)."""
+        return None if self.exit_code == 0 else self.error
+
+
+def run_script(
+    script: str | os.PathLike[str],
+    args: list[str] | tuple[str, ...] = (),
+    *,
+    save_trace_to: str | os.PathLike[str] | None = None,
+    record_shapes: bool = True,
+    with_stack: bool = True,
+    show_traceback: bool = True,
+) -> ScriptRun:
+    """Run ``script`` with ``args`` under torch.profiler (CPU) and the step/phase hooks.
+
+    The trace goes to ``save_trace_to`` or, without it, to ``trace.json`` in a new
+    temporary folder that the caller owns. Without an importable torch the script still
+    runs, unprofiled, and ``notes`` says so.
+
+    Raises ScriptError only when the script cannot be started (missing, not a file,
+    unreadable); whatever the script itself does ends up in the returned ScriptRun.
+    """
+    argv0 = os.fspath(script)
+    path = Path(argv0)
+    _check_runnable(path)
+    args = [str(a) for a in args]
+    notes: list[str] = []
+
+    collector = None
+    torch, why_not = torch_hooks.import_torch()
+    if torch is None:
+        notes.append(f"torch is not importable ({why_not}): the script ran without the host profiler")
+    else:
+        collector = torch_hooks.HostCollector(torch, record_shapes=record_shapes, with_stack=with_stack)
+        try:
+            collector.start()
+        except Exception as exc:
+            notes.append(f"torch.profiler could not start ({_one_line(exc)}): the script ran without it")
+            collector = None
+
+    # run_path gives the script the path it is handed as both sys.argv[0] and __file__.
+    # It is handed the path as the user typed it, so sys.argv[0] is what `python script.py`
+    # gives; __file__ is then relative where the path was, where Python (3.9+) would make
+    # it absolute. sys.path[0] is, as in Python, the script's folder with links resolved.
+    file_name = argv0
+    saved_argv, saved_path = sys.argv, sys.path[:]
+    sys.argv = [argv0, *args]
+    sys.path.insert(0, os.path.dirname(os.path.realpath(argv0)))
+    raised: BaseException | None = None
+    start = time.perf_counter()
+    try:
+        runpy.run_path(file_name, run_name="__main__")
+        ending, exit_code, error = NORMAL, 0, None
+    except SystemExit as exc:
+        raised = exc
+        ending, exit_code, error = EXIT, _exit_code(exc.code), _one_line(exc)
+    except KeyboardInterrupt as exc:
+        raised = exc
+        ending, exit_code, error = INTERRUPT, INTERRUPT_EXIT_CODE, "KeyboardInterrupt"
+    except BaseException as exc:  # the user's error, whatever its type: reported, not raised
+        raised = exc
+        ending, exit_code, error = EXCEPTION, 1, _one_line(exc)
+    finally:
+        wall_time_s = time.perf_counter() - start
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+        _flush_std()
+
+    collection = None
+    trace_path = None
+    if collector is not None:
+        try:
+            collection = collector.stop()
+        except Exception as exc:
+            notes.append(f"torch.profiler failed to stop ({_one_line(exc)}): no trace")
+            collector = None
+
+    if raised is not None and show_traceback:
+        _show_like_python(raised, file_name)
+    raised = None  # frames of the script hold its tensors; let them go
+
+    if collector is not None:
+        if save_trace_to is not None:
+            target = Path(save_trace_to)
+        else:
+            target = Path(tempfile.mkdtemp(prefix="advisor-")) / "trace.json"
+        try:
+            trace_path = collector.export(target)
+        except Exception as exc:
+            notes.append(f"the trace could not be written to {target} ({_one_line(exc)})")
+
+    if collection is not None:
+        notes.extend(collection.notes)
+    return ScriptRun(
+        script=path,
+        args=args,
+        command=[argv0, *args],
+        exit_code=exit_code,
+        ending=ending,
+        error=error,
+        wall_time_s=wall_time_s,
+        trace_path=trace_path,
+        step_source=collection.step_source if collection else None,
+        steps=collection.steps if collection else 0,
+        partial_steps=list(collection.partial_steps) if collection else [],
+        batch_size=collection.batch_size if collection else None,
+        batch_size_source=collection.batch_size_source if collection else None,
+        host_syncs=list(collection.host_syncs) if collection else [],
+        torch_version=getattr(torch, "__version__", None) if torch is not None else None,
+        notes=notes,
+    )
+
+
+def _check_runnable(path: Path) -> None:
+    if not path.exists():
+        raise ScriptError(f"{path}: no such script")
+    if not path.is_file():
+        raise ScriptError(f"{path} is not a file")
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise ScriptError(f"{path} cannot be read: {exc.strerror or exc}") from None
+
+
+def _exit_code(code: object) -> int:
+    """The exit status Python gives ``sys.exit(code)``."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return int(code)
+    return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    message = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _flush_std() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+def _show_like_python(exc: BaseException, file_name: str) -> None:
+    """Print what Python prints when ``exc`` ends a script: nothing for sys.exit(int or
+    None), the message for sys.exit("msg"), else the traceback from the script's frames
+    down (advisor's and runpy's frames are left out)."""
+    if isinstance(exc, SystemExit):
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    else:
+        tb = _from_script(exc, file_name)
+        traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+    _flush_std()
+
+
+def _from_script(exc: BaseException, file_name: str) -> TracebackType | None:
+    """The traceback from the first frame of the script on, without the frames of
+    advisor's hooks that the error passed through (the user did not write them); all of
+    it where the script has no frame, except for a SyntaxError, which Python shows
+    without frames."""
+    tb = exc.__traceback__
+    cursor: TracebackType | None = tb
+    while cursor is not None and cursor.tb_frame.f_code.co_filename != file_name:
+        cursor = cursor.tb_next
+    if cursor is None:
+        return None if isinstance(exc, SyntaxError) else tb
+    kept = []
+    while cursor is not None:
+        if cursor.tb_frame.f_code.co_filename != _HOOKS_FILE:
+            kept.append(cursor)
+        cursor = cursor.tb_next
+    rebuilt: TracebackType | None = None
+    for entry in reversed(kept):
+        rebuilt = TracebackType(rebuilt, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return rebuilt

@@ -1,0 +1,866 @@
+"""Host-side collection for a PyTorch script: torch.profiler on CPU plus step and phase marks.
+
+While a script runs, :class:`HostCollector` keeps a ``torch.profiler.profile`` running with
+CPU activities only (the host side never subscribes to CUPTI: the GPU collector owns it)
+and installs hooks that mark, without any change to the script:
+
+- steps, as ``ProfilerStep#N`` ranges (the name torch itself gives them), and
+- phases, as ``advisor::Dataloader``, ``advisor::Forward``, ``advisor::Backward`` and
+  ``advisor::Optimization`` ranges inside the steps.
+
+Both are ``record_function`` ranges, so they land in the exported Chrome trace as
+``user_annotation`` events. Everything is removed again when the run ends.
+
+Where a step starts (``step_source``), in order of preference:
+
+``dataloader``
+    Each time a DataLoader iterator's ``__next__`` is entered: a step is one batch, read
+    and used, which is the Paddle profiler's batch_cost and makes the reader's share of the
+    step directly visible. The step ends where the same iterator's next read starts, or
+    where it runs out (the ``__next__`` that raises StopIteration is not a step). Reads
+    from another loader while a step is open (an evaluation every N steps, a second loader
+    zipped with the first) are Dataloader time inside that step, not steps; outside a
+    step any loader's batches are steps, an evaluation loop after training included.
+``optimizer``
+    A script without a DataLoader that trains: a step ends once its optimizer step has
+    run, at the next training event (forward, backward, zero_grad) or the end of the run.
+    One optimizer step is one training step however many modules (model, loss) are called
+    per iteration, and gradient accumulation counts its micro-batches as one step. The
+    boundary is not put inside the optimizer's post-step hook itself because torch runs
+    that hook inside its own ``Optimizer.step#...`` range, which the step would then cut.
+``forward``
+    A script without a DataLoader or an optimizer (inference): a step starts at each call
+    of the first module that was called at top level (the model), so a loss or
+    post-processing module called beside it does not split steps.
+
+The source is settled by what the script does first: the first top-level forward makes it
+``forward`` until an optimizer step turns it into ``optimizer``; a DataLoader takes over
+from either. Steps counted under a source that was later replaced are marked partial.
+
+Phases never nest: a phase opens only when none is open, so forward and backward run
+inside ``LBFGS.step(closure)`` count as Optimization and a recomputed forward inside
+backward counts as Backward. The Forward phase is the outermost module call only.
+
+A step is *partial* when its end is not a true step end: the run stopped (exception,
+exit) while it was open, the loop that owned it was left by ``break``, or it was counted
+under a step source that was later replaced. The trace's ``advisor`` metadata lists them
+so readers can leave them out of per-step statistics.
+
+Host-blocking calls the script makes itself (``loss.item()``, ``.cpu()``, ``.tolist()``,
+``float(t)``, ``if t:``, ``f"{t:.3f}"``, ``torch.cuda.synchronize()``...) are counted per
+source line, with the time spent in them, and written to the trace's ``advisor`` metadata
+as ``host_syncs``: the Chrome trace itself cannot give the line, since its
+``python_function`` events name a function by the line it is defined on. Calls made
+inside torch (an optimizer reading its step count) are not counted: the line to point at
+is the user's. On a CPU-only run these calls do not wait for a device; ``device`` says
+where the tensor was.
+
+Only the thread and process that run the script are marked: DataLoader workers (forked
+copies of this process) and helper threads are left alone. The hooks are invisible to
+torch.compile and torch.jit.trace (so a ``fullgraph=True`` compile still compiles), and
+a warning raised through one of advisor's wrappers is shown at the user's line.
+
+Why not ``prof.step()``: in torch 2.x a profiler made without a ``schedule`` does not
+record steps at all (``record_steps`` is False), and one made with a schedule opens
+``ProfilerStep#0`` in ``start()``, so step 0 would hold the imports and model set-up, and
+it cannot end a step without starting another one. The collector therefore records the
+``ProfilerStep#N`` ranges itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import linecache
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+from urllib.parse import unquote
+
+DATALOADER = "advisor::Dataloader"
+FORWARD = "advisor::Forward"
+BACKWARD = "advisor::Backward"
+OPTIMIZATION = "advisor::Optimization"
+PHASE_NAMES = (DATALOADER, FORWARD, BACKWARD, OPTIMIZATION)
+STEP_PREFIX = "ProfilerStep#"
+METADATA_KEY = "advisor"
+"""Top-level key of the exported Chrome trace that holds :meth:`HostCollection.metadata`;
+read it back with :func:`read_trace_metadata`."""
+
+# torch's exporter turns every backslash in trace metadata into a slash (so JSON escapes
+# such as \" come out broken), so strings go in with the characters that JSON would
+# escape, and %, percent-encoded. Non-ASCII text passes through as it is.
+_TRACE_UNSAFE = re.compile(r'[%"\\\x00-\x1f\x7f]')
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+# Kineto writes these lines straight to file descriptor 2 on every profiler start and stop,
+# whatever KINETO_LOG_LEVEL says; they are noise in the user's terminal.
+_KINETO_NOISE = ("USDT:", "STAGE:")
+
+_ACTIVE: "HostCollector | None" = None
+
+
+def _never() -> bool:
+    return False
+
+
+# Set at install to a test that torch.compile (dynamo) folds to True while it traces:
+# it must be the first thing a hook checks, before any global it would guard on.
+_IN_TRACED_CODE: Any = _never
+
+
+def import_torch() -> tuple[Any, str | None]:
+    """torch, or None and one line saying why it cannot be imported."""
+    try:
+        import torch  # noqa: PLC0415  (optional dependency)
+        import torch.profiler  # noqa: F401, PLC0415
+    except Exception as exc:  # a broken install raises OSError and friends, not only ImportError
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        reason = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+        return None, reason
+    return torch, None
+
+
+def _to_trace(value: Any) -> Any:
+    if isinstance(value, str):
+        value = _SURROGATE.sub("\ufffd", value)
+        return _TRACE_UNSAFE.sub(lambda m: f"%{ord(m.group()):02X}", value)
+    if isinstance(value, dict):
+        return {_to_trace(k): _to_trace(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_to_trace(v) for v in value]
+    return value
+
+
+def _from_trace(value: Any) -> Any:
+    if isinstance(value, str):
+        return unquote(value) if "%" in value else value
+    if isinstance(value, dict):
+        return {_from_trace(k): _from_trace(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_trace(v) for v in value]
+    return value
+
+
+def trace_metadata_json(metadata: dict[str, Any]) -> str:
+    """``metadata`` as the JSON text handed to ``prof.add_metadata_json``."""
+    return json.dumps(_to_trace({**metadata, "strings": "percent-encoded"}), ensure_ascii=False)
+
+
+def read_trace_metadata(document: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The collector's metadata from a loaded Chrome trace's top level, strings decoded;
+    None where the trace was not written by advisor's host collector."""
+    raw = document.get(METADATA_KEY)
+    if not isinstance(raw, dict) or raw.get("collector") != "advisor-host":
+        return None
+    decoded = _from_trace(raw)
+    decoded.pop("strings", None)
+    return decoded
+
+
+def first_batch_size(batch: Any, _depth: int = 0) -> int | None:
+    """The first dimension of the first tensor found in ``batch`` (depth first through
+    tensors, mappings, lists and tuples), or None."""
+    import torch  # noqa: PLC0415
+
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() >= 1 else None
+    if _depth > 8:
+        return None
+    if isinstance(batch, Mapping):
+        items = batch.values()
+    elif isinstance(batch, (list, tuple)):
+        items = batch
+    else:
+        return None
+    for item in items:
+        size = first_batch_size(item, _depth + 1)
+        if size is not None:
+            return size
+    return None
+
+
+# Tensor methods that read a tensor's data on the host, so on a GPU they wait for every
+# kernel queued before them: name -> what the call does, in the user's words.
+HOST_SYNC_METHODS = {
+    "item": "item",
+    "tolist": "tolist",
+    "numpy": "numpy",
+    "cpu": "copy to host",
+    "to": "copy to host",  # counted only from a device to the CPU
+    "__bool__": "bool",
+    "__int__": "int",
+    "__float__": "float",
+    "__format__": "format",
+    "__repr__": "print",
+}
+MAX_HOST_SYNC_SITES = 200
+SYNC_RANGE_PREFIX = "advisor::sync "
+
+
+@dataclass
+class HostSyncSite:
+    """Host-blocking calls made from one source line."""
+
+    call: str
+    file: str
+    line: int
+    function: str
+    code: str = ""
+    calls: int = 0
+    total_ns: int = 0
+    steps: set[int] = field(default_factory=set)
+    devices: set[str] = field(default_factory=set)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "call": self.call,
+            "file": self.file,
+            "line": self.line,
+            "function": self.function,
+            "code": self.code,
+            "calls": self.calls,
+            "total_ns": self.total_ns,
+            "steps": len(self.steps),
+            "devices": sorted(self.devices),
+        }
+
+
+@dataclass
+class HostCollection:
+    """What the hooks found about the run, beside the trace itself."""
+
+    step_source: str | None = None
+    steps: int = 0
+    partial_steps: list[int] = field(default_factory=list)
+    batch_size: int | None = None
+    batch_size_source: str | None = None
+    host_syncs: list[dict[str, Any]] = field(default_factory=list)
+    """HostSyncSite.as_dict() rows, most time first."""
+    notes: list[str] = field(default_factory=list)
+
+    def metadata(self) -> dict[str, Any]:
+        """The ``advisor`` object written into the trace's top level."""
+        return {
+            "collector": "advisor-host",
+            "step_source": self.step_source,
+            "steps": self.steps,
+            "partial_steps": list(self.partial_steps),
+            "batch_size": self.batch_size,
+            "batch_size_source": self.batch_size_source,
+            "phases": list(PHASE_NAMES),
+            "host_syncs": list(self.host_syncs),
+        }
+
+
+class _Range:
+    """One open record_function range and the frame whose lifetime it belongs to."""
+
+    __slots__ = ("name", "handle", "frame", "step")
+
+    def __init__(self, name: str, handle: Any, frame: Any, step: int = -1):
+        self.name = name
+        self.handle = handle
+        self.frame = frame
+        self.step = step
+
+
+def _on_stack(target: Any) -> bool:
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame is target:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _weak(obj: Any) -> Any:
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
+
+
+class HostCollector:
+    """torch.profiler (CPU activities) plus the step and phase hooks, for one run.
+
+    ``start()`` before the script, ``stop()`` after it (whatever way it ended), then
+    ``export(path)``. Only one collector can be active in a process at a time.
+    """
+
+    def __init__(self, torch: Any, *, record_shapes: bool = True, with_stack: bool = True):
+        self._torch = torch
+        self._record_shapes = record_shapes
+        self._with_stack = with_stack
+        self.activities = [torch.profiler.ProfilerActivity.CPU]
+        self._prof: Any = None
+        self._undo: list[Any] = []
+        self._pid = os.getpid()
+        self._thread = threading.get_ident()
+        self.result = HostCollection()
+        self._step: _Range | None = None
+        self._phase: _Range | None = None
+        self._next_step = 0
+        self._step_done = False  # optimizer source: the open step has had its optimizer step
+        self._step_owner: Any = None  # dataloader source: weakref to the iterator whose step is open
+        self._forward_steps: list[int] = []  # steps counted while the source was "forward"
+        self._root_module: Any = None
+        self._root_optimizer: Any = None
+        self._stopped = False
+        self._sync_sites: dict[tuple[str, int, str], HostSyncSite] = {}
+        self._library_dirs = tuple(
+            os.path.dirname(os.path.abspath(f)) + os.sep for f in (torch.__file__, __file__)
+        )
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        global _ACTIVE
+        if _ACTIVE is not None:
+            raise RuntimeError("another advisor collector is already running in this process")
+        torch = self._torch
+        self._prof = torch.profiler.profile(
+            activities=self.activities,
+            record_shapes=self._record_shapes,
+            with_stack=self._with_stack,
+        )
+        with _quiet_kineto():
+            self._prof.start()
+        _ACTIVE = self
+        try:
+            self._install()
+        except BaseException:
+            self._uninstall()
+            _ACTIVE = None
+            with _quiet_kineto():
+                self._prof.stop()
+            raise
+
+    def stop(self) -> HostCollection:
+        """Close whatever is open, remove the hooks and stop the profiler. Safe to call
+        once whatever state the script left things in."""
+        global _ACTIVE
+        if self._stopped:
+            return self.result
+        self._stopped = True
+        try:
+            self._uninstall()
+        finally:
+            _ACTIVE = None
+            if self._phase is not None:
+                self._close_phase()
+            if self._step is not None:
+                self._close_step(partial=True)
+            self.result.steps = self._next_step
+            sites = sorted(self._sync_sites.values(), key=lambda site: (-site.total_ns, site.file, site.line))
+            self.result.host_syncs = [site.as_dict() for site in sites[:MAX_HOST_SYNC_SITES]]
+            try:
+                self._prof.add_metadata_json(METADATA_KEY, trace_metadata_json(self.result.metadata()))
+            finally:
+                with _quiet_kineto():
+                    self._prof.stop()
+        return self.result
+
+    def export(self, path: Path) -> Path:
+        """Write the Chrome trace (gzipped where ``path`` ends in .gz)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._prof.export_chrome_trace(str(path))
+        return path
+
+    # -- hooks ---------------------------------------------------------------------------
+
+    def _install(self) -> None:
+        global _IN_TRACED_CODE
+        torch = self._torch
+        _IN_TRACED_CODE = _traced_code_test(torch)
+        module_mod = importlib.import_module("torch.nn.modules.module")
+        optim_mod = importlib.import_module("torch.optim.optimizer")
+        dataloader_mod = importlib.import_module("torch.utils.data.dataloader")
+
+        handles = [
+            module_mod.register_module_forward_pre_hook(_forward_pre_hook),
+            # always_call: the range is closed even when forward raises an Exception.
+            module_mod.register_module_forward_hook(_forward_hook, always_call=True),
+            optim_mod.register_optimizer_step_pre_hook(_optimizer_pre_hook),
+            optim_mod.register_optimizer_step_post_hook(_optimizer_post_hook),
+        ]
+        self._undo.extend(handle.remove for handle in handles)
+
+        self._patch(dataloader_mod._BaseDataLoaderIter, "__next__", _wrap_next)
+        self._patch(torch.Tensor, "backward", _wrap_backward)
+        self._patch(torch.autograd, "backward", _wrap_backward)
+        self._patch(torch.optim.Optimizer, "zero_grad", _wrap_zero_grad)
+        self._patch(torch.nn.Module, "zero_grad", _wrap_zero_grad)
+        # torch runs one profiler at a time: a script that starts its own would stop this
+        # one under it (and exporting ours afterwards crashes the process), so ours ends
+        # first and hands over.
+        autograd_profiler = importlib.import_module("torch.autograd.profiler")
+        for name in ("_prepare_profiler", "_enable_profiler"):
+            if hasattr(autograd_profiler, name):
+                self._patch(autograd_profiler, name, _wrap_profiler_start)
+        for method, call in HOST_SYNC_METHODS.items():
+            self._patch(torch.Tensor, method, functools.partial(_wrap_host_sync, call=call, method=method))
+        cuda = torch.cuda
+        self._patch(cuda, "synchronize", functools.partial(_wrap_host_sync, call="synchronize", method=""))
+        for owner in (cuda.Stream, cuda.Event):
+            self._patch(owner, "synchronize", functools.partial(_wrap_host_sync, call="synchronize", method=""))
+        self._patch(warnings, "showwarning", _wrap_showwarning, only_if_unchanged=True)
+        # torch.compile(module) warns that global module hooks (ours) fire once more for the
+        # OptimizedModule wrapper; only the outermost call counts here, and the warning is
+        # about advisor, not the user's code.
+        self._ignore_warning(r"Using `torch\.compile\(module\)` when there are global hooks")
+
+    def _patch(self, owner: Any, name: str, wrap: Any, *, only_if_unchanged: bool = False) -> None:
+        """Replace ``owner.name`` by ``wrap(original)`` until uninstall; with
+        ``only_if_unchanged``, leave it at uninstall if the script replaced it meanwhile."""
+        had_own = name in vars(owner)
+        original = getattr(owner, name)
+        wrapped = wrap(original)
+        setattr(owner, name, wrapped)
+
+        def undo() -> None:
+            if only_if_unchanged and getattr(owner, name, None) is not wrapped:
+                return
+            if had_own:
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)
+
+        self._undo.append(undo)
+
+    def _ignore_warning(self, message: str) -> None:
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
+        entry = warnings.filters[0]
+
+        def undo() -> None:
+            if entry in warnings.filters:
+                warnings.filters.remove(entry)
+                getattr(warnings, "_filters_mutated", lambda: None)()
+
+        self._undo.append(undo)
+
+    def _uninstall(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+    def _ours(self) -> bool:
+        return threading.get_ident() == self._thread and os.getpid() == self._pid
+
+    # -- ranges --------------------------------------------------------------------------
+
+    def _enter(self, name: str) -> Any:
+        handle = self._torch.autograd.profiler.record_function(name)
+        handle.__enter__()
+        return handle
+
+    def _open_phase(self, name: str, frame: Any) -> None:
+        self._phase = _Range(name, self._enter(name), frame)
+
+    def _close_phase(self) -> None:
+        phase, self._phase = self._phase, None
+        if phase is not None:
+            phase.handle.__exit__(None, None, None)
+
+    def _phase_live(self) -> bool:
+        """Whether a phase is open. A phase whose frame has gone without its closing hook
+        running (KeyboardInterrupt in forward, an exception in optimizer.step that the
+        script caught) is closed here, late but balanced."""
+        if self._phase is None:
+            return False
+        if _on_stack(self._phase.frame):
+            return True
+        self._close_phase()
+        return False
+
+    def _open_step(self) -> None:
+        if self._step is not None:
+            self._close_step(partial=False)
+        number = self._next_step
+        self._next_step += 1
+        self._step = _Range(f"{STEP_PREFIX}{number}", self._enter(f"{STEP_PREFIX}{number}"), None, number)
+        if self.result.step_source == "forward":
+            self._forward_steps.append(number)
+        self._step_done = False
+
+    def _close_step(self, *, partial: bool) -> None:
+        step, self._step = self._step, None
+        if step is None:
+            return
+        if self._phase is not None:  # ranges stay nested: a phase never outlives its step
+            self._close_phase()
+        step.handle.__exit__(None, None, None)
+        if partial:
+            self.result.partial_steps.append(step.step)
+        self._step_done = False
+        self._step_owner = None
+
+    def _replace_source(self, source: str, *, keep: _Range | None = None) -> None:
+        """Make ``source`` the step source. The open step (unless it is ``keep``) ends here;
+        steps counted under a ``forward`` source (warm-up calls of the model before the
+        real loop showed itself) become partial."""
+        old = self.result.step_source
+        if self._step is not None and self._step is not keep:
+            self._close_step(partial=not (old == "optimizer" and self._step_done))
+        if old == "forward":
+            for number in self._forward_steps:
+                if (keep is None or number != keep.step) and number not in self.result.partial_steps:
+                    self.result.partial_steps.append(number)
+        self.result.step_source = source
+        self._forward_steps = []
+
+    # -- events --------------------------------------------------------------------------
+
+    def dataloader_next(self, original: Any, iterator: Any, frame: Any) -> Any:
+        if self._phase_live():  # a batch fetched inside another phase is part of it
+            return original(iterator)
+        if self.result.step_source != "dataloader":
+            self._replace_source("dataloader")
+        if self._step is not None:
+            owner = self._step_owner() if self._step_owner is not None else None
+            if owner is not None and owner is not iterator:
+                # Another loader read inside this step (an evaluation every N steps, a
+                # second loader zipped with the first): its time belongs to this step.
+                return self._fetch(original, iterator, frame)
+            # The loop that owned the step went away without running out (a break):
+            # this step ran on into whatever followed the loop.
+            self._close_step(partial=owner is None and self._step_owner is not None)
+        opened_step = False
+        if not _exhausted(iterator):
+            self._open_step()
+            self._step_owner = weakref.ref(iterator)
+            opened_step = True
+        self._open_phase(DATALOADER, frame)
+        try:
+            batch = original(iterator)
+        except StopIteration:
+            self._close_phase()
+            if opened_step:  # the iterator's len() was not known: a step of nothing
+                self._close_step(partial=True)
+            raise
+        finally:
+            if self._phase is not None and self._phase.name == DATALOADER:
+                self._close_phase()
+        if self.result.batch_size_source != "dataloader":
+            self._note_batch_size(batch, "dataloader")
+        return batch
+
+    def _fetch(self, original: Any, iterator: Any, frame: Any) -> Any:
+        self._open_phase(DATALOADER, frame)
+        try:
+            return original(iterator)
+        finally:
+            if self._phase is not None and self._phase.frame is frame:
+                self._close_phase()
+
+    def _note_batch_size(self, batch: Any, source: str) -> None:
+        try:
+            size = first_batch_size(batch)
+        except Exception:  # an exotic batch type must not break the user's run
+            size = None
+        if size is not None:
+            self.result.batch_size = size
+            self.result.batch_size_source = source
+
+    def _training_event(self) -> None:
+        """Forward, backward or zero_grad is starting: in the optimizer source this is where
+        a step whose optimizer step has run ends and the next one starts."""
+        if self.result.step_source == "optimizer" and (self._step_done or self._step is None):
+            self._open_step()
+
+    def forward_pre(self, module: Any, args: Any, frame: Any) -> None:
+        if self._phase_live():
+            return
+        source = self.result.step_source
+        if source is None:
+            self._replace_source("forward")
+            self._root_module = _weak(module)
+            self._open_step()
+        elif source == "forward" and self._root_module() is module:
+            self._open_step()
+        else:
+            self._training_event()
+        if self.result.batch_size is None and source in (None, "forward"):
+            self._note_batch_size(args, "forward")
+        self._open_phase(FORWARD, frame)
+
+    def forward_post(self, frame: Any) -> None:
+        if self._phase is not None and self._phase.name == FORWARD and self._phase.frame is frame:
+            self._close_phase()
+
+    def wrapped_phase(self, name: str, call: Any, frame: Any) -> Any:
+        if self._phase_live():
+            return call()
+        self._training_event()
+        self._open_phase(name, frame)
+        try:
+            return call()
+        finally:
+            if self._phase is not None and self._phase.frame is frame:
+                self._close_phase()
+
+    def optimizer_pre(self, optimizer: Any, frame: Any) -> None:
+        if self._phase_live():
+            return
+        self._training_event()
+        self._open_phase(OPTIMIZATION, frame)
+
+    def optimizer_post(self, optimizer: Any, frame: Any) -> None:
+        if self._phase is not None and self._phase.name == OPTIMIZATION and self._phase.frame is frame:
+            self._close_phase()
+        source = self.result.step_source
+        if source in (None, "forward"):
+            # The first optimizer step: this script trains without a DataLoader. The step
+            # that is open (started by this iteration's forward) is the first real one.
+            current = self._step
+            self._replace_source("optimizer", keep=current)
+            self._root_optimizer = _weak(optimizer)
+            self._step_done = current is not None
+        elif source == "optimizer" and self._root_optimizer() is optimizer:
+            self._step_done = self._step is not None
+
+    def hand_over(self, frame: Any) -> None:
+        """The script is starting a profiler of its own: end this collection here."""
+        while frame is not None and self.is_library_frame(frame):
+            frame = frame.f_back
+        where = f" at {frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
+        self.result.notes.append(
+            f"the script starts its own torch profiler{where}; torch runs one at a time, so "
+            "advisor's host profile ends there (diagnose the trace the script writes for the rest)"
+        )
+        self.stop()
+
+    def is_library_frame(self, frame: Any) -> bool:
+        return frame.f_code.co_filename.startswith(self._library_dirs)
+
+    def sync_range(self, call: str, frame: Any) -> Any:
+        """A record_function range named for a host-blocking call and its source line,
+        in Kineto's call-stack spelling: ``advisor::sync item @ train.py(42): main``."""
+        code = frame.f_code
+        return self._torch.autograd.profiler.record_function(
+            f"{SYNC_RANGE_PREFIX}{call} @ {code.co_filename}({frame.f_lineno}): {code.co_name}"
+        )
+
+    def note_host_sync(self, call: str, target: Any, frame: Any, elapsed_ns: int) -> None:
+        code = frame.f_code
+        key = (code.co_filename, frame.f_lineno, call)
+        site = self._sync_sites.get(key)
+        if site is None:
+            if len(self._sync_sites) >= 10 * MAX_HOST_SYNC_SITES:
+                return
+            source = linecache.getline(code.co_filename, frame.f_lineno).strip()
+            site = HostSyncSite(call, code.co_filename, frame.f_lineno, code.co_name, source)
+            self._sync_sites[key] = site
+        site.calls += 1
+        site.total_ns += elapsed_ns
+        if self._step is not None:
+            site.steps.add(self._step.step)
+        device = getattr(target, "device", None)
+        if device is not None:
+            site.devices.add(str(getattr(device, "type", device)))
+
+
+def _traced_code_test(torch: Any) -> Any:
+    compiler = getattr(torch, "compiler", None)
+    is_compiling = getattr(compiler, "is_compiling", None)
+    if is_compiling is None:  # torch before 2.3
+        is_compiling = getattr(getattr(torch, "_dynamo", None), "is_compiling", _never)
+    is_tracing = torch._C._get_tracing_state
+
+    def in_traced_code() -> bool:
+        return is_compiling() or is_tracing() is not None
+
+    return in_traced_code
+
+
+def _exhausted(iterator: Any) -> bool:
+    """Whether a map-style DataLoader iterator has yielded all its batches, so the next
+    ``__next__`` raises StopIteration (an IterableDataset has no length: False)."""
+    try:
+        return iterator._num_yielded >= len(iterator)
+    except Exception:
+        return False
+
+
+# The hook functions are module-level so that a hook left behind by a failed uninstall
+# does nothing once its collector is gone.
+
+
+def _acting() -> HostCollector | None:
+    """The collector a hook should report to: none while torch.compile or torch.jit.trace
+    traces the code the hook is in (the hook must stay invisible to them, or a
+    ``fullgraph=True`` compile fails on it), on another thread or in a forked worker."""
+    if _IN_TRACED_CODE():
+        return None
+    collector = _ACTIVE
+    if collector is None or not collector._ours():
+        return None
+    return collector
+
+
+def _forward_pre_hook(module: Any, args: Any) -> None:
+    collector = _acting()
+    if collector is not None:
+        collector.forward_pre(module, args, sys._getframe(1))
+
+
+def _forward_hook(module: Any, args: Any, output: Any) -> None:
+    collector = _acting()
+    if collector is not None:
+        collector.forward_post(sys._getframe(1))
+
+
+def _optimizer_pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+    collector = _acting()
+    if collector is not None:
+        collector.optimizer_pre(optimizer, sys._getframe(1))
+
+
+def _optimizer_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+    collector = _acting()
+    if collector is not None:
+        collector.optimizer_post(optimizer, sys._getframe(1))
+
+
+def _wrap_next(original: Any) -> Any:
+    @functools.wraps(original)
+    def __next__(self: Any) -> Any:
+        collector = _acting()
+        if collector is None:
+            return original(self)
+        return collector.dataloader_next(original, self, sys._getframe())
+
+    return __next__
+
+
+def _wrap_profiler_start(original: Any) -> Any:
+    @functools.wraps(original)
+    def start(*args: Any, **kwargs: Any) -> Any:
+        collector = _ACTIVE
+        if collector is not None and not _IN_TRACED_CODE():
+            collector.hand_over(sys._getframe(1))
+        return original(*args, **kwargs)
+
+    return start
+
+
+def _wrap_backward(original: Any) -> Any:
+    @functools.wraps(original)
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        collector = _acting()
+        if collector is None:
+            return original(*args, **kwargs)
+        return collector.wrapped_phase(BACKWARD, lambda: original(*args, **kwargs), sys._getframe())
+
+    return backward
+
+
+def _wrap_zero_grad(original: Any) -> Any:
+    @functools.wraps(original)
+    def zero_grad(*args: Any, **kwargs: Any) -> Any:
+        collector = _acting()
+        if collector is None:
+            return original(*args, **kwargs)
+        return collector.wrapped_phase(OPTIMIZATION, lambda: original(*args, **kwargs), sys._getframe())
+
+    return zero_grad
+
+
+def _wrap_showwarning(original: Any) -> Any:
+    """A warning raised in a call the hooks wrap (torch's C code warns about the Python
+    frame that called it, a library warns with stacklevel=2) would name this file; show it
+    at the user's line that made the call instead, as it would be without advisor."""
+
+    @functools.wraps(original)
+    def showwarning(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> Any:
+        if filename == __file__:
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_filename != __file__:
+                frame = frame.f_back
+            while frame is not None and frame.f_code.co_filename == __file__:
+                frame = frame.f_back
+            if frame is not None:
+                filename, lineno, line = frame.f_code.co_filename, frame.f_lineno, None
+        return original(message, category, filename, lineno, file, line)
+
+    return showwarning
+
+
+def _copies_to_host(args: tuple, kwargs: dict) -> bool:
+    """Whether ``tensor.to(*args[1:], **kwargs)`` copies a device tensor to the CPU.
+    (``.to(device)`` of a CPU tensor is the portable host-to-device idiom, not a read-back,
+    even on a run where ``device`` is the CPU.)"""
+    source = getattr(getattr(args[0], "device", None), "type", "cpu") if args else "cpu"
+    if source == "cpu":
+        return False
+    for value in (*args[1:], kwargs.get("device")):
+        if isinstance(value, str) and value.split(":")[0] == "cpu":
+            return True
+        kind = getattr(value, "type", None)  # torch.device
+        if kind == "cpu" and not callable(kind):
+            return True
+        device = getattr(value, "device", None)  # a tensor: .to(other) takes its device
+        if getattr(device, "type", None) == "cpu":
+            return True
+    return False
+
+
+def _wrap_host_sync(original: Any, *, call: str, method: str) -> Any:
+    @functools.wraps(original)
+    def host_sync(*args: Any, **kwargs: Any) -> Any:
+        collector = _acting()
+        if collector is None:
+            return original(*args, **kwargs)
+        caller = sys._getframe(1)
+        if collector.is_library_frame(caller) or (method == "to" and not _copies_to_host(args, kwargs)):
+            return original(*args, **kwargs)
+        start = time.perf_counter_ns()
+        try:
+            # The range carries the calling line into the trace: the importer gives the
+            # ops inside it (aten::item, aten::_local_scalar_dense...) this line as their
+            # call stack, since torch's Python frames only know where functions begin.
+            with collector.sync_range(call, caller):
+                return original(*args, **kwargs)
+        finally:
+            target = args[0] if method and args else None
+            collector.note_host_sync(call, target, caller, time.perf_counter_ns() - start)
+
+    return host_sync
+
+
+@contextmanager
+def _quiet_kineto() -> Iterator[None]:
+    """Run a profiler start or stop with Kineto's status lines on fd 2 filtered out;
+    anything else written to stderr meanwhile is passed on."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            kept = [
+                line
+                for line in sink.read().decode(errors="replace").splitlines(keepends=True)
+                if not line.startswith(_KINETO_NOISE)
+            ]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()

@@ -1,0 +1,79 @@
+"""The rule engine: ranking by saving, symptoms under causes, broken rules skipped."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from advisor import engine
+from advisor.engine import RuleContext, RuleDocs, RuleSpec, rank, cause_graph, register, run_rules
+from advisor.findings import Finding, Saving, Severity
+from advisor.session import CollectorInfo, Session, SessionMeta, empty_events
+
+
+def _finding(rule: str, ms: float, severity: Severity = Severity.medium) -> Finding:
+    return Finding(rule=rule, title=rule, severity=severity, confidence=0.5,
+                   saving=Saving(ms_per_step=ms, share_of_step=min(ms / 100, 1)), message="m", recommendation="r")
+
+
+def _spec(rule_id: str, explains: list[str] | None = None, **thresholds) -> RuleSpec:
+    return RuleSpec(id=rule_id, title=rule_id, severity=Severity.medium, explains=explains or [],
+                    thresholds=thresholds, docs=RuleDocs(what="w", why="y"))
+
+
+def _session() -> Session:
+    return Session(SessionMeta(source="x", source_format="test", collector=CollectorInfo(name="test")), empty_events())
+
+
+def test_roots_are_ranked_by_saving_and_symptoms_nest_under_causes():
+    specs = [_spec("cause", ["symptom"]), _spec("symptom"), _spec("other")]
+    findings = [_finding("symptom", 50), _finding("other", 10), _finding("cause", 30)]
+    ranked = rank(findings, cause_graph(specs))
+    assert [f.rule for f in ranked] == ["cause", "other"]
+    assert [f.rule for f in ranked[0].explains] == ["symptom"]
+
+
+def test_symptom_without_its_cause_stays_a_root():
+    specs = [_spec("cause", ["symptom"]), _spec("symptom")]
+    ranked = rank([_finding("symptom", 5)], cause_graph(specs))
+    assert [f.rule for f in ranked] == ["symptom"] and not ranked[0].explains
+
+
+def test_a_chain_of_causes_nests_fully():
+    specs = [_spec("root", ["middle"]), _spec("middle", ["leaf"]), _spec("leaf")]
+    ranked = rank([_finding("leaf", 9), _finding("middle", 8), _finding("root", 1)], cause_graph(specs))
+    assert [f.rule for f in ranked] == ["root"]
+    assert ranked[0].explains[0].rule == "middle" and ranked[0].explains[0].explains[0].rule == "leaf"
+
+
+def test_a_failing_rule_is_reported_and_the_others_still_run(monkeypatch):
+    monkeypatch.setattr(engine, "_CHECKS", dict(engine.checks()))
+
+    @register("test-broken")
+    def broken(ctx: RuleContext):
+        raise KeyError("no such column")
+
+    @register("test-fine")
+    def fine(ctx: RuleContext):
+        return [_finding("test-fine", ctx.threshold("ms"))]
+
+    result = run_rules(_session(), {}, [_spec("test-broken"), _spec("test-fine", ms=4.0)])
+    assert [f.rule for f in result.findings] == ["test-fine"]
+    assert result.findings[0].saving.ms_per_step == 4.0
+    assert len(result.errors) == 1 and "test-broken" in result.errors[0] and "KeyError" in result.errors[0]
+
+
+def test_no_rule_fires_on_an_empty_session():
+    from advisor.tables import compute_tables
+
+    session = _session()
+    result = run_rules(session, compute_tables(session))
+    assert result.findings == [] and result.errors == []
+
+
+def test_builtin_rules_have_documentation_and_checks():
+    specs = engine.builtin_specs()
+    assert {s.id for s in specs} >= {"dataloader-starvation", "sync-memcpy-stall", "low-gpu-utilization"}
+    for spec in specs:
+        assert spec.id in engine.checks()
+        assert spec.docs.what and spec.docs.why and spec.docs.example and spec.docs.instead
+    assert not pd.isna(specs[0].thresholds.get("dataloader_share"))
