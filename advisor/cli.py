@@ -117,13 +117,14 @@ def _diagnose(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from advisor.summary import print_tables
+    from advisor.reports.summary import render_tables
+    from advisor.tables import TABLE_DOCS, compute_tables
 
     session, exit_code = _session_for(args.target, args.script_args)
-    print_tables(session, names=args.table, sort=args.sort, limit=args.limit, fmt=args.format,
-                 console=Console())
+    tables = compute_tables(session, names=args.table)
+    text = render_tables(tables, table_docs=TABLE_DOCS, sort=args.sort, limit=args.limit, fmt=args.format)
+    if text is not None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return exit_code if exit_code is not None else 0
 
 
@@ -152,9 +153,26 @@ def _rules(args: argparse.Namespace) -> int:
     return 0
 
 
+def _options_after_target(parser: argparse.ArgumentParser, argv: list[str],
+                          args: argparse.Namespace) -> argparse.Namespace:
+    """For a trace or session target, words after it are advisor's own options
+    (`advisor diagnose trace.json --format json`); only a script takes arguments."""
+    if getattr(args, "target", None) is None or not args.script_args or _is_script(Path(args.target)):
+        return args
+    position = len(argv) - len(args.script_args) - 1
+    if position < 0 or argv[position] != args.target:
+        return args
+    reordered = argv[:position] + argv[position + 1:] + ["--", args.target]
+    again = parser.parse_args(reordered)
+    if again.script_args:  # argparse keeps the "--" separator in a REMAINDER
+        again.script_args = [a for a in again.script_args if a != "--"]
+    return again
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _options_after_target(parser, argv, parser.parse_args(argv))
     if args.command is None:
         parser.print_help()
         return 2
