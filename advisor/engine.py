@@ -129,6 +129,11 @@ def session_facts(session: Session, tables: dict[str, pd.DataFrame]) -> dict[str
     return {"step_count": step_count, "mean_step_ns": mean_step_ns, "window_ns": window_ns}
 
 
+# A cause's saving must be at least this share of its symptom's for the symptom to be
+# nested under it rather than ranked on its own.
+EXPLAINS_MIN_SHARE = 0.25
+
+
 def cause_graph(specs: list[RuleSpec]) -> nx.DiGraph:
     graph = nx.DiGraph()
     for spec in specs:
@@ -155,6 +160,11 @@ def rank(findings: list[Finding], graph: nx.DiGraph) -> list[Finding]:
             continue
         best = max((f for c in causes for f in by_rule[c]), key=lambda f: f.saving.ms_per_step)
         for symptom in by_rule[rule_id]:
+            # A cause explains a symptom only where it accounts for a real part of it: a
+            # 26 us sync does not explain 170 ms of GPU idle time, and nesting it there
+            # would hide the larger problem under the smaller.
+            if best.saving.ms_per_step < EXPLAINS_MIN_SHARE * symptom.saving.ms_per_step:
+                continue
             best.explains.append(symptom)
             nested.add(id(symptom))
     for finding in findings:

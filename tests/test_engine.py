@@ -40,7 +40,7 @@ def test_symptom_without_its_cause_stays_a_root():
 
 def test_a_chain_of_causes_nests_fully():
     specs = [_spec("root", ["middle"]), _spec("middle", ["leaf"]), _spec("leaf")]
-    ranked = rank([_finding("leaf", 9), _finding("middle", 8), _finding("root", 1)], cause_graph(specs))
+    ranked = rank([_finding("leaf", 9), _finding("middle", 8), _finding("root", 7)], cause_graph(specs))
     assert [f.rule for f in ranked] == ["root"]
     assert ranked[0].explains[0].rule == "middle" and ranked[0].explains[0].explains[0].rule == "leaf"
 
@@ -77,3 +77,10 @@ def test_builtin_rules_have_documentation_and_checks():
         assert spec.id in engine.checks()
         assert spec.docs.what and spec.docs.why and spec.docs.example and spec.docs.instead
     assert not pd.isna(specs[0].thresholds.get("dataloader_share"))
+
+
+def test_a_cause_too_small_to_explain_a_symptom_does_not_hide_it():
+    specs = [_spec("cause", ["symptom"]), _spec("symptom")]
+    ranked = rank([_finding("cause", 0.03), _finding("symptom", 170)], cause_graph(specs))
+    assert [f.rule for f in ranked] == ["symptom", "cause"]
+    assert not ranked[0].explains and not ranked[1].explains
