@@ -272,3 +272,29 @@ def test_advisor_sync_ranges_give_their_ops_the_source_line(make_trace):
     assert stacks["aten::item"] == "/home/me/train.py(42): main"
     assert stacks["aten::_local_scalar_dense"] == "/home/me/train.py(42): main"
     assert stacks["aten::add"] == ""
+
+
+@pytest.mark.parametrize("small_buffers", [False, True])
+def test_metadata_before_and_after_the_events_is_read(tmp_path, monkeypatch, small_buffers):
+    import json
+
+    import advisor.importers.kineto as kineto
+
+    if small_buffers:  # the file no longer fits the kept head: the head/tail parse is used
+        monkeypatch.setattr(kineto, "_HEAD_BYTES", 600)
+        monkeypatch.setattr(kineto, "_TAIL_BYTES", 700)
+    document = (
+        '{"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 1, "world_size": 4},\n'
+        '"traceEvents": ' + json.dumps(NEW_SCHEMA) + ',\n'
+        '"INFO": ["CuptiActivityProfiler.cpp:976] Enabling GPU tracing", "a ], \\"b\\": [1]"],\n'
+        '"traceName": "t.json", "baseTimeNanoseconds": 1711964646000000000}\n'
+    )
+    path = tmp_path / "meta.json"
+    path.write_text(document)
+    session = load(path)
+    meta = session.meta
+    assert meta.distributed.rank == 1 and meta.distributed.world_size == 4
+    assert meta.base_time_ns == 1711964646000000000
+    assert meta.trace_metadata["traceName"] == "t.json"
+    assert meta.trace_metadata["INFO"][1] == 'a ], "b": [1]'
+    assert len(session.events[session.events["kind"] == "kernel"]) == 2

@@ -391,7 +391,38 @@ def _metadata(recorder: _RecordingStream, stream: BinaryIO, path: Path, seen_any
     return meta
 
 
-_CLOSE_ARRAY = re.compile(rb"\]\s*(,|\})")
+_CLOSE_ARRAY = re.compile(r"\]\s*(,|\})")
+_DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"\s*")
+
+
+def _object_rest(text: str, index: int) -> dict[str, Any] | None:
+    """Parse ``"key": value, ... }`` from ``index`` to the end of ``text`` (the rest of a
+    JSON object whose ``{`` came earlier), or None. raw_decode reads in place, so a wrong
+    starting point fails after a few bytes instead of after copying the rest."""
+    out: dict[str, Any] = {}
+    end = len(text)
+    while True:
+        index = _SPACE.match(text, index).end()
+        if index >= end or text[index] != '"':
+            return None
+        try:
+            key, index = _DECODER.raw_decode(text, index)
+            index = _SPACE.match(text, index).end()
+            if index >= end or text[index] != ":":
+                return None
+            index = _SPACE.match(text, index + 1).end()
+            value, index = _DECODER.raw_decode(text, index)
+        except ValueError:
+            return None
+        out[key] = value
+        index = _SPACE.match(text, index).end()
+        if index < end and text[index] == ",":
+            index += 1
+            continue
+        if index < end and text[index] == "}" and not text[index + 1:].strip():
+            return out
+        return None
 
 
 def _after_events(tail: bytes) -> dict[str, Any] | None:
@@ -400,21 +431,14 @@ def _after_events(tail: bytes) -> dict[str, Any] | None:
     The array's closing bracket is the first ``]`` followed by ``,`` or ``}`` from which
     the rest of the file parses as the remainder of a JSON object.
     """
-    stripped = tail.rstrip()
-    if stripped.endswith(b"]}") or re.search(rb"\]\s*\}$", stripped):
-        # Quick path: traceEvents is the last key.
-        pass
-    for match in _CLOSE_ARRAY.finditer(tail):
-        rest = tail[match.end():] if match.group(1) == b"," else b""
-        if match.group(1) == b"}":
-            if tail[match.end():].strip() == b"":
+    text = tail.decode("utf-8", errors="replace")
+    for match in _CLOSE_ARRAY.finditer(text):
+        if match.group(1) == "}":
+            if not text[match.end():].strip():
                 return {}
             continue
-        try:
-            parsed = json.loads(b"{" + rest)
-        except ValueError:
-            continue
-        if isinstance(parsed, dict):
+        parsed = _object_rest(text, match.end())
+        if parsed is not None:
             return parsed
     return None
 
