@@ -41,6 +41,7 @@ class Evidence(BaseModel):
     row: str | None = Field(default=None, description="The row's stable key in that table.")
     column: str | None = None
     value: Any = None
+    unit: str | None = Field(default=None, description="The value's unit where the column name does not say it ('ns', 'bytes', ...).")
     event_id: int | None = Field(default=None, description="Row id in the session's events, for event.")
     name: str | None = Field(default=None, description="The event's or row's name, for people.")
     start_ns: int | None = None

@@ -39,7 +39,9 @@ def row_evidence(table: str, frame: pd.DataFrame, row: str, column: str, note: s
     item = value(frame, row, column)
     if item is None:
         return None
-    return Evidence(kind="table_row", table=table, row=row, column=column, value=item, note=note)
+    unit = value(frame, row, "unit")  # tables with mixed units (perf) carry one per row
+    return Evidence(kind="table_row", table=table, row=row, column=column, value=item,
+                    unit=str(unit) if unit else None, note=note)
 
 
 def ms(ns: float) -> str:

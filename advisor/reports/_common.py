@@ -97,11 +97,13 @@ def _is_nested(table: Table, column: str) -> bool:
     return False
 
 
-def evidence_value(column: str | None, value: Any) -> str:
+def evidence_value(column: str | None, value: Any, unit: str | None = None) -> str:
     """An evidence value as it reads in a reference: durations and byte counts in units,
     other numbers raw (a ratio stays 0.41, as the table holds it)."""
     if value is None:
         return MISSING
+    if unit and is_number(value) and not isinstance(value, bool):
+        return format_cell(column or "", value, unit=unit)
     if isinstance(value, bool):
         return str(value).lower()
     if is_number(value):
@@ -126,7 +128,7 @@ def evidence_segments(ev: Evidence) -> Segments:
             ref += f".{ev.column}"
         out.append((ref, True))
         if ev.value is not None:
-            out.append((f" = {evidence_value(ev.column, ev.value)}", False))
+            out.append((f" = {evidence_value(ev.column, ev.value, ev.unit)}", False))
     elif ev.kind == "event":
         out.append(("event" + (f" #{ev.event_id}" if ev.event_id is not None else ""), False))
         if ev.name:
