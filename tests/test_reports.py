@@ -34,8 +34,8 @@ from advisor.reports import (
     render_json,
     render_markdown,
     terminal_text,
-    units,
 )
+from advisor import units
 from advisor.reports._markdown import md_code, md_escape
 from advisor.reports.schema import SCHEMA_PATH, load_report_schema, report_schema, schema_text, validate_report
 from advisor.session import CollectorInfo, DeviceInfo, Session, SessionMeta, conform_events

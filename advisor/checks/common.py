@@ -9,6 +9,7 @@ import pandas as pd
 
 from advisor.engine import RuleContext
 from advisor.findings import Evidence, Saving, Severity
+from advisor.units import format_ns, format_ratio
 
 
 def saving(ctx: RuleContext, ns_per_step: float, basis: str) -> Saving:
@@ -45,8 +46,10 @@ def row_evidence(table: str, frame: pd.DataFrame, row: str, column: str, note: s
 
 
 def ms(ns: float) -> str:
-    return f"{ns / 1e6:.1f} ms" if ns >= 1e5 else f"{ns / 1e3:.0f} us"
+    """A duration for a finding's message ("69.3 ms"), as the reports write them."""
+    return format_ns(ns)
 
 
 def pct(share: float) -> str:
-    return f"{share * 100:.1f}%"
+    """A share for a finding's message ("39.6%")."""
+    return format_ratio(share)

@@ -10,7 +10,7 @@ from typing import Any
 
 from advisor.findings import Evidence
 from advisor.reports.model import Report, Table
-from advisor.reports.units import MISSING, format_bytes, format_cell, format_ns, format_number, is_number
+from advisor.units import MISSING, format_bytes, format_cell, format_ns, format_number, is_number
 from advisor.session import DeviceInfo
 
 # A reference is a list of (text, is_code) segments: Markdown sets the code parts in code

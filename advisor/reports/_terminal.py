@@ -29,7 +29,7 @@ from advisor.reports._common import (
     steps_text,
 )
 from advisor.reports.model import Report, Table
-from advisor.reports.units import format_ns, format_saving
+from advisor.units import format_ns, format_saving
 
 __all__ = ["render_terminal", "terminal_text"]
 

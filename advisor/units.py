@@ -1,4 +1,4 @@
-"""Human units for every renderer: durations, byte counts, shares and table cells.
+"""Human units for findings and reports: durations, byte counts, shares and table cells.
 
 One place decides how a number looks, so the terminal, Markdown and HTML reports agree:
 ``format_ns(1_234_000) == "1.23 ms"``, ``format_ratio(0.41) == "41.0%"``,
