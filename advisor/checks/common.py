@@ -16,6 +16,8 @@ def saving(ctx: RuleContext, ns_per_step: float, basis: str) -> Saving:
     step = ctx.mean_step_ns or 0.0
     ns = max(float(ns_per_step), 0.0)
     share = min(ns / step, 1.0) if step > 0 else 0.0
+    if not ctx.step_count:
+        basis += "; no steps were found, so the whole window counts as one step"
     return Saving(ms_per_step=round(ns / 1e6, 4), share_of_step=round(share, 4), basis=basis)
 
 

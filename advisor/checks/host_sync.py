@@ -34,6 +34,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     in_loop = table[table["calls"] / steps >= ctx.threshold("min_calls_per_step")] if ctx.step_count else table
     if not len(in_loop):
         return []
+    # Without steps the whole window is the one "step" every figure is per.
+    in_loop = in_loop.assign(per_step_ns=in_loop["host_total_ns"] / steps)
     blocked_per_step = float(in_loop["per_step_ns"].sum())
     share = blocked_per_step / ctx.mean_step_ns if ctx.mean_step_ns else 0.0
     if share < ctx.threshold("min_share"):
@@ -55,7 +57,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         evidence.append(Evidence(kind="event", event_id=int(event_id), name=str(in_loop.iloc[0].get("name", ""))))
 
     gpu_idle = ctx.table("gpu_idle")
-    idle_blocked = value(gpu_idle, "blocking sync", "per_step_ns")
+    idle_blocked = value(gpu_idle, "blocking sync", "idle_ns")
+    idle_blocked = idle_blocked / steps if idle_blocked is not None else None
     if ctx.gpu_measured and idle_blocked is not None:
         ns = min(float(idle_blocked), blocked_per_step) if blocked_per_step else float(idle_blocked)
         basis = "GPU idle time while the host was blocked in these calls, per step"
@@ -67,8 +70,10 @@ def check(ctx: RuleContext) -> list[Finding]:
         basis = ("host time inside these calls, per step; no GPU was measured, and on a GPU each "
                  "call would also wait for all queued work")
     message = (
-        f"{int(in_loop['calls'].sum())} host-blocking calls in {ctx.step_count or 'the'} step(s) "
-        f"cost {ms(blocked_per_step)} per step ({pct(share)} of the step): " + "; ".join(lines) + "."
+        f"{int(in_loop['calls'].sum())} host-blocking calls "
+        + (f"in {ctx.step_count} steps " if ctx.step_count else "in the window (no steps found) ")
+        + 
+f"cost {ms(blocked_per_step)} per step ({pct(share)} of the step): " + "; ".join(lines) + "."
     )
     reasons = set(in_loop.get("reason", []))
     advice = []

@@ -35,7 +35,7 @@ def check(ctx: RuleContext) -> list[Finding]:
                 evidence.append(row_evidence("gpu_idle", idle, reason, "idle_ns", f"GPU idle while the host was in {reason}"))
         message = (
             f"{row.get('name', key)} is busy {pct(utilization)} of the {ms(row['window_ns'])} window "
-            f"and idle {ms(per_step)} per step."
+            + (f"and idle {ms(per_step)} per step." if ctx.step_count else f"and idle {ms(idle_ns)} of it (no steps found).")
         )
         if breakdown:
             message += " While it idles the host is in: " + ", ".join(breakdown) + "."
