@@ -1,7 +1,8 @@
 """Where advisor's data folders (rules/, knowledge/, cases/) are, installed or not.
 
-A wheel carries them inside the package as advisor/_data/...; a checkout (and an
-editable install) has them at the top of the repository, beside the package.
+A wheel carries rules/ and knowledge/ inside the package as advisor/_data/...; a checkout
+(and an editable install) has all three at the top of the repository, beside the package.
+cases/ is test data and stays in the repository.
 """
 
 from __future__ import annotations
