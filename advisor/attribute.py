@@ -359,7 +359,7 @@ def _assign_steps_and_phases(ev: pd.DataFrame, main: tuple[int, int] | None) -> 
     del n
 
 
-def _python_stacks(ev: pd.DataFrame) -> None:
+def _python_stacks(ev: pd.DataFrame, *, blocking_calls_only: bool = False) -> None:
     """Give host-blocking calls and tensor-to-host ops a call stack built from the
     trace's python_function frames, where the trace has no 'Call stack' text."""
     kind = text(ev["kind"])
@@ -369,6 +369,8 @@ def _python_stacks(ev: pd.DataFrame) -> None:
     stacks = text(ev["call_stack"]).copy()
     blocking = _per_name(ev["name"], lambda n: n.startswith(HOST_BLOCKING_PREFIXES)).astype(bool)
     to_host = _per_name(ev["name"], lambda n: n in SOURCE_OPS).astype(bool)
+    if blocking_calls_only:
+        to_host = np.zeros(len(ev), dtype=bool)
     wanted = ((np.isin(kind, ["runtime", "driver"]) & blocking) | ((kind == "op") & to_host)) & (stacks == "")
     if not wanted.any():
         return
@@ -428,8 +430,13 @@ def _sync_range_stacks(ev: pd.DataFrame) -> None:
     ev["call_stack"] = pd.Categorical(stacks)
 
 
-def attribute(events: pd.DataFrame) -> pd.DataFrame:
-    """Sort events, classify them by name and fill every relation column."""
+def attribute(events: pd.DataFrame, *, sync_ranges_only: bool = False) -> pd.DataFrame:
+    """Sort events, classify them by name and fill every relation column.
+
+    ``sync_ranges_only``: the trace comes from advisor's host collector, which marks every
+    host-blocking call the user's code makes with an ``advisor::sync`` range; tensor-to-host
+    ops outside those ranges (an optimizer reading its step counter) then get no source
+    line from the Python frames, so they are not charged to the user's code."""
     ev = _sorted(classify_names(conform_events(events)))
     main = _main_thread(ev)
     kind = text(ev["kind"])
@@ -441,5 +448,5 @@ def attribute(events: pd.DataFrame) -> pd.DataFrame:
     _link_gpu(ev)
     _assign_steps_and_phases(ev, main)
     _sync_range_stacks(ev)
-    _python_stacks(ev)
+    _python_stacks(ev, blocking_calls_only=sync_ranges_only)
     return conform_events(ev)

@@ -157,13 +157,23 @@ def _options_after_target(parser: argparse.ArgumentParser, argv: list[str],
                           args: argparse.Namespace) -> argparse.Namespace:
     """For a trace or session target, words after it are advisor's own options
     (`advisor diagnose trace.json --format json`); only a script takes arguments."""
-    if getattr(args, "target", None) is None or not args.script_args or _is_script(Path(args.target)):
+    if getattr(args, "target", None) is None:
+        return args
+    if _is_script(Path(args.target)):
+        # argparse drops a "--" that follows the script; python would pass it on.
+        p = len(argv) - len(args.script_args) - 1
+        if 1 <= p < len(argv) and argv[p] == "--" and argv[p - 1] == args.target:
+            args.script_args = ["--", *args.script_args]
+        return args
+    if not args.script_args:
         return args
     position = len(argv) - len(args.script_args) - 1
     if position < 0 or argv[position] != args.target:
         return args
     reordered = argv[:position] + argv[position + 1:] + ["--", args.target]
     again = parser.parse_args(reordered)
+    if again.target != args.target:  # a bare word after it took its place: not an option, so an error
+        return args
     if again.script_args:  # argparse keeps the "--" separator in a REMAINDER
         again.script_args = [a for a in again.script_args if a != "--"]
     return again

@@ -55,6 +55,7 @@ def collect_script(script: Path, args: list[str], *, keep_trace: Path | None = N
     events = session.events if session is not None else empty_events()
     trace_metadata = dict(session.meta.trace_metadata) if session is not None else {}
     facts = trace_metadata.get("advisor") or {}
+    trace_metadata.pop("traceName", None)  # the temporary file it names is gone
     if run.batch_size is not None:
         trace_metadata["batch_size"] = run.batch_size
     notes.append(GPU_NOT_MEASURED)

@@ -71,7 +71,7 @@ def load_kineto(path: Path) -> Session:
         stream.close()
     collector_facts = _advisor_metadata(metadata)
     raw = _without_partial_steps(raw, collector_facts)
-    events = attribute(events_from_raw(raw))
+    events = attribute(events_from_raw(raw), sync_ranges_only=collector_facts is not None)
 
     gpu_ids = sorted(set(events.loc[events["device"] >= 0, "device"].astype(int)))
     records = {int(d.get("id", -1)): d for d in metadata.get("deviceProperties") or [] if isinstance(d, dict)}

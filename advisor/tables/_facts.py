@@ -30,6 +30,7 @@ COMM_HOST = re.compile(r"^(nccl:|c10d::|c10d:|record_param_comms$)|ProcessGroupN
 # Frames that are library code, not the user's: skipped when naming a source line.
 _LIBRARY_FRAME = re.compile(
     r"site-packages|dist-packages|(^|/)torch/|/lib/python\d|^<|^\[|(^|/)threading\.py|(^|/)runpy\.py"
+    r"|(^|/)advisor/collect/"  # advisor's own hooks sit between the user's line and torch
 )
 _FRAME = re.compile(r"^\s*(?P<file>.+?)\((?P<line>\d+)\): (?P<function>.*)$")
 

@@ -109,11 +109,15 @@ def _blocking_calls(f: Facts) -> pd.DataFrame:
     if not (ev["kind"].isin(("runtime", "driver"))).any():
         # No CUDA calls recorded: .item() is taken at its word (its inner
         # _local_scalar_dense is the same wait, so only the outer one counts).
+        # Only calls made from the user's own code count: an optimizer reading its CPU step
+        # counter with .item() is no wait the user can remove.
         items = to_host_ops[to_host_ops["name"].isin(ITEM_OPS).to_numpy()]
         parent = items["parent_op"].to_numpy()
         inner = (parent >= 0) & is_to_host[np.maximum(parent, 0)]
-        op_ids = np.concatenate([op_ids, items["id"].to_numpy()[~inner]])
-        op_reason = np.concatenate([op_reason, np.full(int((~inner).sum()), TO_HOST, dtype=object)])
+        users = _sources(f, items["id"].to_numpy()) != ""
+        keep = ~inner & users
+        op_ids = np.concatenate([op_ids, items["id"].to_numpy()[keep]])
+        op_reason = np.concatenate([op_reason, np.full(int(keep.sum()), TO_HOST, dtype=object)])
 
     rows = np.concatenate([blocking["id"].to_numpy()[~taken], op_ids]).astype(np.int64)
     out = pd.DataFrame(

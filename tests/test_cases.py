@@ -1,0 +1,210 @@
+"""The recorded cases in cases/: each saved session must produce the findings its case.yaml
+says it must, none of those it must not, and the figures it expects.
+
+A case is a folder (pylint functional style): case.yaml (description, the command that
+recorded it, must / must_not rule ids, figure expectations with the reason for each) and
+session/ (what `advisor diagnose --save` wrote). The sessions are read, not re-recorded,
+so these tests take no profiler and no timing luck; `python cases/record.py` records them
+again (see cases/README.md).
+
+A rule listed under ``known_wrong`` fires today where it should not: its must_not check is
+an expected failure (strict), so the day the rule is fixed the test says so and the entry
+comes out of case.yaml.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from advisor.cli import main
+from advisor.engine import builtin_specs, run_rules
+from advisor.findings import Finding
+from advisor.importers import load
+from advisor.reports.schema import validate_report
+from advisor.tables import compute_tables
+
+REPO = Path(__file__).resolve().parents[1]
+CASES_DIR = REPO / "cases"
+CASE_NAMES = sorted(p.parent.name for p in CASES_DIR.glob("*/case.yaml"))
+MAX_CASE_BYTES = 1_000_000
+
+CASE_KEYS = {"description", "command", "must", "must_not", "known_wrong", "expect"}
+TABLE_TESTS = {"at_least", "at_most", "equals"}
+FINDING_TESTS = {"severity", "share_of_step_at_least", "ms_per_step_at_least", "source_line"}
+
+
+def spec_of(name: str) -> dict:
+    return yaml.safe_load((CASES_DIR / name / "case.yaml").read_text())
+
+
+def flatten(findings: list[Finding]) -> list[Finding]:
+    """Every finding, with the symptoms nested under their causes as well."""
+    out: list[Finding] = []
+    for finding in findings:
+        out.append(finding)
+        out.extend(flatten(finding.explains))
+    return out
+
+
+@functools.cache
+def evaluated(name: str):
+    """(session, tables, every finding flattened) of a case, computed once per test run."""
+    session = load(CASES_DIR / name / "session")
+    tables = compute_tables(session)
+    result = run_rules(session, tables)
+    assert result.errors == [], result.errors
+    return session, tables, flatten(result.findings)
+
+
+def fired(name: str) -> dict[str, list[Finding]]:
+    by_rule: dict[str, list[Finding]] = {}
+    for finding in evaluated(name)[2]:
+        by_rule.setdefault(finding.rule, []).append(finding)
+    return by_rule
+
+
+def _params(key: str) -> list:
+    params = []
+    for name in CASE_NAMES:
+        spec = spec_of(name)
+        known_wrong = spec.get("known_wrong") or {}
+        for rule in spec.get(key) or []:
+            marks = []
+            if key == "must_not" and rule in known_wrong:
+                marks.append(pytest.mark.xfail(strict=True, reason=" ".join(str(known_wrong[rule]).split())))
+            params.append(pytest.param(name, rule, id=f"{name}-{rule}", marks=marks))
+    return params
+
+
+def _expectations() -> list:
+    return [
+        pytest.param(name, i, id=f"{name}-{i}-{e.get('table') or e.get('finding')}")
+        for name in CASE_NAMES
+        for i, e in enumerate(spec_of(name).get("expect") or [])
+    ]
+
+
+# -- the cases themselves ---------------------------------------------------------------------
+
+
+def test_the_cases_are_there():
+    assert {"cpu_starved_loader", "cpu_clean_train", "cpu_host_sync"} <= set(CASE_NAMES)
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_case_is_well_formed(name):
+    spec = spec_of(name)
+    assert set(spec) <= CASE_KEYS, f"unknown keys {set(spec) - CASE_KEYS}"
+    assert str(spec.get("description", "")).strip(), "a case says what it is"
+    rule_ids = {s.id for s in builtin_specs()}
+    must, must_not = set(spec.get("must") or []), set(spec.get("must_not") or [])
+    assert must | must_not <= rule_ids, f"unknown rule ids {(must | must_not) - rule_ids}"
+    assert not must & must_not
+    assert set(spec.get("known_wrong") or {}) <= must_not, "known_wrong names must_not rules"
+    for expectation in spec.get("expect") or []:
+        assert str(expectation.get("why", "")).strip(), f"{expectation} says why"
+        if "table" in expectation:
+            assert {"row", "column"} <= set(expectation)
+            assert len(TABLE_TESTS & set(expectation)) == 1, expectation
+        else:
+            assert "finding" in expectation and len(FINDING_TESTS & set(expectation)) == 1, expectation
+            assert expectation["finding"] in must, "a figure of a finding the case does not demand"
+    folder = CASES_DIR / name / "session"
+    size = sum(p.stat().st_size for p in folder.iterdir())
+    assert size < MAX_CASE_BYTES, f"{name} is {size} bytes: record fewer steps"
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_session_was_recorded_by_the_command_given(name):
+    """case.yaml's command saves into this case's session/ and ran the script, with the
+    arguments, that the session says ran."""
+    argv = shlex.split(spec_of(name)["command"])
+    assert argv[:2] == ["advisor", "diagnose"]
+    assert argv[argv.index("--save") + 1] == f"cases/{name}/session"
+    script = next(i for i, word in enumerate(argv) if word.endswith(".py"))
+    session = evaluated(name)[0]
+    assert session.meta.command == argv[script:]
+    assert session.meta.exit_code == 0 and session.meta.source_format == "script"
+
+
+@pytest.mark.parametrize(("name", "rule"), _params("must"))
+def test_must(name, rule):
+    assert rule in fired(name), f"{name} must produce {rule}; it produced {sorted(fired(name))}"
+
+
+@pytest.mark.parametrize(("name", "rule"), _params("must_not"))
+def test_must_not(name, rule):
+    found = fired(name).get(rule, [])
+    assert not found, f"{name} must not produce {rule}; it did: {found[0].message if found else ''}"
+
+
+def _table_value(tables, table: str, row: str, column: str):
+    frame = tables.get(table)
+    assert frame is not None, f"no {table} table"
+    assert row in frame.index, f"{table} has no row {row!r}; rows: {list(frame.index)[:20]}"
+    assert column in frame.columns, f"{table} has no column {column!r}"
+    value = frame.loc[row, column]
+    assert not (isinstance(value, float) and math.isnan(value)), f"{table}[{row}].{column} is NaN"
+    return value
+
+
+@pytest.mark.parametrize(("name", "index"), _expectations())
+def test_expectation(name, index):
+    expectation = spec_of(name)["expect"][index]
+    _, tables, _ = evaluated(name)
+    why = " ".join(str(expectation["why"]).split())
+    if "table" in expectation:
+        where = f"{expectation['table']}[{expectation['row']}].{expectation['column']}"
+        value = _table_value(tables, expectation["table"], expectation["row"], expectation["column"])
+        if "at_least" in expectation:
+            assert value >= expectation["at_least"], f"{where} = {value} < {expectation['at_least']}: {why}"
+        if "at_most" in expectation:
+            assert value <= expectation["at_most"], f"{where} = {value} > {expectation['at_most']}: {why}"
+        if "equals" in expectation:
+            assert value == expectation["equals"], f"{where} = {value} != {expectation['equals']}: {why}"
+        return
+    findings = fired(name).get(expectation["finding"], [])
+    assert findings, f"{expectation['finding']} did not fire"
+    finding = findings[0]
+    if "severity" in expectation:
+        assert finding.severity.value == expectation["severity"], why
+    if "share_of_step_at_least" in expectation:
+        assert finding.saving.share_of_step >= expectation["share_of_step_at_least"], why
+    if "ms_per_step_at_least" in expectation:
+        assert finding.saving.ms_per_step >= expectation["ms_per_step_at_least"], why
+    if "source_line" in expectation:
+        lines = {f"{e.file}:{e.line}" for e in finding.evidence if e.kind == "source_line"}
+        assert expectation["source_line"] in lines, f"source lines {sorted(lines)}: {why}"
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_cpu_cases_leave_the_gpu_unmeasured(name):
+    session = evaluated(name)[0]
+    assert session.meta.collector.gpu_measured is False
+    assert not any(d.kind == "gpu" for d in session.meta.devices)
+
+
+# -- through the command line -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_diagnose_of_the_saved_session_is_a_valid_report(name, tmp_path, capsys):
+    out = tmp_path / "report.json"
+    assert main(["diagnose", str(CASES_DIR / name / "session"), "--format", "json", "-o", str(out)]) == 0
+    assert capsys.readouterr().err.strip() == f"advisor: report written to {out}"
+    report = json.loads(out.read_text())
+    validate_report(report)
+
+    def rules(findings: list[dict]) -> list[str]:
+        return [r for f in findings for r in [f["rule"], *rules(f.get("explains") or [])]]
+
+    assert sorted(rules(report["findings"])) == sorted(f.rule for f in evaluated(name)[2])
+    assert report["session"]["steps"]["count"] == evaluated(name)[1]["model"].loc["ProfileStep", "calls"]
+    assert set(report["tables"]) >= {"model", "perf", "host_sync"}
