@@ -23,6 +23,15 @@ SEVERITIES = ("info", "low", "medium", "high", "critical")
 FAIL_ON_EXIT = 3
 
 
+def _add_collection(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steps", metavar="A:B", default=None,
+                        help="for a script on a GPU: record steps A to B-1 (A:, :B, N or all); "
+                             "default 2:7, skipping a warm-up of two steps")
+    parser.add_argument("--collector", choices=["auto", "host"], default="auto",
+                        help="for a script: 'auto' records the GPU with CUPTI where it can, 'host' "
+                             "records the host side only (torch.profiler, CPU activities)")
+
+
 def _add_target(parser: argparse.ArgumentParser, with_script_args: bool) -> None:
     parser.add_argument("target", help="a training script (.py), a PyTorch profiler trace (.json / .json.gz) "
                                        "or a saved session folder")
@@ -48,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="save the session to DIR so `advisor diagnose DIR` renders it again")
     diagnose.add_argument("--fail-on", choices=SEVERITIES, metavar="SEVERITY",
                           help=f"exit {FAIL_ON_EXIT} if a finding is at or above SEVERITY ({', '.join(SEVERITIES)})")
+    _add_collection(diagnose)
     _add_target(diagnose, with_script_args=True)
 
     summary = sub.add_parser("summary", help="print the summary tables of a profile")
@@ -57,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--limit", type=int, default=20, help="rows per table (default: 20; 0 for all)")
     summary.add_argument("--format", "-f", default="terminal", choices=["terminal", "csv", "json"],
                          help="output format (default: terminal)")
+    _add_collection(summary)
     _add_target(summary, with_script_args=True)
 
     rules = sub.add_parser("rules", help="list the rules or show one's documentation")
@@ -71,16 +82,21 @@ def _is_script(target: Path) -> bool:
     return target.suffix == ".py"
 
 
-def _session_for(target_text: str, script_args: list[str]):
+def _session_for(args: argparse.Namespace):
     """The Session for TARGET, and the script's exit code where a script ran."""
     from advisor.importers import load
 
-    target = Path(target_text)
+    target = Path(args.target)
+    script_args = args.script_args
     if _is_script(target):
         from advisor.collect import collect_script
+        from advisor.collect.cupti import StepWindow
 
-        run = collect_script(target, script_args)
+        steps = StepWindow.parse(args.steps) if args.steps is not None else "default"
+        run = collect_script(target, script_args, gpu=args.collector == "auto", steps=steps)
         return run.session, run.exit_code
+    if args.steps is not None:
+        raise UsageError("--steps chooses the steps a script records; a trace or session is read whole")
     if script_args:
         raise UsageError(f"arguments after {target} are only for scripts, and {target} is not a .py script")
     return load(target), None
@@ -91,7 +107,7 @@ def _diagnose(args: argparse.Namespace) -> int:
     from advisor.reports import build_report, render
     from advisor.tables import TABLE_DOCS, compute_tables
 
-    session, exit_code = _session_for(args.target, args.script_args)
+    session, exit_code = _session_for(args)
     if args.save:
         session.save(args.save)
         print(f"advisor: session saved to {args.save}", file=sys.stderr)
@@ -120,7 +136,7 @@ def _summary(args: argparse.Namespace) -> int:
     from advisor.reports.summary import render_tables
     from advisor.tables import TABLE_DOCS, compute_tables
 
-    session, exit_code = _session_for(args.target, args.script_args)
+    session, exit_code = _session_for(args)
     tables = compute_tables(session, names=args.table)
     text = render_tables(tables, table_docs=TABLE_DOCS, sort=args.sort, limit=args.limit, fmt=args.format)
     if text is not None:

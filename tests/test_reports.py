@@ -82,7 +82,7 @@ def make_session(*, gpu_measured: bool = True, steps: int = 3) -> Session:
         collector=CollectorInfo(
             name="cupti" if gpu_measured else "host",
             gpu_measured=gpu_measured,
-            notes=[] if gpu_measured else ["no CUDA device on this machine"],
+            notes=[] if gpu_measured else ["GPU not measured: no CUDA device on this machine"],
         ),
         devices=[
             DeviceInfo(id=-1, kind="cpu", name="x86_64"),

@@ -20,6 +20,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from advisor.collect import torch_hooks
 from advisor.errors import ScriptError
@@ -61,11 +62,18 @@ class ScriptRun:
     """Host-blocking calls per source line (see torch_hooks.HostSyncSite), most time first."""
     torch_version: str | None = None
     notes: list[str] = field(default_factory=list)
+    gpu_capture: Any = None
+    """The CUPTI collector's CuptiCapture (events already attributed) where it ran."""
+    gpu_not_measured: str | None = None
+    """Why the GPU side was not collected, in one line, where it was not."""
+    host_facts: dict = field(default_factory=dict)
+    """The hooks' account of the run (step source, partial steps, batch size, host syncs),
+    as the host profiler writes it into its trace."""
     """One line each: what was not collected and why."""
 
     @property
     def profiled(self) -> bool:
-        return self.trace_path is not None
+        return self.trace_path is not None or self.gpu_capture is not None
 
     @property
     def script_error(self) -> str | None:
@@ -81,10 +89,17 @@ def run_script(
     record_shapes: bool = True,
     with_stack: bool = True,
     show_traceback: bool = True,
+    gpu: bool = True,
+    steps: Any = "default",
 ) -> ScriptRun:
-    """Run ``script`` with ``args`` under torch.profiler (CPU) and the step/phase hooks.
+    """Run ``script`` with ``args`` under the step/phase hooks and a collector.
 
-    The trace goes to ``save_trace_to`` or, without it, to ``trace.json`` in a new
+    Where ``gpu`` and the CUPTI collector can run (an NVIDIA GPU, a CUDA torch,
+    cupti-python), it records the GPU side for the steps in ``steps`` (a
+    cupti.StepWindow; None for the whole run; "default" for the default window) and the
+    host side comes from the hooks alone: torch.profiler is not started, since Kineto
+    would take CUPTI over. Otherwise torch.profiler (CPU activities) records the host side
+    and its trace goes to ``save_trace_to`` or, without it, to ``trace.json`` in a new
     temporary folder that the caller owns. Without an importable torch the script still
     runs, unprofiled, and ``notes`` says so.
 
@@ -98,11 +113,23 @@ def run_script(
     notes: list[str] = []
 
     collector = None
+    gpu_collector = None
+    gpu_not_measured: str | None = None
     torch, why_not = torch_hooks.import_torch()
     if torch is None:
         notes.append(f"torch is not importable ({why_not}): the script ran without the host profiler")
+        gpu_not_measured = "torch is not importable"
     else:
-        collector = torch_hooks.HostCollector(torch, record_shapes=record_shapes, with_stack=with_stack)
+        if gpu:
+            from advisor.collect import cupti  # noqa: PLC0415  (imports cupti-python lazily itself)
+
+            window = cupti.StepWindow() if steps == "default" else steps
+            # The GPU side starts first: it must own CUPTI before anything else asks.
+            gpu_collector, gpu_not_measured = cupti.start_collector(torch, window=window)
+        else:
+            gpu_not_measured = "the host collector was asked for"
+        collector = torch_hooks.HostCollector(torch, record_shapes=record_shapes, with_stack=with_stack,
+                                              profiler=gpu_collector is None, listener=gpu_collector)
         try:
             collector.start()
         except Exception as exc:
@@ -139,18 +166,25 @@ def run_script(
 
     collection = None
     trace_path = None
+    gpu_capture = None
     if collector is not None:
         try:
             collection = collector.stop()
         except Exception as exc:
             notes.append(f"torch.profiler failed to stop ({_one_line(exc)}): no trace")
             collector = None
+    if gpu_collector is not None:
+        try:
+            partial = collection.partial_steps if collection is not None else []
+            gpu_capture = gpu_collector.stop(partial_steps=partial)
+        except Exception as exc:
+            gpu_not_measured = f"the CUPTI collector failed to stop ({_one_line(exc)})"
 
     if raised is not None and show_traceback:
         _show_like_python(raised, file_name)
     raised = None  # frames of the script hold its tensors; let them go
 
-    if collector is not None:
+    if collector is not None and gpu_collector is None:
         if save_trace_to is not None:
             target = Path(save_trace_to)
         else:
@@ -179,6 +213,9 @@ def run_script(
         host_syncs=list(collection.host_syncs) if collection else [],
         torch_version=getattr(torch, "__version__", None) if torch is not None else None,
         notes=notes,
+        gpu_capture=gpu_capture,
+        gpu_not_measured=gpu_not_measured if gpu_capture is None else None,
+        host_facts=collection.metadata() if collection is not None else {},
     )
 
 

@@ -267,13 +267,33 @@ class HostCollection:
 class _Range:
     """One open record_function range and the frame whose lifetime it belongs to."""
 
-    __slots__ = ("name", "handle", "frame", "step")
+    __slots__ = ("name", "handle", "frame", "step", "token")
 
-    def __init__(self, name: str, handle: Any, frame: Any, step: int = -1):
+    def __init__(self, name: str, handle: Any, frame: Any, step: int = -1, token: Any = None):
         self.name = name
         self.handle = handle
         self.frame = frame
         self.step = step
+        self.token = token  # the GPU collector's id for the range, where one listens
+
+
+class _ReportedRange:
+    """A record_function range that the listening GPU collector also hears of."""
+
+    __slots__ = ("_collector", "_name", "_handle", "_token")
+
+    def __init__(self, collector: "HostCollector", name: str):
+        self._collector = collector
+        self._name = name
+
+    def __enter__(self) -> "_ReportedRange":
+        self._handle = self._collector._enter(self._name)
+        self._token = self._collector._opened(self._name)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._handle.__exit__(*exc)
+        self._collector._closed(self._token)
 
 
 def _on_stack(target: Any) -> bool:
@@ -299,10 +319,17 @@ class HostCollector:
     ``export(path)``. Only one collector can be active in a process at a time.
     """
 
-    def __init__(self, torch: Any, *, record_shapes: bool = True, with_stack: bool = True):
+    def __init__(self, torch: Any, *, record_shapes: bool = True, with_stack: bool = True,
+                 profiler: bool = True, listener: Any = None):
+        """``profiler=False``: run the hooks and ranges without torch.profiler, for when the
+        CUPTI collector runs (Kineto would take CUPTI over even with CPU activities only).
+        ``listener`` (the CUPTI collector) is told of every step and range as it opens and
+        closes, so the GPU side records them on its own timeline."""
         self._torch = torch
         self._record_shapes = record_shapes
         self._with_stack = with_stack
+        self._use_profiler = profiler
+        self._listener = listener
         self.activities = [torch.profiler.ProfilerActivity.CPU]
         self._prof: Any = None
         self._undo: list[Any] = []
@@ -330,21 +357,23 @@ class HostCollector:
         if _ACTIVE is not None:
             raise RuntimeError("another advisor collector is already running in this process")
         torch = self._torch
-        self._prof = torch.profiler.profile(
-            activities=self.activities,
-            record_shapes=self._record_shapes,
-            with_stack=self._with_stack,
-        )
-        with _quiet_kineto():
-            self._prof.start()
+        if self._use_profiler:
+            self._prof = torch.profiler.profile(
+                activities=self.activities,
+                record_shapes=self._record_shapes,
+                with_stack=self._with_stack,
+            )
+            with _quiet_kineto():
+                self._prof.start()
         _ACTIVE = self
         try:
             self._install()
         except BaseException:
             self._uninstall()
             _ACTIVE = None
-            with _quiet_kineto():
-                self._prof.stop()
+            if self._prof is not None:
+                with _quiet_kineto():
+                    self._prof.stop()
             raise
 
     def stop(self) -> HostCollection:
@@ -365,11 +394,12 @@ class HostCollector:
             self.result.steps = self._next_step
             sites = sorted(self._sync_sites.values(), key=lambda site: (-site.total_ns, site.file, site.line))
             self.result.host_syncs = [site.as_dict() for site in sites[:MAX_HOST_SYNC_SITES]]
-            try:
-                self._prof.add_metadata_json(METADATA_KEY, trace_metadata_json(self.result.metadata()))
-            finally:
-                with _quiet_kineto():
-                    self._prof.stop()
+            if self._prof is not None:
+                try:
+                    self._prof.add_metadata_json(METADATA_KEY, trace_metadata_json(self.result.metadata()))
+                finally:
+                    with _quiet_kineto():
+                        self._prof.stop()
         return self.result
 
     def export(self, path: Path) -> Path:
@@ -464,13 +494,22 @@ class HostCollector:
         handle.__enter__()
         return handle
 
+    def _opened(self, name: str) -> Any:
+        return self._listener.range_opened(name) if self._listener is not None else None
+
+    def _closed(self, token: Any) -> None:
+        if self._listener is not None:
+            self._listener.range_closed(token)
+
     def _open_phase(self, name: str, frame: Any) -> None:
-        self._phase = _Range(name, self._enter(name), frame)
+        handle = self._enter(name)
+        self._phase = _Range(name, handle, frame, token=self._opened(name))
 
     def _close_phase(self) -> None:
         phase, self._phase = self._phase, None
         if phase is not None:
             phase.handle.__exit__(None, None, None)
+            self._closed(phase.token)
 
     def _phase_live(self) -> bool:
         """Whether a phase is open. A phase whose frame has gone without its closing hook
@@ -488,7 +527,11 @@ class HostCollector:
             self._close_step(partial=False)
         number = self._next_step
         self._next_step += 1
-        self._step = _Range(f"{STEP_PREFIX}{number}", self._enter(f"{STEP_PREFIX}{number}"), None, number)
+        if self._listener is not None:
+            self._listener.step_started(number)
+        name = f"{STEP_PREFIX}{number}"
+        handle = self._enter(name)
+        self._step = _Range(name, handle, None, number, token=self._opened(name))
         if self.result.step_source == "forward":
             self._forward_steps.append(number)
         self._step_done = False
@@ -500,6 +543,9 @@ class HostCollector:
         if self._phase is not None:  # ranges stay nested: a phase never outlives its step
             self._close_phase()
         step.handle.__exit__(None, None, None)
+        self._closed(step.token)
+        if self._listener is not None:
+            self._listener.step_ended(step.step, partial=partial)
         if partial:
             self.result.partial_steps.append(step.step)
         self._step_done = False
@@ -634,6 +680,8 @@ class HostCollector:
         while frame is not None and self.is_library_frame(frame):
             frame = frame.f_back
         where = f" at {frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
+        if self._listener is not None:
+            self._listener.hand_over(where)
         self.result.notes.append(
             f"the script starts its own torch profiler{where}; torch runs one at a time, so "
             "advisor's host profile ends there (diagnose the trace the script writes for the rest)"
@@ -647,9 +695,8 @@ class HostCollector:
         """A record_function range named for a host-blocking call and its source line,
         in Kineto's call-stack spelling: ``advisor::sync item @ train.py(42): main``."""
         code = frame.f_code
-        return self._torch.autograd.profiler.record_function(
-            f"{SYNC_RANGE_PREFIX}{call} @ {code.co_filename}({frame.f_lineno}): {code.co_name}"
-        )
+        name = f"{SYNC_RANGE_PREFIX}{call} @ {code.co_filename}({frame.f_lineno}): {code.co_name}"
+        return _ReportedRange(self, name)
 
     def note_host_sync(self, call: str, target: Any, frame: Any, elapsed_ns: int) -> None:
         code = frame.f_code

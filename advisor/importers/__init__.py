@@ -90,7 +90,7 @@ def load_kineto(path: Path) -> Session:
         )
     notes = []
     if not gpu_ids:
-        notes.append("The trace holds no GPU activity: GPU utilisation and kernels were not measured.")
+        notes.append("GPU not measured: the trace holds no GPU activity (kernels, copies, sets).")
     skipped = metadata.pop("_skipped_events", 0)
     kept = {k: v for k, v in metadata.items() if k not in ("deviceProperties", "distributedInfo", "traceEvents")}
     if collector_facts is not None:

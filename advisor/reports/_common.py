@@ -189,8 +189,9 @@ def gpu_text(report: Report) -> str:
     collector = report.session.collector
     if collector.gpu_measured:
         return f"measured ({collector.name})"
-    why = "; ".join(collector.notes) if collector.notes else f"the {collector.name} collector recorded no GPU activity"
-    return f"not measured: {why}"
+    stated = [n for n in report.notes if n.startswith("GPU not measured")]
+    # Shown beside a "GPU" label: "not measured: <why>".
+    return stated[0].removeprefix("GPU ") if stated else "not measured"
 
 
 def command_text(report: Report) -> str | None:

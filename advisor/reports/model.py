@@ -300,13 +300,11 @@ def _session_summary(session: Session) -> SessionSummary:
 def _notes(summary: SessionSummary) -> list[str]:
     notes = []
     collector = summary.collector
+    # The collector's own notes, each on its line; the GPU one first where it said one.
+    gpu_notes = [n for n in collector.notes if n.startswith("GPU not measured")]
     if not collector.gpu_measured:
-        why = (
-            "; ".join(collector.notes)
-            if collector.notes
-            else f"the {collector.name} collector recorded no GPU activity"
-        )
-        notes.append(f"GPU not measured: {why}")
+        notes.extend(gpu_notes or [f"GPU not measured: the {collector.name} collector recorded no GPU activity"])
+    notes.extend(n for n in collector.notes if n not in gpu_notes)
     if collector.dropped_records:
         notes.append(f"The collector dropped {collector.dropped_records:,} records; totals may be low.")
     if summary.script_error:

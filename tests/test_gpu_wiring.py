@@ -1,0 +1,127 @@
+"""How the script runner hands the GPU side to the CUPTI collector: with a collector
+standing in for CUPTI (none can run without a GPU), the hooks must report every step and
+range to it, torch.profiler must stay off (Kineto would take CUPTI over), and the session
+must come from the collector's capture."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pandas as pd
+import pytest
+
+from advisor.collect import collect_script, cupti
+from advisor.collect.cupti import CuptiCapture
+from advisor.session import CollectorInfo, DeviceInfo, conform_events
+
+torch = pytest.importorskip("torch")
+
+SCRIPT = textwrap.dedent(
+    """
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(12, 4), torch.randint(0, 2, (12,)))
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in DataLoader(data, batch_size=4):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        print(round(loss.item(), 3))
+    """
+)
+
+
+class StandIn:
+    """Records what the hooks tell a GPU collector, and hands back a small capture."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+        self.open: dict[int, str] = {}
+        self.next_token = 0
+        self.profiler_seen: list[bool] = []
+
+    def step_started(self, number):
+        self.calls.append(("step_started", number))
+
+    def step_ended(self, number, *, partial=False):
+        self.calls.append(("step_ended", number, partial))
+
+    def range_opened(self, name):
+        self.next_token += 1
+        self.open[self.next_token] = name
+        self.calls.append(("opened", name))
+        # torch.autograd.profiler reports whether any profiler is recording right now.
+        self.profiler_seen.append(bool(torch.autograd.profiler._is_profiler_enabled))
+        return self.next_token
+
+    def range_closed(self, token):
+        self.calls.append(("closed", self.open.pop(token)))
+
+    def hand_over(self, where=""):
+        self.calls.append(("hand_over", where))
+
+    def stop(self, *, partial_steps=()):
+        self.calls.append(("stop", tuple(partial_steps)))
+        events = conform_events(pd.DataFrame({
+            "name": ["ProfilerStep#0", "gemm"], "kind": ["step", "kernel"], "start_ns": [0, 10], "end_ns": [100, 60],
+            "step": [0, 0], "device": [-1, 0],
+        }))
+        return CuptiCapture(events=events, devices=[DeviceInfo(id=0, kind="gpu", name="Stand-in GPU")],
+                            collector=CollectorInfo(name="cupti", gpu_measured=True, dropped_records=3), base_time_ns=5)
+
+
+@pytest.fixture
+def stand_in(monkeypatch):
+    listener = StandIn()
+    monkeypatch.setattr(cupti, "start_collector", lambda torch, window=None, **kw: (listener, None))
+    return listener
+
+
+def test_hooks_report_steps_and_ranges_to_the_gpu_collector(tmp_path, stand_in):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    run = collect_script(script, [])
+    assert run.exit_code == 0
+    steps = [c for c in stand_in.calls if c[0].startswith("step_")]
+    assert steps == [("step_started", 0), ("step_ended", 0, False), ("step_started", 1), ("step_ended", 1, False),
+                     ("step_started", 2), ("step_ended", 2, False)]
+    opened = [c[1] for c in stand_in.calls if c[0] == "opened"]
+    assert opened.count("ProfilerStep#1") == 1
+    for phase in ("advisor::Dataloader", "advisor::Forward", "advisor::Backward", "advisor::Optimization"):
+        assert phase in opened
+    assert any(name.startswith("advisor::sync item @ ") and str(script) in name for name in opened)
+    assert not stand_in.open, "every range the collector heard open was closed"
+    assert stand_in.calls[-1][0] == "stop"
+    # torch.profiler never ran while the GPU collector held CUPTI.
+    assert not any(stand_in.profiler_seen)
+
+
+def test_the_session_comes_from_the_capture(tmp_path, stand_in):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    session = collect_script(script, []).session
+    meta = session.meta
+    assert meta.collector.name == "cupti" and meta.collector.gpu_measured
+    assert meta.collector.dropped_records == 3
+    assert [d.name for d in meta.devices if d.kind == "gpu"] == ["Stand-in GPU"]
+    assert meta.base_time_ns == 5
+    assert list(session.events["name"].astype(str)) == ["ProfilerStep#0", "gemm"]
+    assert meta.trace_metadata["advisor"]["step_source"] == "dataloader"
+    assert meta.trace_metadata["batch_size"] == 4
+
+
+def test_without_cuda_the_host_collector_runs_and_says_why(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    run = collect_script(script, [])
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the GPU path is taken")
+    meta = run.session.meta
+    assert meta.collector.name == "host" and not meta.collector.gpu_measured
+    gpu_notes = [n for n in meta.collector.notes if n.startswith("GPU not measured")]
+    assert len(gpu_notes) == 1 and "advisor[cuda]" in gpu_notes[0]
+    assert (run.session.events["kind"] == "step").sum() == 3
