@@ -70,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_collection(summary)
     _add_target(summary, with_script_args=True)
 
+    calibrate = sub.add_parser("calibrate", help="measure this machine's peak matmul FLOP/s and memory bandwidth",
+                               description="Measure and store this machine's peaks, so CPU runs get a real roofline.")
+    calibrate.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or all (default: cpu)")
+    calibrate.add_argument("--seconds", type=float, default=8.0, help="time budget per device (default: 8)")
+
     rules = sub.add_parser("rules", help="list the rules or show one's documentation")
     rules_sub = rules.add_subparsers(dest="rules_command", metavar="ACTION")
     rules_sub.add_parser("list", help="list the rules")
@@ -195,6 +200,15 @@ def _options_after_target(parser: argparse.ArgumentParser, argv: list[str],
     return again
 
 
+def _calibrate(args: argparse.Namespace) -> int:
+    from advisor.calibrate import calibrate, format_calibration, save_calibration
+
+    result = calibrate(args.device, seconds=args.seconds)
+    path = save_calibration(result)
+    print(format_calibration(result, path))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -209,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             return _summary(args)
         if args.command == "rules":
             return _rules(args)
+        if args.command == "calibrate":
+            return _calibrate(args)
     except AdvisorError as exc:
         print(f"advisor: {exc}", file=sys.stderr)
         return exc.exit_code
