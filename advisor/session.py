@@ -86,6 +86,7 @@ EVENT_COLUMNS: dict[str, tuple[str, Any]] = {
     "input_dims": ("category", ""),  # JSON text, as recorded
     "input_types": ("category", ""),
     "input_strides": ("category", ""),
+    "concrete_inputs": ("category", ""),  # scalar arguments as recorded (stride, padding...)
     "call_stack": ("category", ""),  # "file(line): function;..." innermost first, as Kineto writes it
     "bytes": ("int64", -1),
     "copy_kind": ("category", ""),  # HtoD, DtoH, DtoD, HtoH, PtoP

@@ -140,7 +140,7 @@ class _Columns:
 
     FIELDS = (
         "name", "category", "ts", "dur", "pid", "tid", "device", "stream", "correlation",
-        "external_id", "input_dims", "input_types", "input_strides", "call_stack", "bytes",
+        "external_id", "input_dims", "input_types", "input_strides", "concrete_inputs", "call_stack", "bytes",
         "grid", "block", "registers", "shared_memory", "flops", "python_id", "python_parent",
     )
 
@@ -172,7 +172,7 @@ class _Columns:
                       "registers", "shared_memory", "python_id", "python_parent"):
             frame[field] = np.asarray(getattr(self, field), dtype="int64")
         frame["flops"] = np.asarray(self.flops, dtype="float64")  # type: ignore[attr-defined]
-        for field in ("input_dims", "input_types", "input_strides", "call_stack", "grid", "block"):
+        for field in ("input_dims", "input_types", "input_strides", "concrete_inputs", "call_stack", "grid", "block"):
             frame[field] = pd.Categorical(getattr(self, field))
         self.packed.append(pd.DataFrame(frame))
         self.reset()
@@ -239,6 +239,7 @@ def read_events(stream: BinaryIO, path: Path) -> tuple[pd.DataFrame, dict[str, A
     a_grid, a_block = cols.grid.append, cols.block.append  # type: ignore[attr-defined]
     a_registers, a_shared = cols.registers.append, cols.shared_memory.append  # type: ignore[attr-defined]
     a_dims, a_types, a_strides = cols.input_dims.append, cols.input_types.append, cols.input_strides.append  # type: ignore[attr-defined]
+    a_concrete = cols.concrete_inputs.append  # type: ignore[attr-defined]
     a_stack, a_flops = cols.call_stack.append, cols.flops.append  # type: ignore[attr-defined]
     a_pyid, a_pyparent = cols.python_id.append, cols.python_parent.append  # type: ignore[attr-defined]
     process_names: dict[str, Any] = {}
@@ -315,6 +316,8 @@ def read_events(stream: BinaryIO, path: Path) -> tuple[pd.DataFrame, dict[str, A
                 a_types(str(types) if types else "")
                 strides = get("Input Strides")
                 a_strides(str(strides) if strides else "")
+                concrete = get("Concrete Inputs")
+                a_concrete(str(concrete) if concrete and any(concrete) else "")
                 a_stack(get("Call stack") or "")
                 flops = get("flops")
                 a_flops(flops if type(flops) in (int, float) else _NAN)
@@ -322,6 +325,7 @@ def read_events(stream: BinaryIO, path: Path) -> tuple[pd.DataFrame, dict[str, A
                 a_dims("")
                 a_types("")
                 a_strides("")
+                a_concrete("")
                 a_stack(get("Call stack") or "")
                 a_flops(_NAN)
             if kind == "python":
@@ -506,6 +510,7 @@ def events_from_raw(raw: pd.DataFrame) -> pd.DataFrame:
         "input_dims": _json_categories(raw["input_dims"]),
         "input_types": _json_categories(raw["input_types"]),
         "input_strides": _json_categories(raw["input_strides"]),
+        "concrete_inputs": _json_categories(raw["concrete_inputs"]),
         "call_stack": raw["call_stack"],
         "bytes": raw["bytes"],
         "grid": _json_categories(raw["grid"]),
