@@ -186,6 +186,9 @@ class DeviceInfo(BaseModel):
     memory_bandwidth_gbps: float | None = Field(default=None, description="Peak, where known.")
     clock_mhz: float | None = None
     l2_bytes: int | None = None
+    peak_flops: dict[str, float] = Field(
+        default_factory=dict, description="Peak FLOP/s by dtype (fp32, bf16...), where measured (advisor calibrate)."
+    )
     properties: dict[str, Any] = Field(default_factory=dict, description="The source's raw record.")
 
 
@@ -222,6 +225,9 @@ class SessionMeta(BaseModel):
     devices: list[DeviceInfo] = Field(default_factory=list)
     distributed: DistributedInfo | None = None
     base_time_ns: int = 0
+    target_gpu: str | None = Field(
+        default=None, description="Knowledge-base id of the GPU to judge the session against (--gpu), if not its own."
+    )
     trace_metadata: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -37,7 +37,7 @@ MAX_CASE_BYTES = 1_000_000
 
 CASE_KEYS = {"description", "command", "must", "must_not", "known_wrong", "expect"}
 TABLE_TESTS = {"at_least", "at_most", "equals"}
-FINDING_TESTS = {"severity", "share_of_step_at_least", "ms_per_step_at_least", "source_line"}
+FINDING_TESTS = {"severity", "share_of_step_at_least", "ms_per_step_at_least", "source_line", "message_contains"}
 
 
 def spec_of(name: str) -> dict:
@@ -182,6 +182,8 @@ def test_expectation(name, index):
     if "source_line" in expectation:
         lines = {f"{e.file}:{e.line}" for e in finding.evidence if e.kind == "source_line"}
         assert expectation["source_line"] in lines, f"source lines {sorted(lines)}: {why}"
+    if "message_contains" in expectation:
+        assert expectation["message_contains"] in finding.message, f"{finding.message!r}: {why}"
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)

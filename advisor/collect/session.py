@@ -22,10 +22,29 @@ class CollectedRun:
     run: ScriptRun
 
 
-def _host_device() -> DeviceInfo:
+def _host_device(notes: list[str] | None = None) -> DeviceInfo:
+    """This machine's CPU, with its peaks where `advisor calibrate` has measured them (the
+    CPU roofline needs them; the session keeps them so a saved session is judged alike)."""
+    from advisor.calibrate import load_calibration  # noqa: PLC0415
+    from advisor.errors import AdvisorError  # noqa: PLC0415
+
     name = platform.processor() or platform.machine() or "host CPU"
-    return DeviceInfo(id=-1, kind="cpu", name=f"{name} ({os.cpu_count()} logical cores)",
-                      properties={"platform": platform.platform(), "logical_cores": os.cpu_count()})
+    device = DeviceInfo(id=-1, kind="cpu", name=f"{name} ({os.cpu_count()} logical cores)",
+                        properties={"platform": platform.platform(), "logical_cores": os.cpu_count()})
+    try:
+        calibration = load_calibration()
+    except AdvisorError as exc:
+        calibration = None
+        if notes is not None:
+            notes.append(f"the calibration file could not be read ({exc})")
+    measured = calibration.device("cpu") if calibration is not None else None
+    if measured is not None and measured.matmul_flops:
+        device.peak_flops = dict(measured.matmul_flops)
+        if measured.memory_bandwidth:
+            device.memory_bandwidth_gbps = measured.memory_bandwidth / 1e9
+    elif notes is not None:
+        notes.append("no CPU roofline: `advisor calibrate` has not measured this machine's peaks")
+    return device
 
 
 def _gpu_not_measured(reason: str | None) -> str:
@@ -79,7 +98,7 @@ def collect_script(script: Path, args: list[str], *, keep_trace: Path | None = N
             gpu_measured=False,
             notes=[*notes, _gpu_not_measured(run.gpu_not_measured)],
         )
-        devices = [_host_device()]
+        devices = [_host_device(collector.notes)]
         base_time_ns = session.meta.base_time_ns if session is not None else 0
     meta = SessionMeta(
         source=str(script),

@@ -32,6 +32,7 @@ from advisor.tables import (  # noqa: F401  (importing a module registers its ta
     operator,
     overview,
     perf,
+    roofline,
     userdefined,
 )
 from advisor.tables._facts import Facts
@@ -52,6 +53,7 @@ _ORDER = (
     "perf",
     "host_sync",
     "gpu_idle",
+    "roofline",
 )
 TABLES: dict[str, TableSpec] = {name: SPECS[name] for name in _ORDER}
 TABLE_DOCS: dict[str, TableDoc] = {name: spec.doc for name, spec in TABLES.items()}
