@@ -31,7 +31,13 @@ TOP_OPS = 5
         "block": "Most common block dimensions; '' where not recorded.",
         "registers": "Most common registers per thread; NaN where not recorded.",
         "shared_memory": "Most common shared memory per block, bytes; NaN where not recorded.",
-        "flops": "Sum of FLOPs where the trace records them; NaN otherwise.",
+        "flops": "Sum of FLOPs: the trace's own where recorded, else the cost model's for kernels that are "
+                 "their op's only kernel; NaN otherwise.",
+        "bytes": "Bytes read and written, from the cost model (as flops); NaN otherwise.",
+        "ideal_ns": "Ideal time on the target device (roofline), over the calls with a known cost, ns.",
+        "efficiency": "ideal_ns / the same calls' measured time (0..1).",
+        "achieved_flops_per_s": "flops / the same calls' measured time.",
+        "achieved_bytes_per_s": "bytes / the same calls' measured time.",
         "ops": f"Up to {TOP_OPS} top-level operators that launched it, most GPU time first, '; '-separated.",
     },
 )
@@ -53,6 +59,7 @@ def kernel_table(f: Facts) -> pd.DataFrame | None:
     flops = kernels["flops"].to_numpy()
     known = ~np.isnan(flops)
     out["flops"] = pd.Series(flops[known]).groupby(names[known], sort=True).sum().reindex(out.index)
+    _roofline_columns(f, kernels, names, duration, out)
     top_op = kernels["top_op"].to_numpy()
     launched = top_op >= 0
     name_codes, name_labels = f.name_codes
@@ -60,3 +67,40 @@ def kernel_table(f: Facts) -> pd.DataFrame | None:
     out["ops"] = ops.reindex(out.index).fillna("")
     out.index = decode(out.index.to_numpy(), labels)
     return out.sort_values("gpu_total_ns", ascending=False, kind="stable")
+
+
+def _roofline_columns(f: Facts, kernels: pd.DataFrame, names: np.ndarray, duration: np.ndarray,
+                      out: pd.DataFrame) -> None:
+    """Cost-model FLOPs, bytes, ideal time and efficiency per kernel name, for kernels that
+    are the only kernel of an op with a known cost (advisor.costs.kernel_costs)."""
+    from advisor import knowledge as kb  # noqa: PLC0415
+    from advisor.costs import kernel_costs  # noqa: PLC0415
+    from advisor.roofline import MATRIX_KINDS, compute_dtype  # noqa: PLC0415
+    from advisor.tables.roofline import TENSOR_DTYPES, add_rates, ideal_parts, per_call  # noqa: PLC0415
+
+    for column in ("bytes", "ideal_ns", "efficiency", "achieved_flops_per_s", "achieved_bytes_per_s"):
+        out[column] = np.nan
+    costs = kernel_costs(kernels)
+    flops = costs["flops"].to_numpy(dtype=float)
+    known = ~np.isnan(flops)
+    if not known.any():
+        return
+    costed = per_call(f)
+    target = costed.attrs["target"] if costed is not None else None
+    dtype = np.array([compute_dtype(d) for d in costs["dtype"].astype(object).to_numpy()], dtype=object)
+    kind = costs["kind"].astype(str).to_numpy()
+    tensor_name = np.array([kb.uses_tensor_cores(str(n)) is True for n in kernels["name"].astype(str)], dtype=bool)
+    tensor = np.isin(kind, MATRIX_KINDS) & (np.isin(dtype.astype(str), TENSOR_DTYPES) | tensor_name)
+    nbytes = costs["bytes"].to_numpy(dtype=float)
+    compute_ns, memory_ns, _ = ideal_parts(target, dtype, tensor, flops, nbytes)
+    frame = pd.DataFrame({
+        "code": names[known], "flops": flops[known], "bytes": nbytes[known],
+        "measured_ns": duration[known].astype(float), "ideal_ns": np.fmax(compute_ns, memory_ns)[known],
+    })
+    per_name = frame.groupby("code").agg(flops=("flops", "sum"), bytes=("bytes", "sum"), measured_ns=("measured_ns", "sum"),
+                                         ideal_ns=("ideal_ns", lambda v: v.sum(min_count=1)))
+    add_rates(per_name)
+    aligned = per_name.reindex(out.index)
+    for column in ("bytes", "ideal_ns", "efficiency", "achieved_flops_per_s", "achieved_bytes_per_s"):
+        out[column] = aligned[column].to_numpy()
+    out["flops"] = out["flops"].where(out["flops"].notna(), aligned["flops"].to_numpy())

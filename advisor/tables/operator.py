@@ -99,7 +99,13 @@ def _calls(f: Facts) -> _Calls:
         "top_kernels": f"Up to {TOP_KERNELS} kernels with the most GPU time, '; '-separated.",
         "input_dims": "Most common input shapes (as recorded, JSON text); '' where not recorded.",
         "input_types": "Most common input dtypes (as recorded); '' where not recorded.",
-        "flops": "Sum of the calls' FLOPs where the trace records them; NaN otherwise.",
+        "flops": "Sum of the calls' FLOPs: the trace's own where it records them, else advisor's cost model "
+                 "(roofline table); NaN where neither knows.",
+        "bytes": "Bytes the calls read and wrote, from the cost model; NaN where unknown.",
+        "ideal_ns": "Their ideal time on the target device (roofline table), ns.",
+        "efficiency": "ideal_ns / measured time (GPU time where measured, else CPU time), 0..1.",
+        "achieved_flops_per_s": "flops / measured time.",
+        "achieved_bytes_per_s": "bytes / measured time.",
     },
 )
 def operator_table(f: Facts) -> pd.DataFrame | None:
@@ -133,6 +139,7 @@ def operator_table(f: Facts) -> pd.DataFrame | None:
     known = ~np.isnan(flops)
     out["flops"] = pd.Series(flops[known]).groupby(codes[known], sort=True).sum().reindex(out.index)
 
+    _roofline_columns(f, out, calls.keys(row_codes))
     if not f.gpu_measured:
         for column in ("gpu_total_ns", "gpu_avg_ns", "gpu_max_ns", "gpu_min_ns"):
             out[column] = np.nan
@@ -142,6 +149,28 @@ def operator_table(f: Facts) -> pd.DataFrame | None:
     out.index = calls.keys(row_codes)
     out["_order"] = row_codes % 2
     return out.sort_values(["_order", "cpu_total_ns"], ascending=[True, False], kind="stable")
+
+
+def _roofline_columns(f: Facts, out: pd.DataFrame, keys: np.ndarray) -> None:
+    """Bytes, ideal time and efficiency per operator row, from the roofline's costed calls
+    (only calls whose cost is known count, each FLOP once)."""
+    from advisor.tables.roofline import add_rates, per_call  # noqa: PLC0415  (roofline imports this module)
+
+    costed = per_call(f)
+    for column in ("bytes", "ideal_ns", "efficiency", "achieved_flops_per_s", "achieved_bytes_per_s"):
+        out[column] = np.nan
+    if costed is None:
+        return
+    by_operator = costed.groupby("operator").agg(
+        flops=("flops", "sum"), bytes=("bytes", "sum"),
+        measured_ns=("measured_ns", lambda v: v.sum(min_count=1)), ideal_ns=("ideal_ns", lambda v: v.sum(min_count=1)),
+    )
+    add_rates(by_operator)
+    aligned = by_operator.reindex(pd.Index(keys))
+    for column in ("bytes", "ideal_ns", "efficiency", "achieved_flops_per_s", "achieved_bytes_per_s"):
+        out[column] = aligned[column].to_numpy()
+    # The trace's own FLOPs (with_flops) where present, else the model's.
+    out["flops"] = out["flops"].where(out["flops"].notna(), aligned["flops"].to_numpy())
 
 
 @table(
