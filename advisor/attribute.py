@@ -35,7 +35,7 @@ STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 ADVISOR_PHASE = re.compile(r"^advisor::(Dataloader|Forward|Backward|Optimization)$")
 # advisor's host collector wraps each host-blocking call (.item(), .cpu()...) in a range
 # named for the call and the line that made it, in Kineto's call-stack spelling.
-SYNC_RANGE = re.compile(r"^advisor::sync (?P<call>\S+) @ (?P<frame>.+)$")
+SYNC_RANGE = re.compile(r"^advisor::sync (?P<call>.+?) @ (?P<frame>.+\(\d+\): .*)$")
 # record_function ranges that the 2021 schema files under "Operator" but that are
 # annotations, not operators.
 ANNOTATION_PREFIXES = ("enumerate(DataLoader)", "Optimizer.step#", "Optimizer.zero_grad#")

@@ -186,11 +186,20 @@ def test_expectation(name, index):
         assert expectation["message_contains"] in finding.message, f"{finding.message!r}: {why}"
 
 
-@pytest.mark.parametrize("name", CASE_NAMES)
+@pytest.mark.parametrize("name", [n for n in CASE_NAMES if n.startswith("cpu_")])
 def test_cpu_cases_leave_the_gpu_unmeasured(name):
     session = evaluated(name)[0]
     assert session.meta.collector.gpu_measured is False
     assert not any(d.kind == "gpu" for d in session.meta.devices)
+
+
+@pytest.mark.parametrize("name", [n for n in CASE_NAMES if n.startswith("gpu_")] or
+                         [pytest.param("", marks=pytest.mark.skip(reason="no GPU cases recorded yet: "
+                                                                           "benchmarks/gpu_checks.py records them on a GPU"))])
+def test_gpu_cases_measured_the_gpu(name):
+    session = evaluated(name)[0]
+    assert session.meta.collector.gpu_measured is True
+    assert any(d.kind == "gpu" for d in session.meta.devices)
 
 
 # -- through the command line -----------------------------------------------------------------

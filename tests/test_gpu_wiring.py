@@ -125,3 +125,35 @@ def test_without_cuda_the_host_collector_runs_and_says_why(tmp_path):
     gpu_notes = [n for n in meta.collector.notes if n.startswith("GPU not measured")]
     assert len(gpu_notes) == 1 and "advisor[cuda]" in gpu_notes[0]
     assert (run.session.events["kind"] == "step").sum() == 3
+
+
+class _Device:
+    def __init__(self, kind):
+        self.type = kind
+
+
+class _Tensor:
+    def __init__(self, kind="cpu", pinned=False):
+        self.device = _Device(kind)
+        self._pinned = pinned
+
+    def is_pinned(self):
+        return self._pinned
+
+
+def test_pageable_uploads_are_told_from_pinned_ones_and_read_backs():
+    from advisor.collect.torch_hooks import _pageable_upload
+
+    assert _pageable_upload((_Tensor(), "cuda:0"), {})
+    assert _pageable_upload((_Tensor(), _Device("cuda")), {})
+    assert _pageable_upload((_Tensor(),), {"device": "cuda"})
+    assert not _pageable_upload((_Tensor(pinned=True), "cuda"), {})
+    assert not _pageable_upload((_Tensor(), "cpu"), {})
+    assert not _pageable_upload((_Tensor("cuda"), "cuda"), {})
+
+
+def test_sync_ranges_with_spaces_in_the_call_name_still_give_their_line(tmp_path):
+    from advisor.attribute import SYNC_RANGE
+
+    match = SYNC_RANGE.match("advisor::sync pageable copy to device @ /w/train.py(12): main")
+    assert (match["call"], match["frame"]) == ("pageable copy to device", "/w/train.py(12): main")

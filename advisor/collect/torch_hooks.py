@@ -441,6 +441,9 @@ class HostCollector:
                 self._patch(autograd_profiler, name, _wrap_profiler_start)
         for method, call in HOST_SYNC_METHODS.items():
             self._patch(torch.Tensor, method, functools.partial(_wrap_host_sync, call=call, method=method))
+        if torch.cuda.is_available():  # no upload without a GPU: keep CPU runs' calls untouched
+            for method in ("to", "cuda"):
+                self._patch(torch.Tensor, method, functools.partial(_wrap_upload, method=method))
         cuda = torch.cuda
         self._patch(cuda, "synchronize", functools.partial(_wrap_host_sync, call="synchronize", method=""))
         for owner in (cuda.Stream, cuda.Event):
@@ -860,6 +863,54 @@ def _copies_to_host(args: tuple, kwargs: dict) -> bool:
         if getattr(device, "type", None) == "cpu":
             return True
     return False
+
+
+def _pageable_upload(args: tuple, kwargs: dict) -> bool:
+    """Whether ``tensor.to(...)`` / ``tensor.cuda()`` copies unpinned host memory to a GPU:
+    the driver stages such a copy through a pinned buffer and the host waits for it, even
+    with non_blocking=True."""
+    tensor = args[0] if args else None
+    if getattr(getattr(tensor, "device", None), "type", None) != "cpu":
+        return False
+    try:
+        if tensor.is_pinned():
+            return False
+    except Exception:  # is_pinned() needs a CUDA runtime; without one nothing is uploaded
+        return False
+    for value in (*args[1:], kwargs.get("device")):
+        if isinstance(value, str) and value.split(":")[0] == "cuda":
+            return True
+        if getattr(value, "type", None) == "cuda":  # torch.device
+            return True
+        if getattr(getattr(value, "device", None), "type", None) == "cuda":  # a tensor
+            return True
+    return False
+
+
+def _wrap_upload(original: Any, *, method: str) -> Any:
+    """``Tensor.to`` / ``Tensor.cuda``: host-to-device copies from pageable memory are
+    host-blocking calls of the user's line; everything else passes through. (``.to`` towards
+    the CPU is the read-back HOST_SYNC_METHODS covers; this wrapper sits outside it.)"""
+
+    @functools.wraps(original)
+    def upload(*args: Any, **kwargs: Any) -> Any:
+        collector = _acting()
+        if collector is None:
+            return original(*args, **kwargs)
+        caller = sys._getframe(1)
+        if collector.is_library_frame(caller):
+            return original(*args, **kwargs)
+        if not (_pageable_upload(args, kwargs) or (method == "cuda" and _pageable_upload((args[0], "cuda"), {}))):
+            return original(*args, **kwargs)
+        start = time.perf_counter_ns()
+        try:
+            with collector.sync_range("pageable copy to device", caller):
+                return original(*args, **kwargs)
+        finally:
+            collector.note_host_sync("pageable copy to device", args[0] if args else None, caller,
+                                     time.perf_counter_ns() - start)
+
+    return upload
 
 
 def _wrap_host_sync(original: Any, *, call: str, method: str) -> Any:
