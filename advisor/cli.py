@@ -4,6 +4,7 @@
                                                 and report ranked findings
     advisor summary TARGET [--table NAME]      print the summary tables
     advisor rules list | show ID               the rules and their documentation
+    advisor rules validate PACK | new ID       check a rule pack; start a new rule
 
 Options for advisor come before TARGET; everything after a script's path is the script's
 own (as with `python train.py args`). Bad input gets one line on stderr and a non-zero
@@ -18,6 +19,12 @@ from pathlib import Path
 
 from advisor import __version__
 from advisor.errors import AdvisorError, UsageError
+from advisor.rulepacks.commands import (
+    add_rule_options,
+    add_rules_parser,
+    rules_command,
+    selection_for,
+)
 
 SEVERITIES = ("info", "low", "medium", "high", "critical")
 FAIL_ON_EXIT = 3
@@ -27,6 +34,9 @@ def _add_collection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", metavar="A:B", default=None,
                         help="for a script on a GPU: record steps A to B-1 (A:, :B, N or all); "
                              "default 2:7, skipping a warm-up of two steps")
+    parser.add_argument("--gpu", metavar="NAME",
+                        help="judge the profile against this GPU from the knowledge base (e.g. A100, h100-sxm); "
+                             "for a CPU run: which matrix shapes would miss its tensor cores in fp16")
     parser.add_argument("--collector", choices=["auto", "host"], default="auto",
                         help="for a script: 'auto' records the GPU with CUPTI where it can, 'host' "
                              "records the host side only (torch.profiler, CPU activities)")
@@ -57,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="save the session to DIR so `advisor diagnose DIR` renders it again")
     diagnose.add_argument("--fail-on", choices=SEVERITIES, metavar="SEVERITY",
                           help=f"exit {FAIL_ON_EXIT} if a finding is at or above SEVERITY ({', '.join(SEVERITIES)})")
+    add_rule_options(diagnose)
     _add_collection(diagnose)
     _add_target(diagnose, with_script_args=True)
 
@@ -75,11 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or all (default: cpu)")
     calibrate.add_argument("--seconds", type=float, default=8.0, help="time budget per device (default: 8)")
 
-    rules = sub.add_parser("rules", help="list the rules or show one's documentation")
-    rules_sub = rules.add_subparsers(dest="rules_command", metavar="ACTION")
-    rules_sub.add_parser("list", help="list the rules")
-    show = rules_sub.add_parser("show", help="show a rule's documentation")
-    show.add_argument("rule_id")
+    add_rules_parser(sub)
     return parser
 
 
@@ -88,7 +95,19 @@ def _is_script(target: Path) -> bool:
 
 
 def _session_for(args: argparse.Namespace):
-    """The Session for TARGET, and the script's exit code where a script ran."""
+    """The Session for TARGET, and the script's exit code where a script ran, judged
+    against --gpu where given."""
+    if args.gpu:
+        from advisor.knowledge import gpu_profile
+
+        profile = gpu_profile(args.gpu)  # an unknown name is a UsageError before anything runs
+    session, exit_code = _collect_or_load(args)
+    if args.gpu:
+        session.meta = session.meta.model_copy(update={"target_gpu": profile.id})
+    return session, exit_code
+
+
+def _collect_or_load(args: argparse.Namespace):
     from advisor.importers import load
 
     target = Path(args.target)
@@ -112,27 +131,32 @@ def _diagnose(args: argparse.Namespace) -> int:
     from advisor.reports import build_report, render
     from advisor.tables import TABLE_DOCS, compute_tables
 
+    # Rules and configuration first: a bad pack or config stops before a script runs.
+    chosen, config = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
     session, exit_code = _session_for(args)
     if args.save:
         session.save(args.save)
         print(f"advisor: session saved to {args.save}", file=sys.stderr)
     tables = compute_tables(session)
-    result = run_rules(session, tables)
+    result = run_rules(session, tables, chosen.specs, disabled=chosen.disabled, enabled=chosen.enabled,
+                       preview=chosen.preview)
     for error in result.errors:
         print(f"advisor: {error}", file=sys.stderr)
     report = build_report(session, tables, result.findings, table_docs=TABLE_DOCS)
     render(report, args.format, args.output)
     if args.output:
         print(f"advisor: report written to {args.output}", file=sys.stderr)
-    if args.fail_on:
-        threshold = SEVERITIES.index(args.fail_on)
+    fail_on = args.fail_on or (config.fail_on.value if config.fail_on else None)
+    if fail_on:
+        threshold = SEVERITIES.index(fail_on)
 
         def worst(findings) -> int:
             return max([SEVERITIES.index(f.severity.value) for f in findings]
                        + [worst(f.explains) for f in findings] + [-1])
 
         if worst(result.findings) >= threshold:
-            print(f"advisor: findings at or above '{args.fail_on}': failing as asked by --fail-on", file=sys.stderr)
+            asked = "--fail-on" if args.fail_on else f"fail_on in {config.source}"
+            print(f"advisor: findings at or above '{fail_on}': failing as asked by {asked}", file=sys.stderr)
             return FAIL_ON_EXIT
     return exit_code if exit_code is not None else 0
 
@@ -150,28 +174,7 @@ def _summary(args: argparse.Namespace) -> int:
 
 
 def _rules(args: argparse.Namespace) -> int:
-    from advisor.engine import builtin_specs
-
-    specs = builtin_specs()
-    if args.rules_command in (None, "list"):
-        width = max(len(s.id) for s in specs)
-        for spec in specs:
-            print(f"{spec.id:<{width}}  {spec.severity.value:<8} {spec.lifecycle:<10} {spec.title}")
-        return 0
-    by_id = {s.id: s for s in specs}
-    spec = by_id.get(args.rule_id)
-    if spec is None:
-        raise UsageError(f"no rule with id {args.rule_id!r}; `advisor rules list` lists them")
-    print(f"{spec.id}: {spec.title}\n")
-    for heading, text in (("What it does", spec.docs.what), ("Why it matters", spec.docs.why),
-                          ("Example", spec.docs.example), ("Use instead", spec.docs.instead)):
-        if text:
-            print(f"## {heading}\n{text.rstrip()}\n")
-    if spec.thresholds:
-        print("## Options")
-        for name, value in spec.thresholds.items():
-            print(f"  {name} = {value}")
-    return 0
+    return rules_command(args)
 
 
 def _options_after_target(parser: argparse.ArgumentParser, argv: list[str],

@@ -1,9 +1,17 @@
-"""The rule engine: load rule specs (data), run their checks (code) over the tables, and
-turn what they return into ranked findings with symptoms nested under their causes.
+"""The rule engine: run the rules over the tables and turn what they return into ranked
+findings with symptoms nested under their causes.
 
 A rule is a spec in a YAML pack (id, title, severity, thresholds, which rules' symptoms it
-explains, documentation) plus a check function registered under the same id in
-advisor.checks. Checks read tables only, through a RuleContext.
+explains, documentation; the format is :mod:`advisor.rulepacks`). A *data rule* carries its
+own condition, evaluated over one table by :mod:`advisor.rulepacks.evaluate`; any other rule
+is a check function registered under the same id with :func:`register` (the built-in ones
+in advisor.checks, third-party ones in packages loaded through the ``advisor.rules`` entry
+point). Checks read tables only, through a RuleContext. A rule that fails is reported and
+skipped; the others still run.
+
+Which rules run: every spec given, except those ``disabled``, preview rules unless
+``preview`` is on or they are ``enabled``, deprecated rules unless ``enabled``, and rules
+whose ``requires`` (steps, a measured GPU) the session does not meet.
 
 The cause graph is a networkx DiGraph with an edge cause -> symptom for each
 ``explains`` entry. When both ends fire, the symptom is nested under its cause instead of
@@ -12,44 +20,35 @@ being ranked beside it; roots are ranked by estimated saving per step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import networkx as nx
 import pandas as pd
-import yaml
-from pydantic import BaseModel, Field, ValidationError
 
-from advisor.errors import RulePackError
-from advisor.findings import Finding, Severity
-from advisor.paths import rules_dir
+from advisor.findings import Finding
+from advisor.rulepacks.evaluate import run_data_rule
+from advisor.rulepacks.model import Lifecycle, Requirement, RuleDocs, RulePack, RuleSpec
 from advisor.session import Session
 
-
-class RuleDocs(BaseModel):
-    what: str
-    why: str
-    example: str = ""
-    instead: str = ""
-
-
-class RuleSpec(BaseModel):
-    id: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
-    title: str
-    severity: Severity
-    lifecycle: str = Field(default="stable", pattern=r"^(stable|preview|deprecated)$")
-    tables: list[str] = Field(default_factory=list)
-    explains: list[str] = Field(default_factory=list)
-    thresholds: dict[str, float] = Field(default_factory=dict)
-    docs: RuleDocs
-
-
-class RulePack(BaseModel):
-    pack: str
-    version: int = 1
-    redirects: dict[str, str] = Field(default_factory=dict)
-    rules: list[RuleSpec]
+__all__ = [
+    "Check",
+    "EngineResult",
+    "RuleContext",
+    "RuleDocs",
+    "RulePack",
+    "RuleSpec",
+    "builtin_specs",
+    "cause_graph",
+    "checks",
+    "load_pack",
+    "rank",
+    "register",
+    "run_rules",
+    "session_facts",
+]
 
 
 @dataclass
@@ -86,25 +85,26 @@ def register(rule_id: str) -> Callable[[Check], Check]:
 
 
 def checks() -> dict[str, Check]:
+    """The registered Python checks by rule id (the built-in ones, and those of plugins
+    loaded so far)."""
     import advisor.checks  # noqa: F401  (registers the built-in checks)
 
     return dict(_CHECKS)
 
 
-def load_pack(path: Path) -> RulePack:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise RulePackError(f"{path}: cannot be read as YAML ({str(exc).splitlines()[0]})") from None
-    try:
-        return RulePack.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise RulePackError(f"{path}: invalid rule pack: {problems}") from None
+def load_pack(path: str | Path) -> RulePack:
+    """A user's rule pack, validated; raises RulePackError (PackInvalid) listing every
+    problem with its file and line."""
+    from advisor.rulepacks.catalog import load_pack as load
+
+    return load(path)
 
 
 def builtin_specs() -> list[RuleSpec]:
-    return load_pack(rules_dir() / "builtin.yaml").rules
+    """The built-in rules (rules/builtin.yaml)."""
+    from advisor.rulepacks.catalog import builtin_pack
+
+    return list(builtin_pack().rules)
 
 
 @dataclass
@@ -112,6 +112,8 @@ class EngineResult:
     findings: list[Finding]
     errors: list[str]
     ran: list[str]
+    # Rules given but not run, with why (disabled, preview, deprecated, needs steps...).
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
 def session_facts(session: Session, tables: dict[str, pd.DataFrame]) -> dict[str, Any]:
@@ -179,20 +181,43 @@ def rank(findings: list[Finding], graph: nx.DiGraph) -> list[Finding]:
     return sorted(roots, key=key)
 
 
+def _why_not(spec: RuleSpec, disabled: set[str], enabled: set[str], preview: bool,
+             facts: dict[str, Any], gpu_measured: bool) -> str | None:
+    """Why ``spec`` does not run on this session, or None where it runs."""
+    if spec.id in disabled:
+        return "disabled"
+    if spec.lifecycle is Lifecycle.preview and not (preview or spec.id in enabled):
+        return "a preview rule (run it with --preview, or enable it)"
+    if spec.lifecycle is Lifecycle.deprecated and spec.id not in enabled:
+        return "deprecated (enable it to run it still)"
+    if Requirement.steps in spec.requires and not facts["step_count"]:
+        return "needs steps, and the profile has none"
+    if Requirement.gpu in spec.requires and not gpu_measured:
+        return "needs a measured GPU"
+    return None
+
+
 def run_rules(session: Session, tables: dict[str, pd.DataFrame], specs: list[RuleSpec] | None = None,
-              *, disabled: set[str] | None = None) -> EngineResult:
-    """Run every enabled rule; a rule that fails is reported and skipped."""
+              *, disabled: set[str] | None = None, enabled: set[str] | None = None,
+              preview: bool = False) -> EngineResult:
+    """Run the rules (the built-in ones by default) that are not ``disabled`` and whose
+    lifecycle and requirements allow; a rule that fails is reported and skipped."""
     specs = builtin_specs() if specs is None else specs
     disabled = disabled or set()
+    enabled = enabled or set()
     registry = checks()
     facts = session_facts(session, tables)
+    gpu_measured = session.meta.collector.gpu_measured
     findings: list[Finding] = []
     errors: list[str] = []
     ran: list[str] = []
+    skipped: dict[str, str] = {}
     for spec in specs:
-        if spec.id in disabled:
+        reason = _why_not(spec, disabled, enabled, preview, facts, gpu_measured)
+        if reason:
+            skipped[spec.id] = reason
             continue
-        check = registry.get(spec.id)
+        check = run_data_rule if spec.is_data_rule else registry.get(spec.id)
         if check is None:
             errors.append(f"rule {spec.id}: no check is registered for it")
             continue
@@ -202,14 +227,14 @@ def run_rules(session: Session, tables: dict[str, pd.DataFrame], specs: list[Rul
             step_count=facts["step_count"],
             mean_step_ns=facts["mean_step_ns"],
             window_ns=facts["window_ns"],
-            gpu_measured=session.meta.collector.gpu_measured,
+            gpu_measured=gpu_measured,
             facts=facts,
         )
         try:
             produced = check(context)
-        except Exception as exc:  # a broken rule must not take the others down
+        except Exception as exc:  # noqa: BLE001  (a broken rule must not take the others down)
             errors.append(f"rule {spec.id} failed and was skipped: {type(exc).__name__}: {exc}")
             continue
         ran.append(spec.id)
         findings.extend(produced)
-    return EngineResult(findings=rank(findings, cause_graph(specs)), errors=errors, ran=ran)
+    return EngineResult(findings=rank(findings, cause_graph(specs)), errors=errors, ran=ran, skipped=skipped)

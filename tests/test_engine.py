@@ -5,7 +5,15 @@ from __future__ import annotations
 import pandas as pd
 
 from advisor import engine
-from advisor.engine import RuleContext, RuleDocs, RuleSpec, rank, cause_graph, register, run_rules
+from advisor.engine import (
+    RuleContext,
+    RuleDocs,
+    RuleSpec,
+    cause_graph,
+    rank,
+    register,
+    run_rules,
+)
 from advisor.findings import Finding, Saving, Severity
 from advisor.session import CollectorInfo, Session, SessionMeta, empty_events
 
@@ -17,7 +25,7 @@ def _finding(rule: str, ms: float, severity: Severity = Severity.medium) -> Find
 
 def _spec(rule_id: str, explains: list[str] | None = None, **thresholds) -> RuleSpec:
     return RuleSpec(id=rule_id, title=rule_id, severity=Severity.medium, explains=explains or [],
-                    thresholds=thresholds, docs=RuleDocs(what="w", why="y"))
+                    thresholds=thresholds, docs=RuleDocs(what="w", why="y", example="e", instead="i"))
 
 
 def _session() -> Session:
@@ -84,3 +92,53 @@ def test_a_cause_too_small_to_explain_a_symptom_does_not_hide_it():
     ranked = rank([_finding("cause", 0.03), _finding("symptom", 170)], cause_graph(specs))
     assert [f.rule for f in ranked] == ["symptom", "cause"]
     assert not ranked[0].explains and not ranked[1].explains
+
+
+# Rule ids are public (DESIGN.md): they may be renamed only with a redirect, never dropped.
+CONTRACT_IDS = {"dataloader-starvation", "sync-memcpy-stall", "low-gpu-utilization", "tensor-core-misalignment",
+                "below-roofline"}
+
+
+def test_builtin_ids_are_kept_and_redirects_point_at_live_rules():
+    from advisor.rulepacks.catalog import builtin_pack
+
+    pack = builtin_pack()
+    live = {s.id for s in pack.rules}
+    assert all(rule_id in live or rule_id in pack.redirects for rule_id in CONTRACT_IDS)
+    assert not set(pack.redirects) & live
+    assert set(pack.redirects.values()) <= live
+    assert len(live) == len(pack.rules)
+
+
+def test_every_builtin_rule_without_a_condition_has_a_check_and_every_one_runs_on_a_case():
+    from advisor.importers import load
+    from advisor.paths import cases_dir
+    from advisor.tables import compute_tables
+
+    session = load(cases_dir() / "cpu_clean_train" / "session")
+    result = run_rules(session, compute_tables(session))
+    assert result.errors == []
+    assert set(result.ran) | set(result.skipped) == {s.id for s in engine.builtin_specs()}
+
+
+def test_a_data_rule_and_a_python_rule_share_the_cause_graph(monkeypatch):
+    from advisor.importers import load
+    from advisor.paths import cases_dir
+    from advisor.rulepacks.model import SavingSpec
+    from advisor.tables import compute_tables
+
+    monkeypatch.setattr(engine, "_CHECKS", dict(engine.checks()))
+
+    @register("test-symptom")
+    def symptom(ctx: RuleContext):
+        return [_finding("test-symptom", 1.0)]
+
+    cause = RuleSpec(id="test-cause", title="cause", severity=Severity.high, explains=["test-symptom"],
+                     table="model", condition='key == "Backward"', saving=SavingSpec(ns_per_step="cpu_avg_ns"),
+                     message="{key} takes {cpu_avg_ns}", recommendation="r",
+                     docs=RuleDocs(what="w", why="y", example="e", instead="i"))
+    session = load(cases_dir() / "cpu_clean_train" / "session")
+    result = run_rules(session, compute_tables(session), [cause, _spec("test-symptom")])
+    assert [f.rule for f in result.findings] == ["test-cause"]
+    assert [f.rule for f in result.findings[0].explains] == ["test-symptom"]
+    assert result.findings[0].message.startswith("Backward takes ")

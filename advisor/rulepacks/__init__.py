@@ -1,0 +1,92 @@
+"""Rule packs: rules written as data (YAML), checked, and run beside the built-in rules.
+
+    model        the format, as pydantic models (the JSON Schema is generated from them)
+    yamlsource   YAML read with the line of every key, for FILE:LINE messages
+    expressions  conditions and savings: a whitelist over Python's ast, evaluated by pandas
+    templates    {placeholders} in messages and recommendations
+    validate     every problem of a pack, with its file and line
+    evaluate     a data rule's findings on the tables
+    catalog      built-in rules + plugins (entry point group ``advisor.rules``) + the user's
+                 packs, with the configuration applied
+    config       advisor.toml / pyproject.toml [tool.advisor]
+    schema       rules/rulepack.schema.json
+    scaffold     `advisor rules new ID`
+    commands     `advisor rules ...` and diagnose's --rules / --config / --preview
+
+A user's test of their own pack needs only::
+
+    from advisor.rulepacks import load_pack
+    from advisor.engine import run_rules
+    run_rules(session, tables, load_pack("rules/team.yaml").rules)
+
+The names below are imported on first use, so that building the command line's parser
+(which imports :mod:`advisor.rulepacks.commands`) does not load pandas and pydantic.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ENTRY_POINT_GROUP": "catalog",
+    "RuleSet": "catalog",
+    "Selection": "catalog",
+    "builtin_pack": "catalog",
+    "load_pack": "catalog",
+    "load_rules": "catalog",
+    "plugin_packs": "catalog",
+    "AdvisorConfig": "config",
+    "ConfigInvalid": "config",
+    "find_config": "config",
+    "load_config": "config",
+    "ExpressionError": "expressions",
+    "check_expression": "expressions",
+    "FACTS": "model",
+    "Lifecycle": "model",
+    "RuleDocs": "model",
+    "RulePack": "model",
+    "RuleSpec": "model",
+    "PackError": "validate",
+    "PackInvalid": "validate",
+    "validate_file": "validate",
+    "validate_text": "validate",
+}
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "FACTS",
+    "AdvisorConfig",
+    "ConfigInvalid",
+    "ExpressionError",
+    "Lifecycle",
+    "PackError",
+    "PackInvalid",
+    "RuleDocs",
+    "RulePack",
+    "RuleSet",
+    "RuleSpec",
+    "Selection",
+    "builtin_pack",
+    "check_expression",
+    "find_config",
+    "load_config",
+    "load_pack",
+    "load_rules",
+    "plugin_packs",
+    "validate_file",
+    "validate_text",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'advisor.rulepacks' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"advisor.rulepacks.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

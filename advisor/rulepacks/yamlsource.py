@@ -1,0 +1,126 @@
+"""YAML read with the line of every key and item, so a problem can be reported as
+FILE:LINE wherever it is found (pydantic's error locations, expression checks).
+
+PyYAML's composer builds a node tree that keeps each node's start mark; the data is
+constructed from the same tree with the safe constructor, so no tag can build a Python
+object. Duplicate keys, which YAML forbids and PyYAML would silently collapse, are
+reported rather than lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+__all__ = ["Located", "YamlSourceError", "read_yaml"]
+
+Path_ = tuple[Any, ...]
+
+
+class YamlSourceError(Exception):
+    """The text is not YAML; ``line`` is 1-based (0 where the parser gave none)."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+        self.message = message
+
+
+@dataclass
+class Located:
+    """The document's data, the line of every path in it, and what the reader found wrong
+    with the YAML itself (duplicate keys)."""
+
+    data: Any
+    lines: dict[Path_, int] = field(default_factory=dict)
+    # Paths whose value is a block scalar (| or >): its text starts on the next line.
+    blocks: set[Path_] = field(default_factory=set)
+    # First and last line of each scalar value, for finding a part of it.
+    spans: dict[Path_, tuple[int, int]] = field(default_factory=dict)
+    text_lines: list[str] = field(default_factory=list)
+    problems: list[tuple[int, str]] = field(default_factory=list)
+
+    def line(self, path: Path_) -> int:
+        """The line of ``path``, or of its nearest ancestor that has one (a missing field is
+        reported where its parent is)."""
+        path = tuple(path)
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[:-1]
+        return self.lines.get((), 1)
+
+    def value_line(self, path: Path_, part: str = "") -> int:
+        """The line of the value at ``path`` (past a block scalar's indicator) or, where
+        ``part`` is given and found in it, the line where ``part`` starts."""
+        path = tuple(path)
+        line = self.line(path)
+        first = line + 1 if path in self.blocks else line
+        words = part.split()
+        if not words or path not in self.spans:
+            return first
+        probe = words[0] if len(words[0]) >= 3 or len(words) == 1 else " ".join(words[:2])
+        start, end = self.spans[path]
+        for number in range(max(first, start), end + 1):
+            if probe in " ".join(self.text_lines[number - 1].split()):
+                return number
+        return first
+
+
+def _scalar(node: yaml.Node, path: Path_, out: Located) -> None:
+    if not isinstance(node, yaml.ScalarNode):
+        return
+    if node.style in ("|", ">"):
+        out.blocks.add(path)
+    # end_mark is just past the value: on the next line's column 0 after a block scalar.
+    end = node.end_mark.line + (1 if node.end_mark.column else 0)
+    out.spans[path] = (node.start_mark.line + 1, max(end, node.start_mark.line + 1))
+
+
+def _walk(node: yaml.Node, path: Path_, out: Located) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                message = f"key {key!r} appears twice in the same mapping (first on line {seen[key]})"
+                out.problems.append((line, message))
+            seen.setdefault(key, line)
+            child = (*path, key)
+            out.lines[child] = line
+            _scalar(value_node, child, out)
+            _walk(value_node, child, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            child = (*path, index)
+            out.lines[child] = item.start_mark.line + 1
+            _scalar(item, child, out)
+            _walk(item, child, out)
+
+
+def read_yaml(text: str) -> Located:
+    """Parse one YAML document; raises :class:`YamlSourceError` where it is not YAML."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return Located(data=None, lines={(): 1})
+        data = loader.construct_document(root)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = str(exc.problem or exc.context or "not valid YAML")
+        if exc.context and exc.problem:
+            where = exc.context_mark
+            begun = f" begun on line {where.line + 1}" if where is not None and where is not mark else ""
+            problem += f" ({exc.context}{begun})"
+        raise YamlSourceError(mark.line + 1 if mark else 0, problem) from None
+    except yaml.YAMLError as exc:
+        raise YamlSourceError(0, str(exc).splitlines()[0] if str(exc) else "not valid YAML") from None
+    finally:
+        loader.dispose()
+    out = Located(data=data, lines={(): root.start_mark.line + 1}, text_lines=text.splitlines())
+    _walk(root, (), out)
+    return out
