@@ -2,4 +2,4 @@
 them with the engine. Each check reads tables through its RuleContext and returns
 findings; thresholds come from the rule's spec in rules/builtin.yaml."""
 
-from advisor.checks import dataloader, host_sync, roofline, tensor_cores, utilization  # noqa: F401
+from advisor.checks import host_sync, roofline, tensor_cores, utilization  # noqa: F401

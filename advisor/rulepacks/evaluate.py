@@ -101,13 +101,16 @@ def run_data_rule(ctx: RuleContext) -> list[Finding]:
             value = row.get(column)
             if _missing(value):
                 continue
-            unit = row.get("unit") if spec.table == "perf" else None
+            unit = row.get("unit") if "unit" in table.columns else None
             evidence.append(Evidence(kind="table_row", table=spec.table, row=key, column=column, value=value,
                                      unit=str(unit) if unit else None))
         for name, ref in spec.values.items():
             if not _missing(values[name]):
+                # A table with a unit per row (perf) says what the cell is in.
+                unit = _cell(ctx.tables, ref.table, ref.row, "unit")
                 evidence.append(Evidence(kind="table_row", table=ref.table, row=ref.row, column=ref.column,
-                                         value=values[name], note=f"@{name}"))
+                                         value=values[name], unit=str(unit) if isinstance(unit, str) and unit else None,
+                                         note=f"@{name}"))
         metrics = {column: row.get(column) for column in spec.evidence if not _missing(row.get(column))}
         metrics.update({name: row.get(name) for name in spec.derived if not _missing(row.get(name))})
         metrics.update({name: value for name, value in values.items() if not _missing(value)})
