@@ -5,6 +5,8 @@
     advisor summary TARGET [--table NAME]      print the summary tables
     advisor rules list | show ID               the rules and their documentation
     advisor rules validate PACK | new ID       check a rule pack; start a new rule
+    advisor timeline TARGET -o trace.json      the session as a Chrome / Perfetto trace, findings marked
+    advisor compare BEFORE AFTER               two profiles side by side: what moved, which findings went
 
 Options for advisor come before TARGET; everything after a script's path is the script's
 own (as with `python train.py args`). Bad input gets one line on stderr and a non-zero
@@ -60,8 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     diagnose = sub.add_parser("diagnose", help="run or read a profile and report ranked findings",
                               description="Diagnose a training script, a trace or a saved session.")
-    diagnose.add_argument("--format", "-f", default="terminal", choices=["terminal", "json", "markdown"],
-                          help="report format (default: terminal)")
+    diagnose.add_argument("--format", "-f", default="terminal", choices=["terminal", "json", "markdown", "html"],
+                          help="report format (default: terminal); html is one self-contained page with charts")
     diagnose.add_argument("-o", "--output", type=Path, help="write the report to this file instead of stdout")
     diagnose.add_argument("--save", type=Path, metavar="DIR",
                           help="save the session to DIR so `advisor diagnose DIR` renders it again")
@@ -85,6 +87,28 @@ def build_parser() -> argparse.ArgumentParser:
                                description="Measure and store this machine's peaks, so CPU runs get a real roofline.")
     calibrate.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or all (default: cpu)")
     calibrate.add_argument("--seconds", type=float, default=8.0, help="time budget per device (default: 8)")
+
+    timeline = sub.add_parser("timeline", help="write the profile as a Chrome / Perfetto trace with the findings marked",
+                              description="Write the session as Chrome-trace JSON (Perfetto, chrome://tracing), "
+                                          "each finding marked on the events it cites.")
+    # Not required=True: after a trace target the options are parsed a second time (see
+    # _options_after_target), so the check is _timeline's.
+    timeline.add_argument("-o", "--output", type=Path,
+                          help="the trace file to write (.json, or .json.gz to gzip it); required")
+    add_rule_options(timeline)
+    _add_collection(timeline)
+    _add_target(timeline, with_script_args=True)
+
+    compare = sub.add_parser("compare", help="compare two profiles: step time, phases, moved rows, findings",
+                             description="Set two traces or saved sessions side by side (before and after a change).")
+    compare.add_argument("before", help="the profile before: a trace (.json / .json.gz) or a saved session folder")
+    compare.add_argument("after", help="the profile after, likewise")
+    compare.add_argument("--format", "-f", default="terminal", choices=["terminal", "json", "markdown"],
+                         help="output format (default: terminal)")
+    compare.add_argument("-o", "--output", type=Path, help="write the comparison to this file instead of stdout")
+    compare.add_argument("--top", type=int, default=10, help="moved rows shown per table (default: 10)")
+    compare.add_argument("--gpu", metavar="NAME", help="judge both profiles against this GPU from the knowledge base")
+    add_rule_options(compare)
 
     add_rules_parser(sub)
     return parser
@@ -123,13 +147,16 @@ def _collect_or_load(args: argparse.Namespace):
         raise UsageError("--steps chooses the steps a script records; a trace or session is read whole")
     if script_args:
         raise UsageError(f"arguments after {target} are only for scripts, and {target} is not a .py script")
-    return load(target), None
+    from advisor.progress import progress_bar
+
+    with progress_bar(f"Reading {target.name}", unit="bytes") as update:
+        return load(target, progress=update), None
 
 
 def _diagnose(args: argparse.Namespace) -> int:
-    from advisor.engine import run_rules
+    from advisor.progress import progress_bar
     from advisor.reports import build_report, render
-    from advisor.tables import TABLE_DOCS, compute_tables
+    from advisor.tables import TABLE_DOCS
 
     # Rules and configuration first: a bad pack or config stops before a script runs.
     chosen, config = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
@@ -137,13 +164,10 @@ def _diagnose(args: argparse.Namespace) -> int:
     if args.save:
         session.save(args.save)
         print(f"advisor: session saved to {args.save}", file=sys.stderr)
-    tables = compute_tables(session)
-    result = run_rules(session, tables, chosen.specs, disabled=chosen.disabled, enabled=chosen.enabled,
-                       preview=chosen.preview)
-    for error in result.errors:
-        print(f"advisor: {error}", file=sys.stderr)
+    tables, result = _analyse(session, chosen)
     report = build_report(session, tables, result.findings, table_docs=TABLE_DOCS)
-    render(report, args.format, args.output)
+    with progress_bar("Rendering the report", show=None if args.format == "html" else False) as update:
+        render(report, args.format, args.output, progress=update)
     if args.output:
         print(f"advisor: report written to {args.output}", file=sys.stderr)
     fail_on = args.fail_on or (config.fail_on.value if config.fail_on else None)
@@ -159,6 +183,58 @@ def _diagnose(args: argparse.Namespace) -> int:
             print(f"advisor: findings at or above '{fail_on}': failing as asked by {asked}", file=sys.stderr)
             return FAIL_ON_EXIT
     return exit_code if exit_code is not None else 0
+
+
+def _analyse(session, chosen):
+    """The summary tables of ``session`` and the chosen rules' result; rule errors to stderr."""
+    from advisor.engine import run_rules
+    from advisor.progress import spinner
+    from advisor.tables import compute_tables
+
+    with spinner("Computing the tables and running the rules"):
+        tables = compute_tables(session)
+        result = run_rules(session, tables, chosen.specs, disabled=chosen.disabled, enabled=chosen.enabled,
+                           preview=chosen.preview)
+    for error in result.errors:
+        print(f"advisor: {error}", file=sys.stderr)
+    return tables, result
+
+
+def _timeline(args: argparse.Namespace) -> int:
+    from advisor.progress import progress_bar
+    from advisor.timeline import write_timeline
+
+    if args.output is None:
+        raise UsageError("timeline needs -o PATH: the trace file to write (.json, or .json.gz to gzip it)")
+    chosen, _ = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
+    session, exit_code = _session_for(args)
+    _, result = _analyse(session, chosen)
+    with progress_bar("Writing the timeline", unit="events") as update:
+        path = write_timeline(session, result.findings, args.output, progress=update)
+    print(f"advisor: timeline written to {path}; open it in ui.perfetto.dev or chrome://tracing", file=sys.stderr)
+    return exit_code if exit_code is not None else 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from advisor.compare import compare
+    from advisor.reports.compare_report import render_comparison
+
+    if args.top < 1:
+        raise UsageError("--top must be at least 1")
+    chosen, _ = selection_for(args)
+    sides = []
+    for target in (args.before, args.after):
+        if _is_script(Path(target)):
+            raise UsageError(f"compare reads traces and saved sessions, and {target} is a script: "
+                             f"run `advisor diagnose --save DIR {target}` first and compare DIR")
+        one = argparse.Namespace(**{**vars(args), "target": target, "script_args": [], "steps": None})
+        session, _ = _session_for(one)
+        tables, result = _analyse(session, chosen)
+        sides.append((session, tables, result.findings))
+    render_comparison(compare(sides[0], sides[1], top=args.top), args.format, args.output)
+    if args.output:
+        print(f"advisor: comparison written to {args.output}", file=sys.stderr)
+    return 0
 
 
 def _summary(args: argparse.Namespace) -> int:
@@ -228,6 +304,10 @@ def main(argv: list[str] | None = None) -> int:
             return _rules(args)
         if args.command == "calibrate":
             return _calibrate(args)
+        if args.command == "timeline":
+            return _timeline(args)
+        if args.command == "compare":
+            return _compare(args)
     except AdvisorError as exc:
         print(f"advisor: {exc}", file=sys.stderr)
         return exc.exit_code

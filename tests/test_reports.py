@@ -549,7 +549,7 @@ def test_render_to_stdout(report, capsys):
     validate_report(capsys.readouterr().out)
 
 
-@pytest.mark.parametrize("fmt", ["html", "yaml", ""])
+@pytest.mark.parametrize("fmt", ["pdf", "yaml", ""])
 def test_render_rejects_unknown_formats(report, fmt):
     with pytest.raises(UsageError, match="unknown report format"):
         render(report, fmt, None)

@@ -6,6 +6,7 @@ so a trace without the usual suffix still loads and a stray file gets one clear 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,9 @@ from advisor.session import CollectorInfo, DeviceInfo, DistributedInfo, Session,
 __all__ = ["load", "load_kineto"]
 
 
-def load(path: str | Path) -> Session:
-    """A saved session folder or a PyTorch profiler / Kineto trace, as a Session."""
+def load(path: str | Path, *, progress: Callable[[int, int], None] | None = None) -> Session:
+    """A saved session folder or a PyTorch profiler / Kineto trace, as a Session.
+    ``progress(done, total)`` hears of the bytes of a trace read so far."""
     target = Path(path)
     if not target.exists():
         raise TraceError(f"{target}: no such file or directory")
@@ -26,7 +28,7 @@ def load(path: str | Path) -> Session:
         if is_session_dir(target):
             return Session.load(target)
         raise SessionError(f"{target} is a directory but not an advisor session (it has no session.json)")
-    return load_kineto(target)
+    return load_kineto(target, progress=progress)
 
 
 def _device(record: dict[str, Any]) -> DeviceInfo:
@@ -62,11 +64,11 @@ def _without_partial_steps(raw, facts: dict[str, Any] | None):
     return raw[~raw["name"].astype(str).isin(names)].reset_index(drop=True)
 
 
-def load_kineto(path: Path) -> Session:
+def load_kineto(path: Path, *, progress: Callable[[int, int], None] | None = None) -> Session:
     """Read a Kineto Chrome trace (plain or gzipped JSON) into a Session."""
     stream = open_trace(path)
     try:
-        raw, metadata, process_names = read_events(stream, path)
+        raw, metadata, process_names = read_events(stream, path, progress=progress)
     finally:
         stream.close()
     collector_facts = _advisor_metadata(metadata)

@@ -24,7 +24,7 @@ import json
 import re
 import zlib
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -61,11 +61,12 @@ _COPY_NAME = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
 class _RecordingStream(io.RawIOBase):
     """A read-only stream that remembers the first and the last bytes read through it."""
 
-    def __init__(self, inner: BinaryIO):
+    def __init__(self, inner: BinaryIO, on_read: Callable[[], None] | None = None):
         self._inner = inner
         self.head = bytearray()
         self.tail = bytearray()
         self.bytes_read = 0
+        self.on_read = on_read
 
     def readable(self) -> bool:
         return True
@@ -80,6 +81,8 @@ class _RecordingStream(io.RawIOBase):
         self.tail += data
         if len(self.tail) > 2 * _TAIL_BYTES:
             del self.tail[: len(self.tail) - _TAIL_BYTES]
+        if self.on_read is not None:
+            self.on_read()
         return n
 
 
@@ -215,15 +218,26 @@ def _json_categories(column: pd.Series) -> pd.Categorical:
     return pd.Categorical(lookup[np.where(codes >= 0, codes, len(categories))].astype(str))
 
 
-def read_events(stream: BinaryIO, path: Path) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
+def read_events(stream: BinaryIO, path: Path, *, progress: Callable[[int, int], None] | None = None
+                ) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
     """Stream the events of a Kineto trace.
 
     Returns the raw event columns (timestamps still in the file's microseconds), the
-    top-level metadata, and process/thread names from the 'M' events.
+    top-level metadata, and process/thread names from the 'M' events. ``progress(done,
+    total)``, where given, hears how many bytes of the file have been read.
     """
     import ijson
 
-    recorder = _RecordingStream(stream)
+    on_read = None
+    if progress is not None:
+        # A GzipFile reads its file through .fileobj: its position is the compressed bytes.
+        raw = getattr(stream, "fileobj", None) or stream
+        total = path.stat().st_size
+
+        def on_read() -> None:
+            progress(raw.tell(), total)
+
+    recorder = _RecordingStream(stream, on_read)
     buffered = io.BufferedReader(recorder, buffer_size=1 << 16)
     first = _first_char(stream)
     stream.seek(0)

@@ -7,12 +7,14 @@ Reports compute nothing: ``build_report`` copies what the earlier stages produce
     render(report, "terminal")                     # rich, to the console
     render(report, "json", Path("report.json"))     # valid against report.schema.json
     text = render_markdown(report)                  # for a pull-request comment
+    html = render_html(report)                      # one self-contained page, charts and all
 
 The JSON Schema of the JSON report and its checks are in :mod:`advisor.reports.schema`.
 """
 
 from __future__ import annotations
 
+from advisor.reports._html import render_html
 from advisor.reports._json import render_json
 from advisor.reports._markdown import render_markdown
 from advisor.reports._render import FORMATS, render
@@ -27,6 +29,7 @@ __all__ = [
     "TableColumn",
     "build_report",
     "render",
+    "render_html",
     "render_json",
     "render_markdown",
     "render_terminal",

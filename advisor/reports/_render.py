@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
 
 from advisor.errors import UsageError
+from advisor.reports._html import render_html
 from advisor.reports._json import render_json
 from advisor.reports._markdown import render_markdown
 from advisor.reports._terminal import render_terminal, terminal_text
@@ -15,18 +17,20 @@ from advisor.reports.model import Report
 
 __all__ = ["FORMATS", "render"]
 
-FORMATS = ("terminal", "json", "markdown")
+FORMATS = ("terminal", "json", "markdown", "html")
 
 # A terminal report written to a file has no terminal to measure.
 FILE_WIDTH = 100
 
 
-def render(report: Report, fmt: str, out: Path | str | None = None, console: Console | None = None) -> None:
-    """Render ``report`` as ``fmt`` ("terminal", "json" or "markdown").
+def render(report: Report, fmt: str, out: Path | str | None = None, console: Console | None = None,
+           *, progress: Callable[[int, int], None] | None = None) -> None:
+    """Render ``report`` as ``fmt`` ("terminal", "json", "markdown" or "html").
 
     With ``out`` the text goes to that file (a terminal report without colour, at width
     100); otherwise to ``console`` (or standard output). An unknown format, or a file that
-    cannot be written, raises UsageError.
+    cannot be written, raises UsageError. ``progress(done, total)`` hears of the HTML
+    report's sections as they are rendered.
     """
     if fmt not in FORMATS:
         raise UsageError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -37,6 +41,8 @@ def render(report: Report, fmt: str, out: Path | str | None = None, console: Con
         text = terminal_text(report, width=FILE_WIDTH)
     elif fmt == "json":
         text = render_json(report)
+    elif fmt == "html":
+        text = render_html(report, progress=progress)
     else:
         text = render_markdown(report)
     if out is None:

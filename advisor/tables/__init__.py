@@ -1,5 +1,6 @@
 """Summary tables: pure functions of a Session, one DataFrame each (the Paddle profiler's
-summary tables, plus host_sync and gpu_idle for the rules).
+summary tables, plus host_sync and gpu_idle for the rules, and step_phases, gpu_timeline
+and roofline_ceilings for the charts of the HTML report).
 
 Every frame has an index named "key" of stable, unique string row keys, snake_case columns,
 times in integer nanoseconds (``*_ns``) and ratios in 0..1. NaN means "not measured"
@@ -22,6 +23,7 @@ import pandas as pd
 from advisor.errors import UsageError
 from advisor.session import Session
 from advisor.tables import (  # noqa: F401  (importing a module registers its tables)
+    ceilings,
     device,
     distributed,
     gpu_idle,
@@ -33,6 +35,7 @@ from advisor.tables import (  # noqa: F401  (importing a module registers its ta
     overview,
     perf,
     roofline,
+    timeline,
     userdefined,
 )
 from advisor.tables._facts import Facts
@@ -54,6 +57,9 @@ _ORDER = (
     "host_sync",
     "gpu_idle",
     "roofline",
+    "roofline_ceilings",
+    "step_phases",
+    "gpu_timeline",
 )
 TABLES: dict[str, TableSpec] = {name: SPECS[name] for name in _ORDER}
 TABLE_DOCS: dict[str, TableDoc] = {name: spec.doc for name, spec in TABLES.items()}

@@ -1,0 +1,157 @@
+"""`advisor compare`: two profiles side by side, on hand-made sessions and on the resnet50
+pair in ../shared/traces (num_workers 0 and 4)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from conftest import shared_trace
+from report_samples import MS, NASTY, sample_parts, sample_session
+
+from advisor.cli import main
+from advisor.compare import Comparison, compare
+from advisor.engine import run_rules
+from advisor.importers import load
+from advisor.reports.compare_report import (
+    comparison_markdown,
+    comparison_text,
+    render_comparison,
+)
+from advisor.tables import compute_tables
+
+
+def _parts(session):
+    tables = compute_tables(session)
+    return session, tables, run_rules(session, tables).findings
+
+
+@pytest.fixture(scope="module")
+def starved_then_fed():
+    return compare(_parts(sample_session(loader_ms=40)), _parts(sample_session(loader_ms=2)))
+
+
+def _named(changes, name):
+    return next(c for c in changes if c.name == name)
+
+
+def test_headline_says_the_step_got_faster(starved_then_fed):
+    c = starved_then_fed
+    step = _named(c.headline, "mean step time")
+    assert (step.before, step.after, step.delta) == (100 * MS, 62 * MS, -38 * MS)
+    assert step.relative == pytest.approx(-0.38) and step.verdict == "better"
+    ips = _named(c.headline, "throughput (ips)")
+    assert ips.after > ips.before and ips.verdict == "better" and ips.unit == "steps/s"
+    share = _named(c.headline, "data-loader share of the step")
+    assert share.before == pytest.approx(0.4) and share.verdict == "better"
+    assert _named(c.headline, "GPU utilization (gpu:0)").verdict == "better"
+    assert c.per == "step" and c.notes == []
+
+
+def test_each_phase_before_and_after(starved_then_fed):
+    loader = _named(starved_then_fed.phases, "Dataloader (host)")
+    assert (loader.before, loader.after) == (40 * MS, 2 * MS)
+    forward = _named(starved_then_fed.phases, "Forward (host)")
+    assert forward.delta == 0 and forward.verdict == "same"
+    # Phases with nothing on either side are left out.
+    assert "Others (host)" not in {c.name for c in starved_then_fed.phases}
+
+
+def test_moved_rows_per_step(starved_then_fed):
+    rows = [r for r in starved_then_fed.rows if r.table == "gpu_idle"]
+    loading = next(r for r in rows if r.key == "data loading")
+    assert loading.before == 40 * MS and loading.after == 2 * MS and loading.verdict == "better"
+    # Kernels ran the same: no kernel row moved.
+    assert not [r for r in starved_then_fed.rows if r.table == "kernel"]
+
+
+def test_findings_that_went_away(starved_then_fed):
+    gone = {f.rule: f for f in starved_then_fed.findings if f.status == "gone"}
+    assert "dataloader-starvation" in gone
+    assert gone["dataloader-starvation"].label_before == "1" and gone["dataloader-starvation"].saving_after_ms is None
+    kept = [f for f in starved_then_fed.findings if f.rule == "tensor-core-misalignment"]
+    assert len(kept) == 1 and kept[0].status in ("unchanged", "changed") and kept[0].label_after
+
+
+def test_the_other_way_round_findings_appear():
+    c = compare(_parts(sample_session(loader_ms=2)), _parts(sample_session(loader_ms=40)))
+    appeared = [f for f in c.findings if f.status == "appeared"]
+    assert "dataloader-starvation" in {f.rule for f in appeared}
+    assert c.findings[0].status == "appeared"
+    assert _named(c.headline, "mean step time").verdict == "worse"
+
+
+def test_a_profile_against_itself_moves_nothing():
+    parts = sample_parts()
+    c = compare(parts, parts)
+    assert c.rows == []
+    assert all(f.status == "unchanged" for f in c.findings)
+    assert {x.verdict for x in c.headline + c.phases} == {"same"}
+
+
+def test_without_steps_totals_are_compared_per_window():
+    c = compare(_parts(sample_session(steps=0)), _parts(sample_session()))
+    assert c.per == "window" and c.notes
+    assert c.before.steps == 0 and c.after.steps == 3
+
+
+def test_renderers_word_the_comparison(starved_then_fed):
+    text = comparison_text(starved_then_fed)
+    assert "Headline" in text and "-38.0 ms (-38%)" in text and "better" in text
+    assert re.search(r"gone\s+dataloader-starvation", text)
+    md = comparison_markdown(starved_then_fed)
+    assert "| mean step time | 100 ms | 62.0 ms | -38.0 ms (-38%) | **better** |" in md
+    assert Comparison.model_validate_json(starved_then_fed.model_dump_json()) == starved_then_fed
+
+
+def test_names_from_traces_are_escaped_in_markdown():
+    slow = sample_session()
+    ev = slow.events
+    nasty = (ev["name"] == NASTY).to_numpy()
+    ev.loc[nasty, "end_ns"] += 5 * MS  # the kernel with markup in its name runs longer after
+    c = compare(_parts(sample_session()), _parts(slow))
+    assert any(r.key == NASTY and r.table == "kernel" for r in c.rows)
+    md = comparison_markdown(c)
+    assert "<script>" not in md and "\\<script\\>" in md
+
+
+def test_cli_compare_json(tmp_path, capsys):
+    before = sample_session(loader_ms=40).save(tmp_path / "before")
+    after = sample_session(loader_ms=2).save(tmp_path / "after")
+    assert main(["compare", str(before), str(after), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["per"] == "step" and data["before"]["steps"] == 3
+    assert main(["compare", str(before), str(after), "-f", "markdown", "-o", str(tmp_path / "c.md")]) == 0
+    assert (tmp_path / "c.md").read_text().startswith("## advisor compare")
+
+
+def test_cli_compare_refuses_scripts_and_missing_files(tmp_path, capsys):
+    folder = sample_session().save(tmp_path / "s")
+    assert main(["compare", "train.py", str(folder)]) == 2
+    assert "run `advisor diagnose --save DIR train.py` first" in capsys.readouterr().err
+    assert main(["compare", str(folder), str(tmp_path / "missing.json")]) != 0
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_render_to_console(starved_then_fed, tmp_path):
+    out = tmp_path / "c.txt"
+    render_comparison(starved_then_fed, "terminal", out)
+    assert out.read_text().startswith("advisor compare")
+
+
+def test_resnet50_num_workers_0_then_4():
+    before = _parts(load(shared_trace("resnet50_v100_num_workers_0.pt.trace.json.gz")))
+    after = _parts(load(shared_trace("resnet50_v100_num_workers_4.pt.trace.json.gz")))
+    c = compare(before, after)
+    step = _named(c.headline, "mean step time")
+    assert step.verdict == "better" and step.relative == pytest.approx(-0.20, abs=0.01)
+    loader = _named(c.phases, "Dataloader (host)")
+    assert loader.relative < -0.95
+    status = {f.rule: f.status for f in c.findings}
+    assert status["dataloader-starvation"] == "gone" and status["low-gpu-utilization"] == "gone"
+    sync = next(f for f in c.findings if f.rule == "sync-memcpy-stall")
+    assert sync.status == "changed" and sync.saving_after_ms > 10 * sync.saving_before_ms
+    assert sync.anchor == "host_sync[aten::to @ resnet50_profiler_api.py:44]"
+    idle = next(r for r in c.rows if r.table == "gpu_idle" and r.key == "data loading")
+    assert idle.verdict == "better"
