@@ -2,10 +2,43 @@
 
 Collect a profile (run a script, or read a trace another profiler wrote), summarise it in
 tables, run rules over the tables, and report ranked findings with their evidence.
+
+In code, as with paddle.profiler or torch.profiler:
+
+    with advisor.Profiler(scheduler=(2, 5)) as prof:
+        for batch in loader:
+            train(batch)
+            prof.step()
+    prof.summary()
+    findings = prof.diagnose()
+
+``advisor.RecordEvent(name)`` / ``advisor.region(name)`` mark the user's own ranges.
 """
 
 from __future__ import annotations
 
+from advisor.profiler import (
+    Profiler,
+    ProfilerState,
+    ProfilerTarget,
+    SortedKeys,
+    export_timeline,
+    make_scheduler,
+    save_session,
+)
+from advisor.profiler_events import RecordEvent, region
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "Profiler",
+    "ProfilerState",
+    "ProfilerTarget",
+    "RecordEvent",
+    "SortedKeys",
+    "__version__",
+    "export_timeline",
+    "make_scheduler",
+    "region",
+    "save_session",
+]

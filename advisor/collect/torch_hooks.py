@@ -33,9 +33,16 @@ Where a step starts (``step_source``), in order of preference:
     of the first module that was called at top level (the model), so a loss or
     post-processing module called beside it does not split steps.
 
+``manual``
+    Steps are begun and ended by the caller (:meth:`HostCollector.begin_step`,
+    :meth:`HostCollector.end_step`): advisor.Profiler's ``step()`` in the user's code. The
+    hooks then mark phases only; a data-loader read is the Dataloader phase of whatever
+    step is open.
+
 The source is settled by what the script does first: the first top-level forward makes it
 ``forward`` until an optimizer step turns it into ``optimizer``; a DataLoader takes over
 from either. Steps counted under a source that was later replaced are marked partial.
+(``manual`` is chosen by the caller and never replaced.)
 
 Phases never nest: a phase opens only when none is open, so forward and backward run
 inside ``LBFGS.step(closure)`` count as Optimization and a recomputed forward inside
@@ -320,11 +327,15 @@ class HostCollector:
     """
 
     def __init__(self, torch: Any, *, record_shapes: bool = True, with_stack: bool = True,
-                 profiler: bool = True, listener: Any = None):
+                 profiler: bool = True, listener: Any = None, step_source: str = "auto",
+                 warmup: bool = False):
         """``profiler=False``: run the hooks and ranges without torch.profiler, for when the
         CUPTI collector runs (Kineto would take CUPTI over even with CPU activities only).
         ``listener`` (the CUPTI collector) is told of every step and range as it opens and
-        closes, so the GPU side records them on its own timeline."""
+        closes, so the GPU side records them on its own timeline.
+        ``step_source="manual"``: the caller marks steps (begin_step / end_step); the hooks
+        mark phases only. ``warmup``: start() only prepares torch.profiler (Kineto's warm-up,
+        nothing recorded) and :meth:`record` starts recording."""
         self._torch = torch
         self._record_shapes = record_shapes
         self._with_stack = with_stack
@@ -345,6 +356,12 @@ class HostCollector:
         self._root_module: Any = None
         self._root_optimizer: Any = None
         self._stopped = False
+        self._manual = step_source == "manual"
+        if self._manual:
+            self.result.step_source = "manual"
+        self._warming = warmup and profiler
+        self._own_start = False  # set while this collector starts its own profiler
+        self._step_work = False  # manual source: the open step has done more than a read that ran out
         self._sync_sites: dict[tuple[str, int, str], HostSyncSite] = {}
         self._library_dirs = tuple(
             os.path.dirname(os.path.abspath(f)) + os.sep for f in (torch.__file__, __file__)
@@ -364,7 +381,10 @@ class HostCollector:
                 with_stack=self._with_stack,
             )
             with _quiet_kineto():
-                self._prof.start()
+                if self._warming:
+                    self._prof.prepare_trace()
+                else:
+                    self._prof.start()
         _ACTIVE = self
         try:
             self._install()
@@ -376,12 +396,38 @@ class HostCollector:
                     self._prof.stop()
             raise
 
+    def record(self) -> None:
+        """Start recording, after a ``warmup`` start (a no-op otherwise)."""
+        if not self._warming or self._stopped:
+            return
+        self._warming = False
+        self._own_start = True  # the hooks must not take this start for the script's own profiler
+        try:
+            with _quiet_kineto():
+                self._prof.start_trace()
+        finally:
+            self._own_start = False
+
+    def begin_step(self, number: int) -> None:
+        """``manual`` source: end the open step (complete) and begin step ``number``."""
+        if not self._stopped:  # after a hand-over the script's own profiler would get the range
+            self._open_step(number)
+
+    def end_step(self, *, partial: bool | None = None) -> None:
+        """``manual`` source: end the open step. ``partial=None``: partial where nothing
+        but a data-loader read that ran out happened in it (the step a loop's last
+        ``step()`` opened), so it is left out of per-step figures like any cut-off step."""
+        if self._step is not None:
+            self._close_step(partial=not self._step_work if partial is None else partial)
+
     def stop(self) -> HostCollection:
         """Close whatever is open, remove the hooks and stop the profiler. Safe to call
         once whatever state the script left things in."""
         global _ACTIVE
         if self._stopped:
             return self.result
+        if self._warming:  # torch's own order for a warm-up that never recorded: start, then stop
+            self.record()
         self._stopped = True
         try:
             self._uninstall()
@@ -505,6 +551,8 @@ class HostCollector:
             self._listener.range_closed(token)
 
     def _open_phase(self, name: str, frame: Any) -> None:
+        if name != DATALOADER:
+            self._step_work = True
         handle = self._enter(name)
         self._phase = _Range(name, handle, frame, token=self._opened(name))
 
@@ -525,11 +573,11 @@ class HostCollector:
         self._close_phase()
         return False
 
-    def _open_step(self) -> None:
+    def _open_step(self, number: int | None = None) -> None:
         if self._step is not None:
             self._close_step(partial=False)
-        number = self._next_step
-        self._next_step += 1
+        number = self._next_step if number is None else number
+        self._next_step = number + 1
         if self._listener is not None:
             self._listener.step_started(number)
         name = f"{STEP_PREFIX}{number}"
@@ -538,6 +586,7 @@ class HostCollector:
         if self.result.step_source == "forward":
             self._forward_steps.append(number)
         self._step_done = False
+        self._step_work = False
 
     def _close_step(self, *, partial: bool) -> None:
         step, self._step = self._step, None
@@ -573,6 +622,12 @@ class HostCollector:
     def dataloader_next(self, original: Any, iterator: Any, frame: Any) -> Any:
         if self._phase_live():  # a batch fetched inside another phase is part of it
             return original(iterator)
+        if self._manual:  # the caller's steps: a read is the Dataloader phase of the open one
+            batch = self._fetch(original, iterator, frame)
+            self._step_work = True
+            if self.result.batch_size_source != "dataloader":
+                self._note_batch_size(batch, "dataloader")
+            return batch
         if self.result.step_source != "dataloader":
             self._replace_source("dataloader")
         if self._step is not None:
@@ -797,7 +852,7 @@ def _wrap_profiler_start(original: Any) -> Any:
     @functools.wraps(original)
     def start(*args: Any, **kwargs: Any) -> Any:
         collector = _ACTIVE
-        if collector is not None and not _IN_TRACED_CODE():
+        if collector is not None and not collector._own_start and not _IN_TRACED_CODE():
             collector.hand_over(sys._getframe(1))
         return original(*args, **kwargs)
 

@@ -1,0 +1,102 @@
+"""The profiler API's documentation runs as written.
+
+- Every ```python block of docs/profiler_api.md runs, in a fresh folder (its assertions are
+  part of the test), and what a block says it prints, it prints.
+- Each examples/profiler_api_*.py script runs with small sizes (in subprocesses, side by
+  side) and prints what its docstring promises; the Paddle DataLoader case finds the
+  starving loader with num_workers=0 and less of it with workers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "profiler_api.md"
+EXAMPLES = REPO / "examples"
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", DOC.read_text(), flags=re.S | re.M)
+
+
+def test_the_page_has_examples_of_every_part_of_the_api():
+    text = "\n".join(python_blocks())
+    for name in ("advisor.Profiler(", "scheduler=", "make_scheduler(", "on_trace_ready=", "timer_only=True",
+                 "step_info(", "summary(", "diagnose(", "RecordEvent(", "region(", "save_session(",
+                 "export_timeline(", "num_samples=", "prof.start()", "prof.stop()"):
+        assert name in text, name
+
+
+@pytest.mark.parametrize("index", range(len(python_blocks())))
+def test_doc_block_runs(index, tmp_path, monkeypatch, capsys):
+    block = python_blocks()[index]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, f"{DOC.name} block {index}", "exec"), {"__name__": "__main__"})
+    out = capsys.readouterr().out
+    if "timer_only=True" in block and "DataLoader(SlowReads()" in block:
+        # The page shows this block's output: the line's shape and the finding.
+        assert re.search(r"^reader_cost: \d\.\d{5} s batch_cost: \d\.\d{5} s ips: \d+\.\d{3} images/s$", out, re.M)
+        assert "['dataloader-starvation']" in out
+        assert "Perf Summary (timer_only)" in out
+
+
+RUNS = {
+    "profiler_api_dataloader": ["--steps", "14", "--record", "3", "8", "--workers", "0", "--workers", "2"],
+    "profiler_api_schedules": ["--steps", "13"],
+    "profiler_api_timer": ["--steps", "12", "--log-every", "6"],
+}
+
+
+@pytest.fixture(scope="module")
+def example_runs(tmp_path_factory):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out_dir = tmp_path_factory.mktemp("spans")
+    processes = {}
+    for name, args in RUNS.items():
+        extra = ["--out", str(out_dir)] if name == "profiler_api_schedules" else []
+        processes[name] = subprocess.Popen([sys.executable, str(EXAMPLES / f"{name}.py"), *args, *extra],
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    results = {}
+    for name, process in processes.items():
+        out, err = process.communicate(timeout=300)
+        results[name] = (process.returncode, out, err)
+    return results, out_dir
+
+
+def test_the_paddle_dataloader_case(example_runs):
+    code, out, err = example_runs[0]["profiler_api_dataloader"]
+    assert code == 0, err
+    assert out.count("profiled steps 3-7:") == 2
+    before, after = out.split("=== num_workers=2 ===")
+    assert "[dataloader-starvation]" in before and "HIGH" in before
+    shares = re.search(r"Dataloader share \(profiled\)\s+([\d.]+)%\s+([\d.]+)%", out)
+    assert shares and float(shares[1]) > float(shares[2]), out
+    assert re.search(r"speed-up: [\d.]+x", out)
+    assert re.search(r"ips \(timer_only, samples/s\)\s+[\d.]+\s+[\d.]+", out)
+
+
+def test_the_schedules_example(example_runs):
+    results, out_dir = example_runs
+    code, out, err = results["profiler_api_schedules"]
+    assert code == 0, err
+    assert "span 0: steps [3, 4, 5], user ranges {'augment': 3, 'loss': 3}" in out
+    assert "span 1: steps [9, 10, 11], user ranges {'augment': 3, 'loss': 3}" in out
+    assert sorted(p.name for p in (out_dir / "sessions").iterdir()) == ["schedules_0", "schedules_1"]
+    assert sorted(p.name for p in (out_dir / "timelines").iterdir()) == [
+        "schedules_span0.pt.trace.json", "schedules_span1.pt.trace.json"]
+
+
+def test_the_timer_example(example_runs):
+    code, out, err = example_runs[0]["profiler_api_timer"]
+    assert code == 0, err
+    assert len(re.findall(r"^step (6|12): loss \d\.\d{3} reader_cost: .* images/s$", out, re.M)) == 2
+    assert "Perf Summary (timer_only)" in out and out.rstrip().splitlines()[-1].startswith("findings: ")
