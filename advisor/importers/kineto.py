@@ -94,7 +94,11 @@ def open_trace(path: Path) -> BinaryIO:
         raise TraceError(f"cannot open {path}: {exc.strerror or exc}") from None
     magic = raw.read(2)
     raw.seek(0)
-    stream: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw  # type: ignore[assignment]
+    stream: BinaryIO = raw
+    if magic == b"\x1f\x8b":
+        # gzip.open owns the file it opens, so closing the stream closes the file too.
+        raw.close()
+        stream = raw = gzip.open(path, "rb")  # type: ignore[assignment]
     try:
         first = _first_char(stream)
     except (OSError, EOFError, zlib.error) as exc:
