@@ -45,6 +45,12 @@ def render(report: Report, fmt: str, out: Path | str | None = None, console: Con
         text = render_html(report, progress=progress)
     else:
         text = render_markdown(report)
+    write_text(text, out, console, what="the report")
+
+
+def write_text(text: str, out: Path | str | None, console: Console | None, *, what: str) -> None:
+    """Write rendered ``text`` to ``out`` (creating its folder), else to ``console`` or
+    standard output; a file that cannot be written is a UsageError naming ``what``."""
     if out is None:
         stream = console.file if console is not None else sys.stdout
         stream.write(text)
@@ -55,4 +61,4 @@ def render(report: Report, fmt: str, out: Path | str | None = None, console: Con
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"cannot write the report to {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot write {what} to {path}: {exc.strerror or exc}") from None

@@ -7,7 +7,6 @@ and whether it is for the better; names from traces are escaped as in the other 
 from __future__ import annotations
 
 import io
-import sys
 from pathlib import Path
 
 from rich import box
@@ -18,6 +17,7 @@ from rich.text import Text
 from advisor.compare import Change, Comparison, FindingChange, RowChange
 from advisor.errors import UsageError
 from advisor.reports._markdown import md_code, md_escape
+from advisor.reports._render import write_text
 from advisor.units import MISSING, format_ms, format_ns, format_number, format_ratio
 
 __all__ = ["COMPARE_FORMATS", "comparison_markdown", "comparison_text", "render_comparison"]
@@ -210,14 +210,4 @@ def render_comparison(comparison: Comparison, fmt: str, out: Path | str | None =
         text = comparison.model_dump_json(indent=2) + "\n"
     else:
         text = comparison_markdown(comparison)
-    if out is None:
-        stream = console.file if console is not None else sys.stdout
-        stream.write(text)
-        stream.flush()
-        return
-    path = Path(out)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write the comparison to {path}: {exc.strerror or exc}") from None
+    write_text(text, out, console, what="the comparison")

@@ -166,6 +166,19 @@ class Facts:
         return rows
 
     @cached_property
+    def phase_spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Each phase range as (step position, phase name, start_ns, end_ns), clipped to its
+        own step: a phase's time counts inside its step only (position -1: in no step)."""
+        steps, phases = self.steps, self.phases
+        s_start, s_end = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+        p_pos = self.step_positions(phases)
+        ok = p_pos >= 0
+        at = np.maximum(p_pos, 0)
+        p_start = np.where(ok, np.maximum(phases["start_ns"].to_numpy(), s_start[at] if len(s_start) else 0), 0)
+        p_end = np.where(ok, np.minimum(phases["end_ns"].to_numpy(), s_end[at] if len(s_end) else 0), 0)
+        return p_pos, phases["phase_name"].to_numpy(), p_start, p_end
+
+    @cached_property
     def gpu_measured(self) -> bool:
         if self.meta.collector.gpu_measured:
             return True

@@ -54,13 +54,8 @@ def model_table(f: Facts) -> pd.DataFrame | None:
     s_start, s_end = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
     durations = s_end - s_start
 
-    phases = f.phases
-    p_pos = f.step_positions(phases)
-    p_name = phases["phase_name"].to_numpy()
-    # A phase's time counts inside its own step only.
+    p_pos, p_name, p_start, p_end = f.phase_spans
     ok = p_pos >= 0
-    p_start = np.where(ok, np.maximum(phases["start_ns"].to_numpy(), s_start[np.maximum(p_pos, 0)]), 0)
-    p_end = np.where(ok, np.minimum(phases["end_ns"].to_numpy(), s_end[np.maximum(p_pos, 0)]), 0)
 
     cpu = {"ProfileStep": durations}
     calls = {"ProfileStep": n, "Others": n}
