@@ -52,13 +52,22 @@ def _add_target(parser: argparse.ArgumentParser, with_script_args: bool) -> None
                             help="arguments passed to the script, as python would")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error said in one line like every other bad input."""
+
+    def error(self, message: str):  # type: ignore[override]
+        # The script's own arguments are optional however argparse words it.
+        message = message.replace("target, script_args", "target")
+        self.exit(2, f"advisor: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="advisor",
         description="Profile a deep-learning job and get ranked, evidence-backed recommendations.",
     )
     parser.add_argument("--version", action="version", version=f"advisor {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     diagnose = sub.add_parser("diagnose", help="run or read a profile and report ranked findings",
                               description="Diagnose a training script, a trace or a saved session.")

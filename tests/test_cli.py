@@ -420,3 +420,13 @@ def test_version_and_help_in_a_real_process():
     assert done.returncode == 0 and done.stdout.startswith("advisor ")
     done = advisor()
     assert done.returncode == 2 and "diagnose" in done.stdout and done.stderr == ""
+
+
+@pytest.mark.parametrize("argv", [["diagnose"], ["diagnose", "--bogus", "t.json"], ["rules", "frob"],
+                                  ["diagnose", "--format", "pdf", "t.json"], ["--nope"]])
+def test_usage_errors_are_one_line_too(argv):
+    done = advisor(*argv)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("advisor: "), done.stderr
+    assert "script_args" not in lines[0]
