@@ -22,6 +22,11 @@ Event kinds (``kind`` column), in the user's words:
     sync            a synchronisation record (the GPU side of a cudaStreamSynchronize...)
     step            one training/inference step (ProfilerStep#N or advisor's own)
     phase           a phase range (Dataloader, Forward, Backward, Optimization)
+    sample          a host sample over the interval [start_ns, end_ns): ``value`` the
+                    process's CPU use in cores (its children included), ``system_value``
+                    the machine's CPU use 0..1, ``bytes`` the process's largest RSS read
+                    (advisor.collect.sampler). Samples relate to no other row; they
+                    measure the window but do not make it.
 
 Relations between rows are row ids (the ``id`` column, equal to the row's position):
 ``parent_op`` is the innermost op around a host event or the op that launched a GPU event,
@@ -59,6 +64,7 @@ KINDS = (
     "sync",
     "step",
     "phase",
+    "sample",
 )
 GPU_KINDS = ("kernel", "memcpy", "memset")
 PHASES = ("Dataloader", "Forward", "Backward", "Optimization", "Others")
@@ -97,7 +103,10 @@ EVENT_COLUMNS: dict[str, tuple[str, Any]] = {
     "registers": ("int64", -1),
     "shared_memory": ("int64", -1),
     "flops": ("float64", np.nan),
+    "value": ("float64", np.nan),  # sample rows: the process's CPU use over the interval, in cores
+    "system_value": ("float64", np.nan),  # sample rows: the machine's CPU use over the interval, 0..1
 }
+RELATION_COLUMNS = ("launch", "parent_op", "top_op")  # columns holding row ids
 
 
 def empty_events() -> pd.DataFrame:
@@ -156,6 +165,31 @@ def concat_events(frames: list[pd.DataFrame]) -> pd.DataFrame:
         else:
             out[column] = np.concatenate([p.to_numpy() for p in parts])
     return conform_events(pd.DataFrame(out))
+
+
+def insert_unrelated(events: pd.DataFrame, extra: pd.DataFrame) -> pd.DataFrame:
+    """``events`` (attributed: rows by start, outer first on ties) with the rows of
+    ``extra``, which point at no other row (host samples), placed in start order; the
+    relation columns are renumbered to the rows' new positions, so attribution need not
+    run again."""
+    if not len(extra):
+        return events
+    extra = conform_events(extra)
+    for column in RELATION_COLUMNS:
+        extra[column] = -1
+    combined = concat_events([events, extra])
+    # A stable sort: rows already in order keep their order among themselves.
+    order = np.lexsort((-combined["end_ns"].to_numpy(), combined["start_ns"].to_numpy()))
+    position = np.empty(len(order), dtype="int64")
+    position[order] = np.arange(len(order), dtype="int64")
+    out = combined.take(order).reset_index(drop=True)
+    for column in RELATION_COLUMNS:
+        ids = out[column].to_numpy(copy=True)
+        linked = ids >= 0
+        ids[linked] = position[ids[linked]]
+        out[column] = ids
+    out["id"] = np.arange(len(out), dtype="int64")
+    return out
 
 
 def _as_text_category(values: pd.Series, missing: str) -> pd.Series:
@@ -252,14 +286,19 @@ class Session:
 
     def window(self) -> tuple[int, int]:
         """The profiled window (DESIGN.md): first step start to last step end; without
-        steps, first event start to last event end."""
+        steps, first event start to last event end. Host samples cover the whole run,
+        start-up included, so they count only where there is nothing else."""
         steps = self.steps()
         if len(steps):
             return int(steps["start_ns"].min()), int(steps["end_ns"].max())
         ev = self.events
         if not len(ev):
             return 0, 0
-        return int(ev["start_ns"].min()), int(ev["end_ns"].max())
+        start, end = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
+        measured = (ev["kind"] != "sample").to_numpy()
+        if measured.any():
+            start, end = start[measured], end[measured]
+        return int(start.min()), int(end.max())
 
     def gpu_devices(self) -> list[DeviceInfo]:
         return [d for d in self.meta.devices if d.kind == "gpu"]

@@ -9,6 +9,11 @@ Timestamps are microseconds from the session's first event with three decimals, 
 as exact decimal text: a 400 ns kernel stays 0.400 us long, and ``baseTimeNanoseconds``
 says where zero is on the session's clock.
 
+Host samples (kind ``sample``) become counter events (``"ph": "C"``) on their process:
+the process's CPU use in cores, the machine's CPU use in percent and the process's RSS,
+each holding from the sample's start to the next; the importer reads no counter events,
+so they too stay out of a re-read profile.
+
 Findings are added for people looking at the timeline: each finding is a span over the
 window on a track of its own in an "advisor findings" process, with its saving, message,
 recommendation and evidence in the span's arguments; each trace event a finding cites as
@@ -34,7 +39,7 @@ from advisor.findings import Finding
 from advisor.session import Session, text
 from advisor.units import format_saving
 
-__all__ = ["FINDING_CATEGORY", "PHASE_CATEGORY", "flatten_findings", "timeline_events", "write_timeline"]
+__all__ = ["FINDING_CATEGORY", "PHASE_CATEGORY", "SAMPLE_CATEGORY", "flatten_findings", "timeline_events", "write_timeline"]
 
 # Kineto's category for each event kind (today's spelling).
 KIND_CATEGORY = {
@@ -55,6 +60,7 @@ GPU_KINDS = ("kernel", "memcpy", "memset", "gpu_annotation", "sync")
 # Categories of what advisor adds; its importer knows none of them, so it skips them.
 FINDING_CATEGORY = "advisor_finding"
 PHASE_CATEGORY = "advisor_phase"
+SAMPLE_CATEGORY = "advisor_sampler"
 INFERRED = "advisor-inferred"
 PROGRESS_EVERY = 20_000
 
@@ -112,6 +118,8 @@ class _Columns:
                        "bytes", "registers", "shared_memory", "step"):
             setattr(self, column, ev[column].to_numpy())
         self.flops = ev["flops"].to_numpy()
+        self.value = ev["value"].to_numpy()
+        self.system_value = ev["system_value"].to_numpy()
 
 
 def _tracks(c: _Columns) -> tuple[np.ndarray, np.ndarray]:
@@ -173,6 +181,17 @@ def _event(ph: str, name: str, cat: str, pid: int, tid: int, ts: str, dur: str |
     return "{" + ",".join(parts) + "}"
 
 
+def _counters(c: _Columns, i: int, pid: int, ts: str) -> list[str]:
+    """A host sample as counter events: what it measured, from its start on."""
+    out = []
+    for name, value in (("process CPU (cores)", c.value[i]), ("system CPU (%)", c.system_value[i] * 100)):
+        if np.isfinite(value):
+            out.append(_event("C", name, SAMPLE_CATEGORY, pid, 0, ts, args={"value": round(float(value), 4)}))
+    if c.bytes[i] >= 0:
+        out.append(_event("C", "process RSS (bytes)", SAMPLE_CATEGORY, pid, 0, ts, args={"value": int(c.bytes[i])}))
+    return out
+
+
 def _metadata(kind: str, pid: int, tid: int, args: Any) -> str:
     return json.dumps({"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": args})
 
@@ -202,6 +221,9 @@ def timeline_events(session: Session, findings: list[Finding], *,
         kind = c.kind[i]
         start, end = int(c.start_ns[i]), int(c.end_ns[i])
         name = c.name[i]
+        if kind == "sample":
+            out.extend(_counters(c, i, int(pid[i]), _us(start - base)))
+            continue
         if kind == "phase" and inferred[i]:
             out.append(_event("X", name, PHASE_CATEGORY, int(pid[i]), phase_tid, _us(start - base),
                               _us(max(end - start, 0)), {"advisor step": int(c.step[i])}))

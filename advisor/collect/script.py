@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from advisor.collect import torch_hooks
+from advisor.collect.sampler import DEFAULT_INTERVAL_S, HostSampler, HostSamples
 from advisor.errors import ScriptError
 
 NORMAL = "normal"
@@ -70,6 +71,9 @@ class ScriptRun:
     """The hooks' account of the run (step source, partial steps, batch size, host syncs),
     as the host profiler writes it into its trace."""
     """One line each: what was not collected and why."""
+    host_samples: HostSamples | None = None
+    """The host sampler's reads over the script's run (CPU use, RSS); None where sampling
+    was off or could not start."""
 
     @property
     def profiled(self) -> bool:
@@ -91,6 +95,7 @@ def run_script(
     show_traceback: bool = True,
     gpu: bool = True,
     steps: Any = "default",
+    sample_interval_s: float | None = DEFAULT_INTERVAL_S,
 ) -> ScriptRun:
     """Run ``script`` with ``args`` under the step/phase hooks and a collector.
 
@@ -101,7 +106,9 @@ def run_script(
     would take CUPTI over. Otherwise torch.profiler (CPU activities) records the host side
     and its trace goes to ``save_trace_to`` or, without it, to ``trace.json`` in a new
     temporary folder that the caller owns. Without an importable torch the script still
-    runs, unprofiled, and ``notes`` says so.
+    runs, unprofiled, and ``notes`` says so. While the script runs, the host sampler
+    (advisor.collect.sampler) reads the process's and the machine's CPU use and the RSS
+    every ``sample_interval_s`` (None: not at all), whatever way the script ends.
 
     Raises ScriptError only when the script cannot be started (missing, not a file,
     unreadable); whatever the script itself does ends up in the returned ScriptRun.
@@ -111,6 +118,9 @@ def run_script(
     _check_runnable(path)
     args = [str(a) for a in args]
     notes: list[str] = []
+    # Made before the collectors start, started after them: a thread running when
+    # torch.profiler starts is traced by its Python tracer (with_stack), read by read.
+    sampler = _make_sampler(sample_interval_s, notes)
 
     collector = None
     gpu_collector = None
@@ -145,6 +155,7 @@ def run_script(
     sys.argv = [argv0, *args]
     sys.path.insert(0, os.path.dirname(os.path.realpath(argv0)))
     raised: BaseException | None = None
+    sampler = _start_sampler(sampler, notes)
     start = time.perf_counter()
     try:
         runpy.run_path(file_name, run_name="__main__")
@@ -160,6 +171,7 @@ def run_script(
         ending, exit_code, error = EXCEPTION, 1, _one_line(exc)
     finally:
         wall_time_s = time.perf_counter() - start
+        host_samples = _stop_sampler(sampler, notes)
         sys.argv = saved_argv
         sys.path[:] = saved_path
         _flush_std()
@@ -216,7 +228,41 @@ def run_script(
         gpu_capture=gpu_capture,
         gpu_not_measured=gpu_not_measured if gpu_capture is None else None,
         host_facts=collection.metadata() if collection is not None else {},
+        host_samples=host_samples,
     )
+
+
+def _make_sampler(interval_s: float | None, notes: list[str]) -> HostSampler | None:
+    if interval_s is None:
+        return None
+    try:
+        return HostSampler(interval_s=interval_s)
+    except Exception as exc:  # psutil missing or refused: the run goes on unsampled
+        notes.append(f"the host sampler could not start ({_one_line(exc)}): CPU use and RSS were not sampled")
+        return None
+
+
+def _start_sampler(sampler: HostSampler | None, notes: list[str]) -> HostSampler | None:
+    if sampler is None:
+        return None
+    try:
+        return sampler.start()
+    except Exception as exc:
+        notes.append(f"the host sampler could not start ({_one_line(exc)}): CPU use and RSS were not sampled")
+        sampler.stop()  # closes what it opened
+        return None
+
+
+def _stop_sampler(sampler: HostSampler | None, notes: list[str]) -> HostSamples | None:
+    if sampler is None:
+        return None
+    try:
+        samples = sampler.stop()
+    except Exception as exc:
+        notes.append(f"the host sampler failed to stop ({_one_line(exc)}): CPU use and RSS were not sampled")
+        return None
+    notes.extend(samples.notes)
+    return samples
 
 
 def _check_runnable(path: Path) -> None:

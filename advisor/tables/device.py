@@ -1,6 +1,17 @@
-"""Device Summary: how busy each device was in the profiled window."""
+"""Device Summary: how busy each device was in the profiled window.
+
+The cpu row has two kinds of figures. ``busy_ns``/``utilization`` are traced: the time the
+host spent inside framework operators and CUDA API calls. The ``process_cpu_*``,
+``system_cpu_utilization`` and ``peak_rss_bytes`` columns are measured by the host sampler
+(advisor.collect.sampler): CPU time actually used, whatever ran (Python, a data loader's
+decoding, worker processes), and time spent sleeping or waiting not counted. Samples
+cover intervals of ~50 ms; a window is charged each sample's average in proportion to
+how much of the sample falls inside it.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -12,27 +23,120 @@ from advisor.tables._registry import table, with_notes
 HOST_BUSY_KINDS = ("op", "runtime", "driver")
 
 
+@dataclass(frozen=True)
+class HostSampleSeries:
+    """The session's host samples, by start: each a constant rate over [start, end)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    cores: np.ndarray  # the process's CPU use, cores
+    system: np.ndarray  # the machine's CPU use, 0..1
+    rss: np.ndarray  # the largest RSS read in the sample, bytes (-1: not read)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def overlaps(self, intervals: iv.Intervals) -> np.ndarray:
+        """Time each sample shares with a normalised interval set, ns."""
+        starts, ends = intervals.starts, intervals.ends
+        if not len(starts):
+            return np.zeros(len(self), dtype="float64")
+        before = np.concatenate([[0], np.cumsum(ends - starts)]).astype("float64")
+
+        def covered_until(t: np.ndarray) -> np.ndarray:  # the set's time before t
+            k = np.searchsorted(starts, t, side="right") - 1
+            at = np.maximum(k, 0)
+            inside = np.clip(t - starts[at], 0, ends[at] - starts[at])
+            return np.where(k >= 0, before[at] + inside, 0.0)
+
+        return covered_until(self.ends) - covered_until(self.starts)
+
+    def mean(self, values: np.ndarray, intervals: iv.Intervals, *, min_own_share: float = 0.0) -> float:
+        """Time-weighted mean of ``values`` (one per sample) over a normalised interval set:
+        each sample counts for the time it shares with the set. NaN where the samples
+        cover none of it, or where less than ``min_own_share`` of the samples that touch
+        the set is the set's own time (the set is too fragmented for samples this long:
+        the mean would mostly be its neighbours')."""
+        shared = self.overlaps(intervals)
+        touching = (shared > 0) & np.isfinite(values)
+        if not touching.any():
+            return float("nan")
+        own_share = shared[touching].sum() / (self.ends - self.starts)[touching].sum()
+        if own_share < min_own_share:
+            return float("nan")
+        return float((values[touching] * shared[touching]).sum() / shared[touching].sum())
+
+    def peak(self, values: np.ndarray, intervals: iv.Intervals) -> float:
+        """Largest of ``values`` over the samples that overlap the set (NaN: none do)."""
+        hits = (self.overlaps(intervals) > 0) & (values >= 0)
+        return float(values[hits].max()) if hits.any() else float("nan")
+
+
+def host_samples(f: Facts) -> HostSampleSeries | None:
+    """The session's host samples (kind ``sample``), or None where it has none."""
+
+    def compute() -> HostSampleSeries | None:
+        ev = f.events
+        rows = ev[(ev["kind"] == "sample").to_numpy()]
+        if not len(rows):
+            return None
+        rows = rows.sort_values("start_ns", kind="stable")
+        return HostSampleSeries(
+            starts=rows["start_ns"].to_numpy(dtype=np.int64),
+            ends=rows["end_ns"].to_numpy(dtype=np.int64),
+            cores=rows["value"].to_numpy(dtype="float64"),
+            system=rows["system_value"].to_numpy(dtype="float64"),
+            rss=rows["bytes"].to_numpy(dtype="float64"),
+        )
+
+    return f.memo("host_samples", compute)
+
+
+def logical_cores(f: Facts) -> float:
+    """The host's logical cores as the collector recorded them (NaN: not recorded)."""
+    for device in f.meta.devices:
+        if device.kind == "cpu" and isinstance(device.properties.get("logical_cores"), int):
+            return float(device.properties["logical_cores"])
+    sampler = f.meta.trace_metadata.get("host_sampler") or {}
+    cores = sampler.get("logical_cores") if isinstance(sampler, dict) else None
+    return float(cores) if isinstance(cores, int) and cores > 0 else float("nan")
+
+
 @table(
     "device",
     title="Device Summary",
     description=(
         "One row per device. GPU busy time is the union of its kernels, copies and sets "
-        "inside the window; CPU busy time is the union of operators and CUDA API calls on the "
-        "host threads (time in Python outside operators is not counted). Without a measured "
-        "GPU there are no GPU rows and the cpu row's note says why."
+        "inside the window. The cpu row's busy time is traced: the union of framework operators "
+        "and CUDA API calls on the host threads, so Python outside operators, a data loader's "
+        "own work and sleeping are not counted. Its process_cpu and system_cpu columns are "
+        "measured instead, by sampling the CPU time the process (with its worker processes) "
+        "and the whole machine used every ~50 ms while the script ran; they are empty for "
+        "sessions without host samples (traces from other profilers). Without a measured GPU "
+        "there are no GPU rows and the cpu row's note says why."
     ),
     key='"cpu" or "gpu:N" (N the device ordinal)',
     columns={
         "name": "Device name as recorded.",
         "kind": "'cpu' or 'gpu'.",
-        "busy_ns": "Union of the device's activity inside the window, ns.",
+        "busy_ns": "Union of the device's activity inside the window, ns. cpu: time inside operators and "
+                   "CUDA API calls only (traced), not the CPU time used.",
         "kernel_busy_ns": "GPU: union of kernels alone inside the window, ns (copies and sets excluded).",
         "window_ns": "Length of the window, ns.",
-        "utilization": "busy_ns / window_ns (0..1).",
+        "utilization": "busy_ns / window_ns (0..1). cpu: the share of the window spent inside operators and "
+                       "CUDA API calls; see process_cpu_utilization for the CPU actually used.",
         "kernel_utilization": "kernel_busy_ns / window_ns (0..1); the Paddle profiler's GPU utilisation.",
+        "process_cpu_cores": "cpu: mean CPU use of the profiled process and its children (DataLoader workers) "
+                             "over the window, in cores (1.0 = one core busy all the time), sampled.",
+        "process_cpu_utilization": "cpu: process_cpu_cores / logical_cores (0..1).",
+        "system_cpu_utilization": "cpu: mean CPU use of the whole machine over the window, all processes, as a "
+                                  "share of all its logical cores (0..1), sampled.",
+        "peak_rss_bytes": "cpu: largest resident set size of the profiled process sampled in the window, bytes "
+                          "(its worker processes not added).",
+        "logical_cores": "cpu: logical cores of the host, as recorded.",
         "sm_count": "Streaming multiprocessors, where known.",
         "compute_capability": "e.g. '8.0', where known.",
-        "memory_bytes": "Device memory, where known.",
+        "memory_bytes": "Device memory, where known (cpu: the host's physical memory).",
         "memory_bandwidth_gbps": "Peak memory bandwidth in GB/s, where known.",
         "note": "What was not measured, where something was not.",
     },
@@ -43,6 +147,11 @@ def device_table(f: Facts) -> pd.DataFrame:
     infos = {d.id: d for d in f.meta.devices}
     cpu = next((d for d in f.meta.devices if d.kind == "cpu"), None)
     cpu_busy = f.busy(*HOST_BUSY_KINDS).length
+    samples = host_samples(f)
+    cores = logical_cores(f)
+    window = iv.Intervals(np.asarray([lo], dtype=np.int64), np.asarray([hi], dtype=np.int64)) \
+        if hi > lo else iv.EMPTY
+    process_cores = samples.mean(samples.cores, window) if samples is not None else np.nan
     rows["cpu"] = {
         "name": cpu.name if cpu is not None and cpu.name else "host CPU",
         "kind": "cpu",
@@ -52,6 +161,11 @@ def device_table(f: Facts) -> pd.DataFrame:
         "compute_capability": None,
         "memory_bytes": cpu.total_memory_bytes if cpu is not None else None,
         "memory_bandwidth_gbps": cpu.memory_bandwidth_gbps if cpu is not None else None,
+        "process_cpu_cores": process_cores,
+        "process_cpu_utilization": process_cores / cores if cores > 0 else np.nan,
+        "system_cpu_utilization": samples.mean(samples.system, window) if samples is not None else np.nan,
+        "peak_rss_bytes": samples.peak(samples.rss, window) if samples is not None else np.nan,
+        "logical_cores": cores,
         "note": "" if f.gpu_measured else f.gpu_not_measured_reason,
     }
     if f.gpu_measured:
@@ -82,8 +196,9 @@ def device_table(f: Facts) -> pd.DataFrame:
     out["window_ns"] = f.window_ns
     out["utilization"] = f.ratio(out["busy_ns"].astype("float64"), f.window_ns)
     out["kernel_utilization"] = f.ratio(out["kernel_busy_ns"].astype("float64"), f.window_ns)
-    for column in ("sm_count", "memory_bytes", "memory_bandwidth_gbps"):
-        out[column] = pd.to_numeric(out[column], errors="coerce")
+    for column in ("sm_count", "memory_bytes", "memory_bandwidth_gbps", "process_cpu_cores", "process_cpu_utilization",
+                   "system_cpu_utilization", "peak_rss_bytes", "logical_cores"):
+        out[column] = pd.to_numeric(out.get(column), errors="coerce")
     if not f.gpu_measured:
         with_notes(out, f.gpu_not_measured_note)
     return out

@@ -9,8 +9,12 @@ from advisor import intervals as iv
 from advisor.session import text
 from advisor.tables._facts import MODEL_PHASES, Facts
 from advisor.tables._registry import table, with_notes
+from advisor.tables.device import host_samples
 
 ROWS = ("ProfileStep", *MODEL_PHASES, "Others")
+# A phase's sampled CPU use is given only where at least this share of the samples around
+# it is the phase's own time; shorter, scattered phases would read their neighbours' use.
+MIN_OWN_SHARE = 0.5
 
 
 def _per_step(positions: np.ndarray, starts, ends, n_steps: int) -> np.ndarray:
@@ -18,6 +22,21 @@ def _per_step(positions: np.ndarray, starts, ends, n_steps: int) -> np.ndarray:
     ok = positions >= 0
     lengths = iv.grouped_union_length(positions[ok], (np.asarray(starts)[ok], np.asarray(ends)[ok]))
     return lengths.reindex(np.arange(n_steps), fill_value=0).to_numpy()
+
+
+def _cpu_cores(f: Facts, s_start, s_end, p_name, p_start, p_end) -> list[float]:
+    """Sampled process CPU use (cores) over each row's time: the steps, each phase's
+    ranges in them, and the steps' time outside every phase."""
+    samples = host_samples(f)
+    if samples is None:
+        return [np.nan] * len(ROWS)
+    spans = {"ProfileStep": iv.union((s_start, s_end))}
+    for phase in MODEL_PHASES:
+        mine = p_name == phase
+        spans[phase] = iv.union((p_start[mine], p_end[mine]))
+    in_any = np.isin(p_name, MODEL_PHASES)
+    spans["Others"] = iv.subtract(spans["ProfileStep"], iv.union((p_start[in_any], p_end[in_any])))
+    return [samples.mean(samples.cores, spans[name], min_own_share=MIN_OWN_SHARE) for name in ROWS]
 
 
 @table(
@@ -29,7 +48,11 @@ def _per_step(positions: np.ndarray, starts, ends, n_steps: int) -> np.ndarray:
         "phase is the union of the GPU work (kernels, copies, sets) launched in that phase of "
         "the step, wherever it ran; GPU work launched outside all phases counts as Others. "
         "Statistics are over steps (a step without the phase counts as 0), and both ratios are "
-        "against the ProfileStep CPU total, the steps' wall time. Empty without steps."
+        "against the ProfileStep CPU total, the steps' wall time. process_cpu_cores is the "
+        "sampled CPU use of the process during the phase's time (see the Device Summary). "
+        "Samples are ~50 ms long and a sample counts for the time it shares with the phase, so "
+        "the figure is given only where at least half of the samples around the phase is the "
+        "phase's own time; phases much shorter than a sample are left empty. Empty without steps."
     ),
     key="ProfileStep, Dataloader, Forward, Backward, Optimization, Others",
     columns={
@@ -44,6 +67,8 @@ def _per_step(positions: np.ndarray, starts, ends, n_steps: int) -> np.ndarray:
         "gpu_max_ns": "Largest step value, ns.",
         "gpu_min_ns": "Smallest step value, ns.",
         "gpu_ratio": "gpu_total_ns / ProfileStep cpu_total_ns (0..1); for ProfileStep, the GPU busy share of the steps.",
+        "process_cpu_cores": "Mean CPU use of the process and its children during the phase's time in the steps, "
+                             "in cores, sampled (NaN: no host samples, or the phase too short for them).",
     },
 )
 def model_table(f: Facts) -> pd.DataFrame | None:
@@ -99,6 +124,7 @@ def model_table(f: Facts) -> pd.DataFrame | None:
     out = pd.DataFrame.from_dict(rows, orient="index")
     out["cpu_ratio"] = f.ratio(out["cpu_total_ns"], step_total)
     out["gpu_ratio"] = f.ratio(out["gpu_total_ns"], step_total)
+    out["process_cpu_cores"] = _cpu_cores(f, s_start, s_end, p_name[ok], p_start[ok], p_end[ok])
     if not f.gpu_measured:
         with_notes(out, f.gpu_not_measured_note)
     return out
