@@ -3,7 +3,6 @@ sessions, and every table on the shared real traces."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -21,7 +20,10 @@ from advisor.session import (
     SessionMeta,
     conform_events,
 )
+from advisor.importers import load
 from advisor.tables import TABLE_DOCS, TABLES, compute_tables, table_names
+
+from conftest import SHARED_TRACES, shared_trace
 
 MS = 1_000_000
 GPU_PID = 0
@@ -502,13 +504,8 @@ def test_properties(session):
 
 # -- shared real traces ------------------------------------------------------------------
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+TRACES = SHARED_TRACES
 TRACE_FILES = sorted(TRACES.glob("*.json.gz")) if TRACES.is_dir() else []
-
-
-def _load(path):
-    importers = pytest.importorskip("advisor.importers", reason="the trace importer is not built yet")
-    return importers.load(path)
 
 
 @pytest.fixture(scope="module")
@@ -516,11 +513,8 @@ def loaded():
     cache = {}
 
     def get(name):
-        path = TRACES / name
-        if not path.is_file():
-            pytest.skip(f"shared trace {name} is absent ({TRACES})")
         if name not in cache:
-            cache[name] = _load(path)
+            cache[name] = load(shared_trace(name))
         return cache[name]
 
     return get
