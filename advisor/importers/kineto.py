@@ -24,7 +24,7 @@ import json
 import re
 import zlib
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 import pandas as pd
@@ -484,10 +484,6 @@ def _metadata_second_pass(stream: BinaryIO, path: Path, seen_any: bool) -> dict[
     if seen_any:
         meta["traceEvents"] = True
     return meta
-
-
-def iter_shared_traces(folder: Path) -> Iterator[Path]:
-    yield from sorted(folder.glob("*.json.gz"))
 
 
 def _ns(values: np.ndarray) -> np.ndarray:
