@@ -26,7 +26,7 @@ from advisor.profiler import (
     make_scheduler,
     save_session,
 )
-from advisor.profiler_events import RecordEvent, region
+from advisor.profiler.events import RecordEvent, region
 
 __version__ = "0.1.0"
 

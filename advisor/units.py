@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from advisor.findings import Saving
+if TYPE_CHECKING:  # a type only: figures are formatted for every stage, findings included
+    from advisor.findings import Saving
 
 __all__ = [
     "MISSING",

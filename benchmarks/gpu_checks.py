@@ -742,7 +742,7 @@ def flatten(findings: list[Any]) -> list[Any]:
 def evaluate_case(session: Any, spec: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The rules that fire on ``session`` ({rule: first finding}) and what of ``spec``
     (a case.yaml's content) the session does not meet, as tests/test_cases.py checks it."""
-    from advisor.engine import run_rules
+    from advisor.rules import run_rules
     from advisor.tables import compute_tables
 
     tables = compute_tables(session)
@@ -810,8 +810,8 @@ def session_size(folder: Path) -> int:
 
 
 def check_cases(ctx: Context) -> Result:
-    from advisor.engine import builtin_specs
     from advisor.importers import load
+    from advisor.rules import builtin_specs
 
     known_rules = {s.id for s in builtin_specs()}
     lines: list[str] = []

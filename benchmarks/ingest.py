@@ -5,7 +5,7 @@ trace of at least a million events written by benchmarks/synth.py) it runs, each
 fresh Python process so peak memory is that stage's own:
 
     baseline   json.load of the same (gunzipped) file, the cost of merely parsing it
-    advisor    advisor.importers.load + advisor.tables.compute_tables + advisor.engine.run_rules
+    advisor    advisor.importers.load + advisor.tables.compute_tables + advisor.rules.engine.run_rules
 
 and prints wall time, events per second, peak RSS above the interpreter's own, and the
 ratios advisor / baseline measured in the same run.
@@ -32,7 +32,7 @@ mode, path = sys.argv[1], sys.argv[2]
 if mode == "advisor":
     from advisor.importers import load
     from advisor.tables import compute_tables
-    from advisor.engine import run_rules
+    from advisor.rules import run_rules
 def rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 gc.collect()

@@ -53,8 +53,8 @@ def record(case: Path) -> None:
 
 
 def summarise(case: Path, spec: dict, folder: Path) -> None:
-    from advisor.engine import run_rules
     from advisor.importers import load
+    from advisor.rules import run_rules
     from advisor.tables import compute_tables
 
     session = load(folder)

@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from advisor.engine import run_rules
 from advisor.importers import load
 from advisor.reports import build_report, render_html
+from advisor.rules import run_rules
 from advisor.tables import TABLE_DOCS, compute_tables
 
 HERE = Path(__file__).resolve().parent

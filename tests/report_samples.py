@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from advisor.attribute import attribute
-from advisor.engine import run_rules
 from advisor.findings import Evidence, Finding, Saving, Severity
 from advisor.reports import build_report
+from advisor.rules import run_rules
 from advisor.session import CollectorInfo, DeviceInfo, Session, SessionMeta
+from advisor.session.attribute import attribute
 from advisor.tables import TABLE_DOCS, compute_tables
 
 MS = 1_000_000

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor.calibrate import (
+from advisor.errors import AdvisorError, UsageError
+from advisor.knowledge.calibrate import (
     Calibration,
     CalibrationError,
     DeviceCalibration,
@@ -19,7 +20,6 @@ from advisor.calibrate import (
     load_calibration,
     save_calibration,
 )
-from advisor.errors import AdvisorError, UsageError
 
 torch = pytest.importorskip("torch", reason="calibration runs torch.matmul")
 
@@ -68,7 +68,7 @@ def test_cuda_is_measured_only_where_there_is_a_gpu():
 def test_the_gpu_branch_measures_every_tensor_core_dtype_and_compares_with_the_datasheet(monkeypatch):
     # No GPU here: stand in for one whose kernels run on the CPU, to check what the GPU
     # branch measures and records (the timings themselves mean nothing).
-    import advisor.calibrate as calibrate_module
+    import advisor.knowledge.calibrate as calibrate_module
 
     fake = {
         "is_available": lambda: True, "device_count": lambda: 1, "current_device": lambda: 0,
@@ -95,7 +95,7 @@ def test_all_measures_the_cpu_and_enters_every_gpu():
 
 
 def test_the_tf32_switch_is_restored_after_a_measurement():
-    from advisor.calibrate import _tf32
+    from advisor.knowledge.calibrate import _tf32
 
     matmul = torch.backends.cuda.matmul
     attribute = "fp32_precision" if hasattr(matmul, "fp32_precision") else "allow_tf32"

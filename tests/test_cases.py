@@ -24,10 +24,10 @@ import pytest
 import yaml
 
 from advisor.cli import main
-from advisor.engine import builtin_specs, run_rules
 from advisor.findings import Finding
 from advisor.importers import load
 from advisor.reports.schema import validate_report
+from advisor.rules import builtin_specs, run_rules
 from advisor.tables import compute_tables
 
 REPO = Path(__file__).resolve().parents[1]

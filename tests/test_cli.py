@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from advisor.cli import FAIL_ON_EXIT, main
-from advisor.engine import builtin_specs
 from advisor.reports.schema import validate_report
+from advisor.rules import builtin_specs
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = REPO / "cases"

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from advisor.collect import run_script, torch_hooks
+from advisor.importers.advisor_metadata import read_trace_metadata
 
 torch = pytest.importorskip("torch")
 
@@ -32,7 +33,7 @@ DATALOADER, FORWARD, BACKWARD, OPTIMIZATION = torch_hooks.PHASE_NAMES
 class Trace:
     def __init__(self, path: Path):
         self.document = json.loads(path.read_text())
-        self.meta = torch_hooks.read_trace_metadata(self.document)
+        self.meta = read_trace_metadata(self.document)
         events = [e for e in self.document["traceEvents"] if e.get("ph") == "X"]
         self.annotations = sorted(
             (e for e in events if e.get("cat") == "user_annotation"), key=lambda e: (e["ts"], -e["dur"])

@@ -11,14 +11,14 @@ from conftest import shared_trace
 from report_samples import MS, NASTY, sample_parts, sample_session
 
 from advisor.cli import main
-from advisor.compare import Comparison, compare
-from advisor.engine import run_rules
 from advisor.importers import load
 from advisor.reports.compare_report import (
     comparison_markdown,
     comparison_text,
     render_comparison,
 )
+from advisor.reports.comparison import Comparison, compare
+from advisor.rules import run_rules
 from advisor.tables import compute_tables
 
 

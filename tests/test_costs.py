@@ -16,8 +16,14 @@ from conftest import shared_trace
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from advisor.costs import COST_COLUMNS, costed_names, costs_for_ops, kernel_costs, op_cost
-from advisor.costs._model import SCALAR_TYPES
+from advisor.knowledge.costs import (
+    COST_COLUMNS,
+    costed_names,
+    costs_for_ops,
+    kernel_costs,
+    op_cost,
+)
+from advisor.knowledge.costs._model import SCALAR_TYPES
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -689,7 +695,7 @@ def test_unknown_and_misfit_ops_have_no_cost():
 
 
 def test_costs_for_ops_costs_each_distinct_call_once(monkeypatch):
-    from advisor.costs import _registry
+    from advisor.knowledge.costs import _registry
 
     calls = []
     real = _registry.MODELS["aten::mm"]

@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from advisor import engine
-from advisor.engine import (
-    RuleContext,
-    RuleDocs,
-    RuleSpec,
-    cause_graph,
-    rank,
-    register,
-    run_rules,
-)
 from advisor.findings import Finding, Saving, Severity
+from advisor.rules import RuleContext, RuleSpec, engine, register, registry, run_rules
+from advisor.rules.engine import cause_graph, rank
+from advisor.rules.packs import RuleDocs
 from advisor.session import CollectorInfo, Session, SessionMeta, empty_events
 
 
@@ -54,7 +47,7 @@ def test_a_chain_of_causes_nests_fully():
 
 
 def test_a_failing_rule_is_reported_and_the_others_still_run(monkeypatch):
-    monkeypatch.setattr(engine, "_CHECKS", dict(engine.checks()))
+    monkeypatch.setattr(registry, "_CHECKS", dict(engine.checks()))
 
     @register("test-broken")
     def broken(ctx: RuleContext):
@@ -102,7 +95,7 @@ CONTRACT_IDS = {"dataloader-starvation", "sync-memcpy-stall", "low-gpu-utilizati
 
 
 def test_builtin_ids_are_kept_and_redirects_point_at_live_rules():
-    from advisor.rulepacks.catalog import builtin_pack
+    from advisor.rules.packs.catalog import builtin_pack
 
     pack = builtin_pack()
     live = {s.id for s in pack.rules}
@@ -126,10 +119,10 @@ def test_every_builtin_rule_without_a_condition_has_a_check_and_every_one_runs_o
 def test_a_data_rule_and_a_python_rule_share_the_cause_graph(monkeypatch):
     from advisor.importers import load
     from advisor.paths import cases_dir
-    from advisor.rulepacks.model import SavingSpec
+    from advisor.rules.packs.model import SavingSpec
     from advisor.tables import compute_tables
 
-    monkeypatch.setattr(engine, "_CHECKS", dict(engine.checks()))
+    monkeypatch.setattr(registry, "_CHECKS", dict(engine.checks()))
 
     @register("test-symptom")
     def symptom(ctx: RuleContext):

@@ -288,7 +288,7 @@ def test_field_report_names_a_missing_field(gpu_checks):
 
 
 def test_drafted_cases_name_only_rules_that_exist(gpu_checks, tmp_path):
-    from advisor.engine import builtin_specs
+    from advisor.rules import builtin_specs
 
     known = {s.id for s in builtin_specs()}
     case_keys = {"description", "command", "must", "must_not", "known_wrong", "expect"}

@@ -153,7 +153,7 @@ def test_pageable_uploads_are_told_from_pinned_ones_and_read_backs():
 
 
 def test_sync_ranges_with_spaces_in_the_call_name_still_give_their_line(tmp_path):
-    from advisor.attribute import SYNC_RANGE
+    from advisor.session.attribute import SYNC_RANGE
 
     match = SYNC_RANGE.match("advisor::sync pageable copy to device @ /w/train.py(12): main")
     assert (match["call"], match["frame"]) == ("pageable copy to device", "/w/train.py(12): main")

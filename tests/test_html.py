@@ -18,10 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from report_samples import MS, NASTY, sample_report, sample_session
 
-from advisor import intervals as iv
 from advisor.cli import main
 from advisor.importers import load
 from advisor.reports import _html, render, render_html, render_markdown
+from advisor.session import intervals as iv
 from advisor.tables import compute_tables
 from advisor.tables.timeline import IDLE_COLUMNS, PHASE_COLUMNS, per_bucket
 
@@ -320,8 +320,8 @@ def test_per_bucket_is_the_covered_time_of_each_bucket(spans, edges):
 
 def test_the_real_resnet_report_draws_every_chart():
     session = load(shared_trace("resnet50_v100_num_workers_0.pt.trace.json.gz"))
-    from advisor.engine import run_rules
     from advisor.reports import build_report
+    from advisor.rules import run_rules
     from advisor.tables import TABLE_DOCS
 
     tables = compute_tables(session)

@@ -6,14 +6,13 @@ import gzip
 
 import numpy as np
 import pytest
+from conftest import shared_trace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from advisor.errors import AdvisorError, SessionError, TraceError
 from advisor.importers import load
 from advisor.session import Session
-
-from conftest import shared_trace
 
 ALL_SHARED = [
     "resnet50_v100_num_workers_0.pt.trace.json.gz",

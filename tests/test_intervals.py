@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from advisor import intervals as iv
+from advisor.session import intervals as iv
 
 # Small coordinates so the brute-force reference (a set of covered integer points) is cheap
 # and overlaps, touching ends and empty intervals are common.

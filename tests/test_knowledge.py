@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from advisor import knowledge as kb
 from advisor.errors import AdvisorError, UsageError
-from advisor.knowledge import (
+from advisor.knowledge import hardware as kb
+from advisor.knowledge.hardware import (
     FIGURE_GROUPS,
     KnowledgeError,
     classify_kernel,

@@ -24,7 +24,7 @@ import pytest
 
 import advisor
 from advisor import ProfilerState as S
-from advisor import profiler_timer
+from advisor.profiler import timer as profiler_timer
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
@@ -483,7 +483,7 @@ def test_summary_prints_the_tables_sorted_and_in_the_unit_asked(recorded, capsys
 
 
 def test_summary_time_units_scale_the_numbers(recorded, capsys):
-    from advisor.profiler import _in_unit
+    from advisor.profiler.profiler import _in_unit
 
     prof, _ = recorded
     model = compute_tables(prof.session, ["model"])["model"]

@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-
-from advisor.engine import run_rules
-from advisor.importers import load
-from advisor.session import CollectorInfo, DeviceInfo, Session, SessionMeta, conform_events
-from advisor.tables import compute_tables
-
 from conftest import shared_trace
+
+from advisor.importers import load
+from advisor.rules import run_rules
+from advisor.session import (
+    CollectorInfo,
+    DeviceInfo,
+    Session,
+    SessionMeta,
+    conform_events,
+)
+from advisor.tables import compute_tables
 
 MS = 1_000_000
 
@@ -28,7 +33,7 @@ def _by_rule(result):
 
 def _session(rows: list[dict], *, gpu: bool, devices: list[DeviceInfo], target_gpu: str | None = None) -> Session:
     events = conform_events(pd.DataFrame(rows))
-    from advisor.attribute import attribute
+    from advisor.session.attribute import attribute
 
     meta = SessionMeta(source="test", source_format="test", collector=CollectorInfo(name="test", gpu_measured=gpu),
                        devices=devices, target_gpu=target_gpu)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-from advisor.engine import run_rules
-from advisor.importers import load
-from advisor.tables import compute_tables
-
 from conftest import shared_trace
+
+from advisor.importers import load
+from advisor.rules import run_rules
+from advisor.tables import compute_tables
 
 
 def _diagnose(name: str):

@@ -18,15 +18,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from advisor import intervals as iv
 from advisor.collect import collect_script, run_script
 from advisor.collect import sampler as sampler_module
 from advisor.collect.sampler import SAMPLE_KIND, HostSampler, HostSamples
 from advisor.importers import load
+from advisor.reports.timeline import timeline_events
 from advisor.session import Session, conform_events, insert_unrelated
+from advisor.session import intervals as iv
 from advisor.tables import compute_tables
 from advisor.tables.device import HostSampleSeries
-from advisor.timeline import timeline_events
 from tests.test_tables import MS, Trace
 
 REPO = Path(__file__).resolve().parents[1]
@@ -244,7 +244,7 @@ def test_without_torch_the_samples_are_the_session(tmp_path, monkeypatch):
 
 
 def test_samples_on_another_clock_are_left_out():
-    from advisor.collect.session import _with_samples
+    from advisor.collect.assemble import _with_samples
 
     t = Trace()
     t.step(0, 0, 100)

@@ -3,14 +3,15 @@ sessions, and every table on the shared real traces."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import SHARED_TRACES, shared_trace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from advisor.errors import UsageError
+from advisor.importers import load
 from advisor.session import (
     GPU_KINDS,
     CollectorInfo,
@@ -20,10 +21,7 @@ from advisor.session import (
     SessionMeta,
     conform_events,
 )
-from advisor.importers import load
 from advisor.tables import TABLE_DOCS, TABLES, compute_tables, table_names
-
-from conftest import SHARED_TRACES, shared_trace
 
 MS = 1_000_000
 GPU_PID = 0

@@ -11,15 +11,15 @@ from conftest import shared_trace
 from report_samples import NASTY, sample_parts, sample_session
 
 from advisor.cli import main
-from advisor.engine import run_rules
 from advisor.importers import load
-from advisor.tables import compute_tables
-from advisor.timeline import (
+from advisor.reports.timeline import (
     FINDING_CATEGORY,
     PHASE_CATEGORY,
     flatten_findings,
     write_timeline,
 )
+from advisor.rules import run_rules
+from advisor.tables import compute_tables
 
 
 def _read(path):
@@ -173,7 +173,7 @@ def test_writing_a_timeline_reports_its_progress(tmp_path):
 
 
 def test_progress_bars_only_on_a_terminal():
-    from advisor.progress import progress_bar, spinner
+    from advisor.cli.progress import progress_bar, spinner
 
     with progress_bar("reading") as update:  # pytest's stderr is no terminal
         assert update is None

@@ -1,13 +1,23 @@
-"""Collectors: turn a running program into a profile.
+"""Collectors: turn a running program into a Session.
 
-``run_script`` runs a user's script as ``python script.py args`` would, under
-torch.profiler on the host (CPU activities) with step and phase marks added by hooks, and
-returns a ``ScriptRun`` naming the exported Chrome trace.
+    script          run the user's script as ``python train.py args`` would, under the
+                    collectors, whatever way it ends (``run_script``)
+    torch_hooks     steps, phases, op shapes and host-blocking source lines, found without
+                    changing the script; torch.profiler for the host side
+    cupti           the built-in GPU collector (NVIDIA's cupti-python, ``advisor[cuda]``)
+    cupti_records   CUPTI activity records to event rows, without importing CUPTI
+    cupti_host      the host ranges and ops recorded beside the CUPTI collector
+    sampler         process and machine CPU use and RSS, sampled with psutil
+    assemble        from a run to a Session: events, samples, devices, what was not
+                    measured (``collect_script``)
+
+A new collector is a module here that records while ``run_script`` runs the script and
+hands its events to ``assemble``; it analyses nothing (tables and rules do).
 """
 
 from __future__ import annotations
 
+from advisor.collect.assemble import CollectedRun, collect_script
 from advisor.collect.script import ScriptRun, run_script
-from advisor.collect.session import CollectedRun, collect_script
 
 __all__ = ["CollectedRun", "ScriptRun", "collect_script", "run_script"]

@@ -12,14 +12,14 @@ to the host-side collector.
 How a GPU activity reaches its step, phase and op (see also advisor.collect.cupti_host):
 
 1. launch: each kernel, copy, set and sync record carries the *correlation id* of the
-   runtime or driver call that issued it; advisor.attribute links them (``launch``).
+   runtime or driver call that issued it; advisor.session.attribute links them (``launch``).
 2. op: :class:`~advisor.collect.cupti_host.OpRecorder` pushes each ATen op's id as an
    *external correlation id*; CUPTI ties every API call made inside the op to it, and the
-   rows get ``external_id``, which advisor.attribute maps to the op (``parent_op``) with
+   rows get ``external_id``, which advisor.session.attribute maps to the op (``parent_op``) with
    its input shapes and dtypes.
 3. step and phase: advisor's hooks report their ranges (``ProfilerStep#N``,
    ``advisor::Forward``...) to the collector, which records them on the host timeline;
-   advisor.attribute gives every host row the step and phase it falls in by time and
+   advisor.session.attribute gives every host row the step and phase it falls in by time and
    every GPU row those of its launching call, so work queued in step N counts in step N.
 4. source line: the hooks' ``advisor::sync <call> @ file(line): function`` ranges around
    host-blocking calls land on the same timeline; the ops inside them (and through them
@@ -62,11 +62,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advisor.attribute import attribute
 from advisor.collect import cupti_records as rec
 from advisor.collect.cupti_host import HostTimeline, OpRecorder
 from advisor.errors import UsageError
 from advisor.session import CollectorInfo, DeviceInfo, concat_events, text
+from advisor.session.attribute import attribute
 
 INSTALL_HINT = "pip install 'advisor[cuda]'"
 DEFAULT_WARMUP_STEPS = 2

@@ -78,10 +78,8 @@ from __future__ import annotations
 
 import functools
 import importlib
-import json
 import linecache
 import os
-import re
 import sys
 import tempfile
 import threading
@@ -93,7 +91,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
-from urllib.parse import unquote
+
+from advisor.importers.advisor_metadata import METADATA_KEY, trace_metadata_json
 
 DATALOADER = "advisor::Dataloader"
 FORWARD = "advisor::Forward"
@@ -101,16 +100,6 @@ BACKWARD = "advisor::Backward"
 OPTIMIZATION = "advisor::Optimization"
 PHASE_NAMES = (DATALOADER, FORWARD, BACKWARD, OPTIMIZATION)
 STEP_PREFIX = "ProfilerStep#"
-METADATA_KEY = "advisor"
-"""Top-level key of the exported Chrome trace that holds :meth:`HostCollection.metadata`;
-read it back with :func:`read_trace_metadata`."""
-
-# torch's exporter turns every backslash in trace metadata into a slash (so JSON escapes
-# such as \" come out broken), so strings go in with the characters that JSON would
-# escape, and %, percent-encoded. Non-ASCII text passes through as it is.
-_TRACE_UNSAFE = re.compile(r'[%"\\\x00-\x1f\x7f]')
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
-
 # Kineto writes these lines straight to file descriptor 2 on every profiler start and stop,
 # whatever KINETO_LOG_LEVEL says; they are noise in the user's terminal.
 _KINETO_NOISE = ("USDT:", "STAGE:")
@@ -137,43 +126,6 @@ def import_torch() -> tuple[Any, str | None]:
         reason = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
         return None, reason
     return torch, None
-
-
-def _to_trace(value: Any) -> Any:
-    if isinstance(value, str):
-        value = _SURROGATE.sub("\ufffd", value)
-        return _TRACE_UNSAFE.sub(lambda m: f"%{ord(m.group()):02X}", value)
-    if isinstance(value, dict):
-        return {_to_trace(k): _to_trace(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_to_trace(v) for v in value]
-    return value
-
-
-def _from_trace(value: Any) -> Any:
-    if isinstance(value, str):
-        return unquote(value) if "%" in value else value
-    if isinstance(value, dict):
-        return {_from_trace(k): _from_trace(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_from_trace(v) for v in value]
-    return value
-
-
-def trace_metadata_json(metadata: dict[str, Any]) -> str:
-    """``metadata`` as the JSON text handed to ``prof.add_metadata_json``."""
-    return json.dumps(_to_trace({**metadata, "strings": "percent-encoded"}), ensure_ascii=False)
-
-
-def read_trace_metadata(document: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The collector's metadata from a loaded Chrome trace's top level, strings decoded;
-    None where the trace was not written by advisor's host collector."""
-    raw = document.get(METADATA_KEY)
-    if not isinstance(raw, dict) or raw.get("collector") != "advisor-host":
-        return None
-    decoded = _from_trace(raw)
-    decoded.pop("strings", None)
-    return decoded
 
 
 def first_batch_size(batch: Any, _depth: int = 0) -> int | None:

@@ -9,7 +9,16 @@ Reports compute nothing: ``build_report`` copies what the earlier stages produce
     text = render_markdown(report)                  # for a pull-request comment
     html = render_html(report)                      # one self-contained page, charts and all
 
-The JSON Schema of the JSON report and its checks are in :mod:`advisor.reports.schema`.
+``model`` holds the Report, a pydantic model, and ``schema`` the JSON Schema the JSON
+report validates against. Besides the report formats (``_terminal``, ``_json``,
+``_markdown``, ``_html``; a new format is a module beside them and an entry in
+``_render``), this room holds
+
+    summary          the summary tables alone (`advisor summary`)
+    timeline         the session as a Chrome / Perfetto trace with the findings marked
+    comparison       two profiles set side by side (`advisor compare`): the figures of
+                     their tables and findings, before and after
+    compare_report   that comparison in words
 """
 
 from __future__ import annotations
@@ -19,7 +28,13 @@ from advisor.reports._json import render_json
 from advisor.reports._markdown import render_markdown
 from advisor.reports._render import FORMATS, render
 from advisor.reports._terminal import render_terminal, terminal_text
-from advisor.reports.model import METRIC_DEFINITIONS, Report, Table, TableColumn, build_report
+from advisor.reports.model import (
+    METRIC_DEFINITIONS,
+    Report,
+    Table,
+    TableColumn,
+    build_report,
+)
 
 __all__ = [
     "FORMATS",

@@ -10,8 +10,15 @@ from typing import Any
 
 from advisor.findings import Evidence
 from advisor.reports.model import Report, Table
-from advisor.units import MISSING, format_bytes, format_cell, format_ns, format_number, is_number
 from advisor.session import DeviceInfo
+from advisor.units import (
+    MISSING,
+    format_bytes,
+    format_cell,
+    format_ns,
+    format_number,
+    is_number,
+)
 
 # A reference is a list of (text, is_code) segments: Markdown sets the code parts in code
 # spans, the terminal prints them plain.

@@ -1,6 +1,6 @@
 """The report of `advisor compare`: a Comparison in the terminal, as Markdown or as JSON.
 
-It only words what :func:`advisor.compare.compare` worked out: before, after, the change
+It only words what :func:`advisor.reports.comparison.compare` worked out: before, after, the change
 and whether it is for the better; names from traces are escaped as in the other reports.
 """
 
@@ -14,10 +14,10 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from advisor.compare import Change, Comparison, FindingChange, RowChange
 from advisor.errors import UsageError
 from advisor.reports._markdown import md_code, md_escape
 from advisor.reports._render import write_text
+from advisor.reports.comparison import Change, Comparison, FindingChange, RowChange
 from advisor.units import MISSING, format_ms, format_ns, format_number, format_ratio
 
 __all__ = ["COMPARE_FORMATS", "comparison_markdown", "comparison_text", "render_comparison"]

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-import advisor
+from advisor._version import __version__
 from advisor.findings import Finding
 from advisor.session import DeviceInfo, Session
 
@@ -330,7 +330,7 @@ def build_report(
     """
     summary = _session_summary(session)
     return Report(
-        advisor_version=advisor.__version__,
+        advisor_version=__version__,
         generated=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         session=summary,
         findings=[Finding.model_validate(to_python(f.model_dump())) for f in findings],

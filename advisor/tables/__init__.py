@@ -12,6 +12,19 @@ carries the same plus ``notes`` (what was not measured and why).
     compute_tables(session)              -> {name: frame} for every table
     compute_tables(session, ["model"])   -> just those
     TABLES["kernel"](session)            -> one table
+
+One module per table (or pair of tables), registered with ``@table`` in ``_registry``:
+
+    device, overview, model, operator (+ operator_kernels), kernel, memory, userdefined,
+    distributed, perf        the Paddle profiler's summary tables
+    host_sync, gpu_idle      the host's waits on the GPU, and the GPU's idle time by what
+                             the host was doing (for the rules)
+    roofline, ceilings       op costs against the target's ceilings (roofline_ceilings)
+    timeline                 step_phases and gpu_timeline, for the HTML report's charts
+
+Shared work lives in private modules below them: ``_facts`` (what several tables need
+from one session, worked out once) and ``_op_costs`` (op calls and their costs). A new
+table is a module here with a ``@table`` function, imported below and named in _ORDER.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advisor import intervals as iv
-from advisor.attribute import name_matches
 from advisor.session import GPU_KINDS, PHASES, Session
+from advisor.session import intervals as iv
+from advisor.session.attribute import name_matches
 
 MODEL_PHASES = tuple(p for p in PHASES if p != "Others")
 

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 
 from advisor.tables._facts import Facts
+from advisor.tables._op_costs import per_call
 from advisor.tables._registry import table, with_notes
-from advisor.tables.roofline import per_call
 
 # Units in the per-call roofline rows that have no device ceiling to draw.
 _NO_CEILING = ("", "host-device copy")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from advisor import intervals as iv
+from advisor.session import intervals as iv
 from advisor.tables._facts import Facts
 from advisor.tables._registry import table, with_notes
 

@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from advisor.attribute import name_matches
+from advisor.session.attribute import name_matches
 from advisor.tables._facts import Facts, ancestors, coded, user_frame
 from advisor.tables._registry import table
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from advisor.knowledge import hardware as kb
+from advisor.knowledge.costs import kernel_costs
+from advisor.knowledge.roofline import MATRIX_KINDS, compute_dtype
 from advisor.tables._facts import Facts, coded, decode, most_common, stats, top_names
+from advisor.tables._op_costs import TENSOR_DTYPES, add_rates, ideal_parts, per_call
 from advisor.tables._registry import table
 
 TOP_OPS = 5
@@ -72,12 +76,7 @@ def kernel_table(f: Facts) -> pd.DataFrame | None:
 def _roofline_columns(f: Facts, kernels: pd.DataFrame, names: np.ndarray, duration: np.ndarray,
                       out: pd.DataFrame) -> None:
     """Cost-model FLOPs, bytes, ideal time and efficiency per kernel name, for kernels that
-    are the only kernel of an op with a known cost (advisor.costs.kernel_costs)."""
-    from advisor import knowledge as kb  # noqa: PLC0415
-    from advisor.costs import kernel_costs  # noqa: PLC0415
-    from advisor.roofline import MATRIX_KINDS, compute_dtype  # noqa: PLC0415
-    from advisor.tables.roofline import TENSOR_DTYPES, add_rates, ideal_parts, per_call  # noqa: PLC0415
-
+    are the only kernel of an op with a known cost (advisor.knowledge.costs.kernel_costs)."""
     for column in ("bytes", "ideal_ns", "efficiency", "achieved_flops_per_s", "achieved_bytes_per_s"):
         out[column] = np.nan
     costs = kernel_costs(kernels)

@@ -15,58 +15,16 @@ import pandas as pd
 
 from advisor.tables._facts import (
     Facts,
-    ancestors,
     coded,
     decode,
     most_common,
     stats,
     top_names,
 )
+from advisor.tables._op_costs import add_rates, op_calls, per_call
 from advisor.tables._registry import table, with_notes
 
-NESTED_SUFFIX = " (nested)"
 TOP_KERNELS = 3
-
-
-class _Calls:
-    """The window's op calls, each with a row code (name code * 2 + nested), and the
-    (call, GPU event) pairs that attribute GPU work to every call it ran inside."""
-
-    def __init__(self, f: Facts):
-        ops = f.of_kind("op")
-        self.ops = ops
-        ids = ops["id"].to_numpy()
-        top = ops["top_op"].to_numpy()
-        nested = ((top >= 0) & (top != ids)).astype(np.int64)
-        name_codes, self._labels = f.name_codes
-        # A blank name (code -1) takes the slot after the last label, which names() leaves blank.
-        self.codes = np.where(name_codes[ids] >= 0, name_codes[ids], len(self._labels)) * 2 + nested
-        # Row id -> position among the window's ops (-1: not one of them).
-        position = np.full(len(f.events), -1, dtype=np.int64)
-        position[ids] = np.arange(len(ops))
-        pair_call, pair_gpu = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-        for where, anc in ancestors(f.parents, f.gpu["parent_op"].to_numpy()):
-            call = position[anc]
-            hit = call >= 0
-            pair_call.append(call[hit])
-            pair_gpu.append(where[hit])
-        self.pair_call = np.concatenate(pair_call)
-        self.pair_gpu = np.concatenate(pair_gpu)
-
-    def names(self, codes) -> np.ndarray:
-        """Operator names for row codes."""
-        slot = np.asarray(codes) // 2
-        return decode(np.where(slot < len(self._labels), slot, -1), self._labels)
-
-    def keys(self, codes) -> np.ndarray:
-        """Row keys for row codes."""
-        codes = np.asarray(codes)
-        names = self.names(codes)
-        return np.where(codes % 2 == 1, names + NESTED_SUFFIX, names)
-
-
-def _calls(f: Facts) -> _Calls:
-    return f.memo("operator_calls", lambda: _Calls(f))
 
 
 @table(
@@ -109,7 +67,7 @@ def _calls(f: Facts) -> _Calls:
     },
 )
 def operator_table(f: Facts) -> pd.DataFrame | None:
-    calls = _calls(f)
+    calls = op_calls(f)
     ops, codes = calls.ops, calls.codes
     if not len(ops):
         return None
@@ -154,8 +112,6 @@ def operator_table(f: Facts) -> pd.DataFrame | None:
 def _roofline_columns(f: Facts, out: pd.DataFrame, keys: np.ndarray) -> None:
     """Bytes, ideal time and efficiency per operator row, from the roofline's costed calls
     (only calls whose cost is known count, each FLOP once)."""
-    from advisor.tables.roofline import add_rates, per_call  # noqa: PLC0415  (roofline imports this module)
-
     costed = per_call(f)
     for column in ("bytes", "ideal_ns", "efficiency", "achieved_flops_per_s", "achieved_bytes_per_s"):
         out[column] = np.nan
@@ -191,7 +147,7 @@ def _roofline_columns(f: Facts, out: pd.DataFrame, keys: np.ndarray) -> None:
     },
 )
 def operator_kernels_table(f: Facts) -> pd.DataFrame | None:
-    calls = _calls(f)
+    calls = op_calls(f)
     if not len(calls.pair_call):
         return None
     gpu = f.gpu

@@ -8,9 +8,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from advisor import intervals as iv
-from advisor.attribute import name_matches
 from advisor.session import PHASES
+from advisor.session import intervals as iv
+from advisor.session.attribute import name_matches
 from advisor.tables._facts import Facts, decode, stats
 from advisor.tables._registry import table, with_notes
 

@@ -1,5 +1,0 @@
-"""The code of the built-in rules, one module per rule; importing this package registers
-them with the engine. Each check reads tables through its RuleContext and returns
-findings; thresholds come from the rule's spec in rules/builtin.yaml."""
-
-from advisor.checks import host_sync, roofline, tensor_cores, utilization  # noqa: F401

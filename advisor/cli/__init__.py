@@ -1,0 +1,341 @@
+"""The `advisor` command line.
+
+    advisor diagnose TARGET [script args...]   run a script, or read a trace or saved session,
+                                                and report ranked findings
+    advisor summary TARGET [--table NAME]      print the summary tables
+    advisor rules list | show ID               the rules and their documentation
+    advisor rules validate PACK | new ID       check a rule pack; start a new rule
+    advisor timeline TARGET -o trace.json      the session as a Chrome / Perfetto trace, findings marked
+    advisor compare BEFORE AFTER               two profiles side by side: what moved, which findings went
+
+Options for advisor come before TARGET; everything after a script's path is the script's
+own (as with `python train.py args`). Bad input gets one line on stderr and a non-zero
+exit; the exit code of `diagnose SCRIPT` is the script's own, unless --fail-on trips.
+
+The commands live here and only drive the stages below (collect, tables, rules,
+reports): ``rules`` holds the `advisor rules` commands and the --rules / --config /
+--preview options, ``progress`` the progress bars.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from advisor._version import __version__
+from advisor.cli.rules import (
+    add_rule_options,
+    add_rules_parser,
+    rules_command,
+    selection_for,
+)
+from advisor.errors import AdvisorError, UsageError
+
+SEVERITIES = ("info", "low", "medium", "high", "critical")
+FAIL_ON_EXIT = 3
+
+
+def _add_collection(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steps", metavar="A:B", default=None,
+                        help="for a script on a GPU: record steps A to B-1 (A:, :B, N or all); "
+                             "default 2:7, skipping a warm-up of two steps")
+    parser.add_argument("--gpu", metavar="NAME",
+                        help="judge the profile against this GPU from the knowledge base (e.g. A100, h100-sxm); "
+                             "for a CPU run: which matrix shapes would miss its tensor cores in fp16")
+    parser.add_argument("--collector", choices=["auto", "host"], default="auto",
+                        help="for a script: 'auto' records the GPU with CUPTI where it can, 'host' "
+                             "records the host side only (torch.profiler, CPU activities)")
+
+
+def _add_target(parser: argparse.ArgumentParser, with_script_args: bool) -> None:
+    parser.add_argument("target", help="a training script (.py), a PyTorch profiler trace (.json / .json.gz) "
+                                       "or a saved session folder")
+    if with_script_args:
+        parser.add_argument("script_args", nargs=argparse.REMAINDER,
+                            help="arguments passed to the script, as python would")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error said in one line like every other bad input."""
+
+    def error(self, message: str):  # type: ignore[override]
+        # The script's own arguments are optional however argparse words it.
+        message = message.replace("target, script_args", "target")
+        self.exit(2, f"advisor: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="advisor",
+        description="Profile a deep-learning job and get ranked, evidence-backed recommendations.",
+    )
+    parser.add_argument("--version", action="version", version=f"advisor {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    diagnose = sub.add_parser("diagnose", help="run or read a profile and report ranked findings",
+                              description="Diagnose a training script, a trace or a saved session.")
+    diagnose.add_argument("--format", "-f", default="terminal", choices=["terminal", "json", "markdown", "html"],
+                          help="report format (default: terminal); html is one self-contained page with charts")
+    diagnose.add_argument("-o", "--output", type=Path, help="write the report to this file instead of stdout")
+    diagnose.add_argument("--save", type=Path, metavar="DIR",
+                          help="save the session to DIR so `advisor diagnose DIR` renders it again")
+    diagnose.add_argument("--fail-on", choices=SEVERITIES, metavar="SEVERITY",
+                          help=f"exit {FAIL_ON_EXIT} if a finding is at or above SEVERITY ({', '.join(SEVERITIES)})")
+    add_rule_options(diagnose)
+    _add_collection(diagnose)
+    _add_target(diagnose, with_script_args=True)
+
+    summary = sub.add_parser("summary", help="print the summary tables of a profile")
+    summary.add_argument("--table", "-t", action="append", metavar="NAME",
+                         help="only this table (repeatable); default: all")
+    summary.add_argument("--sort", metavar="COLUMN", help="sort rows by this column, largest first")
+    summary.add_argument("--limit", type=int, default=20, help="rows per table (default: 20; 0 for all)")
+    summary.add_argument("--format", "-f", default="terminal", choices=["terminal", "csv", "json"],
+                         help="output format (default: terminal)")
+    _add_collection(summary)
+    _add_target(summary, with_script_args=True)
+
+    calibrate = sub.add_parser("calibrate", help="measure this machine's peak matmul FLOP/s and memory bandwidth",
+                               description="Measure and store this machine's peaks, so CPU runs get a real roofline.")
+    calibrate.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or all (default: cpu)")
+    calibrate.add_argument("--seconds", type=float, default=8.0, help="time budget per device (default: 8)")
+
+    timeline = sub.add_parser("timeline", help="write the profile as a Chrome / Perfetto trace with the findings marked",
+                              description="Write the session as Chrome-trace JSON (Perfetto, chrome://tracing), "
+                                          "each finding marked on the events it cites.")
+    # Not required=True: after a trace target the options are parsed a second time (see
+    # _options_after_target), so the check is _timeline's.
+    timeline.add_argument("-o", "--output", type=Path,
+                          help="the trace file to write (.json, or .json.gz to gzip it); required")
+    add_rule_options(timeline)
+    _add_collection(timeline)
+    _add_target(timeline, with_script_args=True)
+
+    compare = sub.add_parser("compare", help="compare two profiles: step time, phases, moved rows, findings",
+                             description="Set two traces or saved sessions side by side (before and after a change).")
+    compare.add_argument("before", help="the profile before: a trace (.json / .json.gz) or a saved session folder")
+    compare.add_argument("after", help="the profile after, likewise")
+    compare.add_argument("--format", "-f", default="terminal", choices=["terminal", "json", "markdown"],
+                         help="output format (default: terminal)")
+    compare.add_argument("-o", "--output", type=Path, help="write the comparison to this file instead of stdout")
+    compare.add_argument("--top", type=int, default=10, help="moved rows shown per table (default: 10)")
+    compare.add_argument("--gpu", metavar="NAME", help="judge both profiles against this GPU from the knowledge base")
+    add_rule_options(compare)
+
+    add_rules_parser(sub)
+    return parser
+
+
+def _is_script(target: Path) -> bool:
+    return target.suffix == ".py"
+
+
+def _session_for(args: argparse.Namespace):
+    """The Session for TARGET, and the script's exit code where a script ran, judged
+    against --gpu where given."""
+    if args.gpu:
+        from advisor.knowledge.hardware import gpu_profile
+
+        profile = gpu_profile(args.gpu)  # an unknown name is a UsageError before anything runs
+    session, exit_code = _collect_or_load(args)
+    if args.gpu:
+        session.meta = session.meta.model_copy(update={"target_gpu": profile.id})
+    return session, exit_code
+
+
+def _collect_or_load(args: argparse.Namespace):
+    from advisor.importers import load
+
+    target = Path(args.target)
+    script_args = args.script_args
+    if _is_script(target):
+        from advisor.collect import collect_script
+        from advisor.collect.cupti import StepWindow
+
+        steps = StepWindow.parse(args.steps) if args.steps is not None else "default"
+        run = collect_script(target, script_args, gpu=args.collector == "auto", steps=steps)
+        return run.session, run.exit_code
+    if args.steps is not None:
+        raise UsageError("--steps chooses the steps a script records; a trace or session is read whole")
+    if script_args:
+        raise UsageError(f"arguments after {target} are only for scripts, and {target} is not a .py script")
+    from advisor.cli.progress import progress_bar
+
+    with progress_bar(f"Reading {target.name}", unit="bytes") as update:
+        return load(target, progress=update), None
+
+
+def _diagnose(args: argparse.Namespace) -> int:
+    from advisor.cli.progress import progress_bar
+    from advisor.reports import build_report, render
+    from advisor.tables import TABLE_DOCS
+
+    # Rules and configuration first: a bad pack or config stops before a script runs.
+    chosen, config = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
+    session, exit_code = _session_for(args)
+    if args.save:
+        session.save(args.save)
+        print(f"advisor: session saved to {args.save}", file=sys.stderr)
+    tables, result = _analyse(session, chosen)
+    report = build_report(session, tables, result.findings, table_docs=TABLE_DOCS)
+    with progress_bar("Rendering the report", show=None if args.format == "html" else False) as update:
+        render(report, args.format, args.output, progress=update)
+    if args.output:
+        print(f"advisor: report written to {args.output}", file=sys.stderr)
+    fail_on = args.fail_on or (config.fail_on.value if config.fail_on else None)
+    if fail_on:
+        threshold = SEVERITIES.index(fail_on)
+
+        def worst(findings) -> int:
+            return max([SEVERITIES.index(f.severity.value) for f in findings]
+                       + [worst(f.explains) for f in findings] + [-1])
+
+        if worst(result.findings) >= threshold:
+            asked = "--fail-on" if args.fail_on else f"fail_on in {config.source}"
+            print(f"advisor: findings at or above '{fail_on}': failing as asked by {asked}", file=sys.stderr)
+            return FAIL_ON_EXIT
+    return exit_code if exit_code is not None else 0
+
+
+def _analyse(session, chosen):
+    """The summary tables of ``session`` and the chosen rules' result; rule errors to stderr."""
+    from advisor.cli.progress import spinner
+    from advisor.rules import run_rules
+    from advisor.tables import compute_tables
+
+    with spinner("Computing the tables and running the rules"):
+        tables = compute_tables(session)
+        result = run_rules(session, tables, chosen.specs, disabled=chosen.disabled, enabled=chosen.enabled,
+                           preview=chosen.preview)
+    for error in result.errors:
+        print(f"advisor: {error}", file=sys.stderr)
+    return tables, result
+
+
+def _timeline(args: argparse.Namespace) -> int:
+    from advisor.cli.progress import progress_bar
+    from advisor.reports.timeline import write_timeline
+
+    if args.output is None:
+        raise UsageError("timeline needs -o PATH: the trace file to write (.json, or .json.gz to gzip it)")
+    chosen, _ = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
+    session, exit_code = _session_for(args)
+    _, result = _analyse(session, chosen)
+    with progress_bar("Writing the timeline", unit="events") as update:
+        path = write_timeline(session, result.findings, args.output, progress=update)
+    print(f"advisor: timeline written to {path}; open it in ui.perfetto.dev or chrome://tracing", file=sys.stderr)
+    return exit_code if exit_code is not None else 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from advisor.reports.compare_report import render_comparison
+    from advisor.reports.comparison import compare
+
+    if args.top < 1:
+        raise UsageError("--top must be at least 1")
+    chosen, _ = selection_for(args)
+    sides = []
+    for target in (args.before, args.after):
+        if _is_script(Path(target)):
+            raise UsageError(f"compare reads traces and saved sessions, and {target} is a script: "
+                             f"run `advisor diagnose --save DIR {target}` first and compare DIR")
+        one = argparse.Namespace(**{**vars(args), "target": target, "script_args": [], "steps": None})
+        session, _ = _session_for(one)
+        tables, result = _analyse(session, chosen)
+        sides.append((session, tables, result.findings))
+    render_comparison(compare(sides[0], sides[1], top=args.top), args.format, args.output)
+    if args.output:
+        print(f"advisor: comparison written to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from advisor.reports.summary import render_tables
+    from advisor.tables import TABLE_DOCS, compute_tables
+
+    session, exit_code = _session_for(args)
+    tables = compute_tables(session, names=args.table)
+    text = render_tables(tables, table_docs=TABLE_DOCS, sort=args.sort, limit=args.limit, fmt=args.format)
+    if text is not None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return exit_code if exit_code is not None else 0
+
+
+def _rules(args: argparse.Namespace) -> int:
+    return rules_command(args)
+
+
+def _options_after_target(parser: argparse.ArgumentParser, argv: list[str],
+                          args: argparse.Namespace) -> argparse.Namespace:
+    """For a trace or session target, words after it are advisor's own options
+    (`advisor diagnose trace.json --format json`); only a script takes arguments."""
+    if getattr(args, "target", None) is None:
+        return args
+    if _is_script(Path(args.target)):
+        # argparse drops a "--" that follows the script; python would pass it on.
+        p = len(argv) - len(args.script_args) - 1
+        if 1 <= p < len(argv) and argv[p] == "--" and argv[p - 1] == args.target:
+            args.script_args = ["--", *args.script_args]
+        return args
+    if not args.script_args:
+        return args
+    position = len(argv) - len(args.script_args) - 1
+    if position < 0 or argv[position] != args.target:
+        return args
+    reordered = argv[:position] + argv[position + 1:] + ["--", args.target]
+    again = parser.parse_args(reordered)
+    if again.target != args.target:  # a bare word after it took its place: not an option, so an error
+        return args
+    if again.script_args:  # argparse keeps the "--" separator in a REMAINDER
+        again.script_args = [a for a in again.script_args if a != "--"]
+    return again
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from advisor.knowledge.calibrate import (
+        calibrate,
+        format_calibration,
+        save_calibration,
+    )
+
+    result = calibrate(args.device, seconds=args.seconds)
+    path = save_calibration(result)
+    print(format_calibration(result, path))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _options_after_target(parser, argv, parser.parse_args(argv))
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        if args.command == "diagnose":
+            return _diagnose(args)
+        if args.command == "summary":
+            return _summary(args)
+        if args.command == "rules":
+            return _rules(args)
+        if args.command == "calibrate":
+            return _calibrate(args)
+        if args.command == "timeline":
+            return _timeline(args)
+        if args.command == "compare":
+            return _compare(args)
+    except AdvisorError as exc:
+        print(f"advisor: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("advisor: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

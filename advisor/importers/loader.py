@@ -1,0 +1,127 @@
+"""Turn a path a user gives into a Session: a saved session folder or a trace file.
+
+``load(path)`` is the one entry point; it decides by what the path is, not by its name,
+so a trace without the usual suffix still loads and a stray file gets one clear line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from advisor.errors import SessionError, TraceError
+from advisor.importers.advisor_metadata import read_trace_metadata
+from advisor.importers.kineto import events_from_raw, open_trace, read_events
+from advisor.session import (
+    CollectorInfo,
+    DeviceInfo,
+    DistributedInfo,
+    Session,
+    SessionMeta,
+    is_session_dir,
+    text,
+)
+from advisor.session.attribute import attribute
+
+__all__ = ["load", "load_kineto"]
+
+
+def load(path: str | Path, *, progress: Callable[[int, int], None] | None = None) -> Session:
+    """A saved session folder or a PyTorch profiler / Kineto trace, as a Session.
+    ``progress(done, total)`` hears of the bytes of a trace read so far."""
+    target = Path(path)
+    if not target.exists():
+        raise TraceError(f"{target}: no such file or directory")
+    if target.is_dir():
+        if is_session_dir(target):
+            return Session.load(target)
+        raise SessionError(f"{target} is a directory but not an advisor session (it has no session.json)")
+    return load_kineto(target, progress=progress)
+
+
+def _device(record: dict[str, Any]) -> DeviceInfo:
+    major, minor = record.get("computeMajor"), record.get("computeMinor")
+    return DeviceInfo(
+        id=int(record.get("id", 0)),
+        kind="gpu",
+        name=str(record.get("name", "")),
+        compute_capability=f"{major}.{minor}" if major is not None else None,
+        sm_count=record.get("numSms"),
+        total_memory_bytes=record.get("totalGlobalMem"),
+        properties=record,
+    )
+
+
+def _advisor_metadata(metadata: dict[str, Any]) -> dict[str, Any] | None:
+    """What advisor's own host collector wrote into the trace (strings decoded), if it did."""
+    if "advisor" not in metadata:
+        return None
+    return read_trace_metadata(metadata)
+
+
+def _without_partial_steps(raw, facts: dict[str, Any] | None):
+    """Drop the step ranges advisor's collector marked partial (a warm-up call, a step cut
+    off by the end of the run or a break): their events then belong to no step, so
+    per-step figures are not skewed by a half step."""
+    partial = (facts or {}).get("partial_steps") or []
+    if not partial:
+        return raw
+    names = {f"ProfilerStep#{n}" for n in partial}
+    return raw[~raw["name"].astype(str).isin(names)].reset_index(drop=True)
+
+
+def load_kineto(path: Path, *, progress: Callable[[int, int], None] | None = None) -> Session:
+    """Read a Kineto Chrome trace (plain or gzipped JSON) into a Session."""
+    stream = open_trace(path)
+    try:
+        raw, metadata, process_names = read_events(stream, path, progress=progress)
+    finally:
+        stream.close()
+    collector_facts = _advisor_metadata(metadata)
+    raw = _without_partial_steps(raw, collector_facts)
+    events = attribute(events_from_raw(raw), sync_ranges_only=collector_facts is not None)
+
+    gpu_ids = sorted(set(events.loc[events["device"] >= 0, "device"].astype(int)))
+    records = {int(d.get("id", -1)): d for d in metadata.get("deviceProperties") or [] if isinstance(d, dict)}
+    devices = [DeviceInfo(id=-1, kind="cpu", name="host CPU (as recorded in the trace)")]
+    for gpu in gpu_ids:
+        devices.append(_device(records[gpu]) if gpu in records else DeviceInfo(id=gpu, kind="gpu", name=f"GPU {gpu}"))
+
+    distributed = None
+    info = metadata.get("distributedInfo")
+    if isinstance(info, dict) and info:
+        distributed = DistributedInfo(
+            backend=str(info.get("backend", "")),
+            rank=int(info.get("rank", 0) or 0),
+            world_size=int(info.get("world_size", 1) or 1),
+            raw=info,
+        )
+    notes = []
+    if not gpu_ids:
+        notes.append("GPU not measured: the trace holds no GPU activity (kernels, copies, sets).")
+    skipped = metadata.pop("_skipped_events", 0)
+    kept = {k: v for k, v in metadata.items() if k not in ("deviceProperties", "distributedInfo", "traceEvents")}
+    if collector_facts is not None:
+        kept["advisor"] = collector_facts
+    kept["skipped_events"] = skipped
+    kept["process_names"] = process_names
+    base = metadata.get("baseTimeNanoseconds")
+    meta = SessionMeta(
+        source=str(path),
+        source_format="kineto",
+        collector=CollectorInfo(
+            name="kineto-import",
+            version=str(metadata.get("schemaVersion", "")),
+            activities=sorted(set(text(events["kind"]))),
+            gpu_measured=bool(gpu_ids),
+            notes=notes,
+        ),
+        devices=devices,
+        distributed=distributed,
+        base_time_ns=int(base) if isinstance(base, (int, float)) else 0,
+        trace_metadata=kept,
+    )
+    return Session(meta, events)
+
+

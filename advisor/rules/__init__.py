@@ -1,0 +1,55 @@
+"""Rules: what turns the summary tables into findings.
+
+    engine      runs the chosen rules over the tables, ranks the findings and nests each
+                symptom under the cause that explains it (a networkx cause graph)
+    registry    the Python checks by rule id, and RuleContext: what a check may read
+    checks/     the built-in Python checks, one module per family of rules
+    packs/      rules as data: the YAML pack format, its validation, data-rule
+                evaluation, the built-in pack (rules/builtin.yaml), plugins and config
+
+A new built-in rule is an entry in rules/builtin.yaml and, unless its condition is data,
+a check in checks/ registered under its id. Rules read tables (and the knowledge base),
+never files, collectors or reports.
+
+A user's test of their own pack needs only::
+
+    from advisor.rules import load_pack, run_rules
+    run_rules(session, tables, load_pack("rules/team.yaml").rules)
+
+and a Python rule from another package::
+
+    from advisor.rules import RuleContext, register
+
+    @register("my-rule")
+    def my_rule(ctx: RuleContext) -> list: ...
+"""
+
+from __future__ import annotations
+
+from advisor._lazy import lazy_exports
+
+_EXPORTS = {
+    "EngineResult": "engine",
+    "builtin_specs": "engine",
+    "run_rules": "engine",
+    "Check": "registry",
+    "RuleContext": "registry",
+    "register": "registry",
+    "load_pack": "packs",
+    "RulePack": "packs",
+    "RuleSpec": "packs",
+}
+
+__all__ = [
+    "Check",
+    "EngineResult",
+    "RuleContext",
+    "RulePack",
+    "RuleSpec",
+    "builtin_specs",
+    "load_pack",
+    "register",
+    "run_rules",
+]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

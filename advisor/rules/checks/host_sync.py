@@ -1,0 +1,115 @@
+"""sync-memcpy-stall: host calls that wait for the GPU, with the lines that make them."""
+
+from __future__ import annotations
+
+import re
+
+from advisor.findings import Evidence, Finding
+from advisor.rules.checks.common import (
+    ms,
+    pct,
+    row_evidence,
+    saving,
+    severity_by_share,
+    value,
+)
+from advisor.rules.registry import RuleContext, register
+
+_SOURCE = re.compile(r"^(?P<file>.+):(?P<line>\d+)(?: (?P<function>.+))?$")
+
+
+def _source_evidence(source: str, name: str, calls: int) -> Evidence | None:
+    match = _SOURCE.match(source or "")
+    if not match:
+        return None
+    return Evidence(
+        kind="source_line",
+        file=match["file"],
+        line=int(match["line"]),
+        function=match["function"],
+        name=name,
+        note=f"{name} called here {calls} times",
+    )
+
+
+@register("sync-memcpy-stall")
+def check(ctx: RuleContext) -> list[Finding]:
+    table = ctx.table("host_sync")
+    if table is None or not len(table):
+        return []
+    steps = max(ctx.step_count, 1)
+    in_loop = table[table["calls"] / steps >= ctx.threshold("min_calls_per_step")] if ctx.step_count else table
+    if not len(in_loop):
+        return []
+    # Without steps the whole window is the one "step" every figure is per.
+    in_loop = in_loop.assign(per_step_ns=in_loop["host_total_ns"] / steps)
+    blocked_per_step = float(in_loop["per_step_ns"].sum())
+    share = blocked_per_step / ctx.mean_step_ns if ctx.mean_step_ns else 0.0
+    if share < ctx.threshold("min_share"):
+        return []
+    in_loop = in_loop.sort_values("per_step_ns", ascending=False)
+    evidence: list[Evidence] = []
+    lines = []
+    for key, row in in_loop.head(8).iterrows():
+        ev = row_evidence("host_sync", in_loop, key, "per_step_ns", str(row.get("reason", "")))
+        if ev:
+            evidence.append(ev)
+        src = _source_evidence(str(row.get("source", "")), str(row.get("name", key)), int(row["calls"]))
+        if src:
+            evidence.append(src)
+        where = f" at {row['source']}" if row.get("source") else ""
+        lines.append(f"{row.get('name', key)} ({row.get('reason', '')}){where}: "
+                      f"{row['calls'] / steps:.1f}/step, {ms(row['per_step_ns'])}/step")
+    for event_id in (in_loop.iloc[0].get("example_event_ids") or [])[:3]:
+        evidence.append(Evidence(kind="event", event_id=int(event_id), name=str(in_loop.iloc[0].get("name", ""))))
+
+    gpu_idle = ctx.table("gpu_idle")
+    idle_blocked = value(gpu_idle, "blocking sync", "idle_ns")
+    idle_blocked = idle_blocked / steps if idle_blocked is not None else None
+    if ctx.gpu_measured and idle_blocked is not None:
+        ns = min(float(idle_blocked), blocked_per_step) if blocked_per_step else float(idle_blocked)
+        basis = "GPU idle time while the host was blocked in these calls, per step"
+        ev = row_evidence("gpu_idle", gpu_idle, "blocking sync", "idle_ns", "GPU idle while the host is blocked")
+        if ev:
+            evidence.append(ev)
+    else:
+        ns = blocked_per_step
+        basis = ("host time inside these calls, per step; no GPU was measured, and on a GPU each "
+                 "call would also wait for all queued work")
+    message = (
+        f"{int(in_loop['calls'].sum())} host-blocking calls "
+        + (f"in {ctx.step_count} steps " if ctx.step_count else "in the window (no steps found) ")
+        + 
+f"cost {ms(blocked_per_step)} per step ({pct(share)} of the step): " + "; ".join(lines) + "."
+    )
+    reasons = set(in_loop.get("reason", []))
+    advice = []
+    if any("host" in str(r) for r in reasons):
+        advice.append("keep values on the device (loss.detach(), accumulate on the GPU) and read them "
+                      "every N steps instead of calling .item()/.cpu()/.tolist() each step")
+    if any("pageable" in str(r) for r in reasons):
+        advice.append("copy from pinned memory (DataLoader(pin_memory=True) or tensor.pin_memory()) with "
+                      ".to(device, non_blocking=True)")
+    if any("synchronous copy" in str(r) for r in reasons):
+        advice.append("use cudaMemcpyAsync / non_blocking copies on a side stream")
+    if any("synchronize" in str(r) for r in reasons):
+        advice.append("drop explicit torch.cuda.synchronize() / event.synchronize() from the loop (keep them "
+                      "only around timing code)")
+    recommendation = ("Remove the waits from the training loop: " + "; ".join(advice) + "."
+                      if advice else "Remove the waits from the training loop.")
+    estimate = saving(ctx, ns, basis)
+    return [
+        Finding(
+            rule=ctx.spec.id,
+            title=ctx.spec.title,
+            # Severity follows what a fix would save, not how long the host waited: a wait
+            # for work the GPU is busy with anyway costs little.
+            severity=severity_by_share(ctx, estimate.share_of_step),
+            confidence=0.8 if ctx.gpu_measured else 0.6,
+            saving=estimate,
+            message=message,
+            recommendation=recommendation,
+            evidence=evidence,
+            metrics={"blocked_ns_per_step": blocked_per_step, "blocked_share": share},
+        )
+    ]

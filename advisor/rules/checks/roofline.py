@@ -1,0 +1,76 @@
+"""below-roofline: ops far below their ideal time on the target device (Roofline Summary)."""
+
+from __future__ import annotations
+
+from advisor.findings import Evidence, Finding
+from advisor.rules.checks.common import ms, pct, saving, severity_by_share
+from advisor.rules.registry import RuleContext, register
+
+ADVICE = {
+    "gemm": "GEMMs below their roofline: use bf16/fp16 autocast (or TF32 for fp32), keep M/N/K "
+            "multiples of 8 (see tensor-core-misalignment), and larger batches so tiles fill the GPU",
+    "conv": "convolutions below their roofline: channels_last memory format with autocast, "
+            "channel counts that are multiples of 8, and torch.backends.cudnn.benchmark = True",
+    "attention": "attention below its roofline: use F.scaled_dot_product_attention with the flash or "
+                 "memory-efficient backend (bf16/fp16, head dim a multiple of 8)",
+    "elementwise": "memory-bound elementwise ops: fuse them (torch.compile) so data is read once",
+    "reduction": "reductions and softmax: fuse with their neighbours (torch.compile) or use fused kernels",
+    "norm": "normalisations: use fused implementations (apex/torch fused LayerNorm, torch.compile)",
+    "copy": "copies and dtype conversions: avoid .contiguous()/.to(dtype) round trips in the hot path",
+    "embedding": "embedding lookups: keep tables in the compute dtype and batch the lookups",
+}
+
+
+@register("below-roofline")
+def check(ctx: RuleContext) -> list[Finding]:
+    table = ctx.table("roofline")
+    if table is None or not len(table) or "measured_ns" not in table.columns:
+        return []
+    target_efficiency = ctx.threshold("target_efficiency")
+    rows = table[table["measured_ns"].notna() & table["ideal_ns"].notna() & (table["ideal_ns"] > 0)
+                 & (table["measured_ns"] > 0)]
+    rows = rows[rows["efficiency"] < target_efficiency]
+    if not len(rows):
+        return []
+    steps = max(ctx.step_count, 1)
+    # What a fix could give back: down to the time a well-tuned op takes (ideal / target
+    # efficiency), not down to the ideal itself, which no real kernel reaches.
+    recoverable = (rows["measured_ns"] - rows["ideal_ns"] / target_efficiency).clip(lower=0)
+    rows = rows.assign(recoverable_ns=recoverable).sort_values("recoverable_ns", ascending=False)
+    per_step = float(rows["recoverable_ns"].sum()) / steps
+    share = per_step / ctx.mean_step_ns if ctx.mean_step_ns else 0.0
+    if per_step / 1e6 < ctx.threshold("min_saving_ms") or share < ctx.threshold("min_share"):
+        return []
+    listed = rows.head(int(ctx.threshold("max_listed")))
+    target = str(listed["target"].iloc[0])
+    lines = [
+        f"{row['name']} {row['input_dims']} ({row['dtype']}, {row['bound']}-bound on {row['unit']}): "
+        f"{pct(row['efficiency'])} of ideal, {ms(row['measured_ns'] / steps)}/step for an ideal "
+        f"{ms(row['ideal_ns'] / steps)}"
+        for _, row in listed.iterrows()
+    ]
+    evidence = [
+        Evidence(kind="table_row", table="roofline", row=str(key), column="efficiency", value=float(row["efficiency"]),
+                 note=f"{row['name']}: ideal {ms(row['ideal_ns'] / steps)}, measured {ms(row['measured_ns'] / steps)} per step")
+        for key, row in listed.iterrows()
+    ]
+    kinds = list(dict.fromkeys(listed["kind"]))
+    advice = [ADVICE[k] for k in kinds if k in ADVICE][:3]
+    return [
+        Finding(
+            rule=ctx.spec.id,
+            title=ctx.spec.title,
+            severity=severity_by_share(ctx, share),
+            confidence=0.6,
+            saving=saving(ctx, per_step, f"time above {pct(target_efficiency)} of the roofline on {target}, "
+                                         "the efficiency a well-tuned kernel reaches"),
+            message=(f"{len(rows)} op shapes run below {pct(target_efficiency)} of their roofline on {target}; "
+                     f"the ones losing most time: " + "; ".join(lines) + "."),
+            recommendation=("Bring the slowest ops closer to the hardware: " + "; ".join(advice) + "."
+                            if advice else "Profile the listed ops' kernels and look for better implementations."),
+            evidence=evidence,
+            metrics={"recoverable_ns_per_step": per_step, "op_shapes": int(len(rows)),
+                     "worst": [{"key": str(k), "efficiency": float(r["efficiency"])} for k, r in listed.iterrows()]},
+        )
+    ]
+

@@ -1,0 +1,190 @@
+"""The rule engine: run the rules over the tables and turn what they return into ranked
+findings with symptoms nested under their causes.
+
+A rule is a spec in a YAML pack (id, title, severity, thresholds, which rules' symptoms it
+explains, documentation; the format is :mod:`advisor.rules.packs`). A *data rule* carries its
+own condition, evaluated over one table by :mod:`advisor.rules.packs.evaluate`; any other rule
+is a check function registered under the same id with :func:`register` (the built-in ones
+in advisor.rules.checks, third-party ones in packages loaded through the ``advisor.rules`` entry
+point). Checks read tables only, through a RuleContext. A rule that fails is reported and
+skipped; the others still run.
+
+Which rules run: every spec given, except those ``disabled``, preview rules unless
+``preview`` is on or they are ``enabled``, deprecated rules unless ``enabled``, and rules
+whose ``requires`` (steps, a measured GPU) the session does not meet.
+
+The cause graph is a networkx DiGraph with an edge cause -> symptom for each
+``explains`` entry. When both ends fire, the symptom is nested under its cause instead of
+being ranked beside it; roots are ranked by estimated saving per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+import pandas as pd
+
+import advisor.rules.checks  # noqa: F401  (importing the built-in checks registers them)
+from advisor.findings import Finding
+from advisor.rules.packs.catalog import builtin_pack
+from advisor.rules.packs.evaluate import run_data_rule
+from advisor.rules.packs.model import Lifecycle, Requirement, RuleSpec
+from advisor.rules.registry import Check, RuleContext, registered
+from advisor.session import Session
+
+__all__ = [
+    "EXPLAINS_MIN_SHARE",
+    "EngineResult",
+    "builtin_specs",
+    "cause_graph",
+    "checks",
+    "rank",
+    "run_rules",
+    "session_facts",
+]
+
+
+def checks() -> dict[str, Check]:
+    """The registered Python checks by rule id: the built-in ones, and those of plugins
+    loaded so far."""
+    return registered()
+
+
+def builtin_specs() -> list[RuleSpec]:
+    """The built-in rules (rules/builtin.yaml)."""
+    return list(builtin_pack().rules)
+
+
+@dataclass
+class EngineResult:
+    findings: list[Finding]
+    errors: list[str]
+    ran: list[str]
+    # Rules given but not run, with why (disabled, preview, deprecated, needs steps...).
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def session_facts(session: Session, tables: dict[str, pd.DataFrame]) -> dict[str, Any]:
+    """Step count, mean step time and window length, from the tables where they exist."""
+    start, end = session.window()
+    window_ns = max(end - start, 0)
+    model = tables.get("model")
+    step_count = 0
+    mean_step_ns = float(window_ns)
+    if model is not None and "ProfileStep" in model.index:
+        row = model.loc["ProfileStep"]
+        step_count = int(row.get("calls", 0) or 0)
+        if step_count and pd.notna(row.get("cpu_avg_ns")):
+            mean_step_ns = float(row["cpu_avg_ns"])
+    return {"step_count": step_count, "mean_step_ns": mean_step_ns, "window_ns": window_ns}
+
+
+# A cause's saving must be at least this share of its symptom's for the symptom to be
+# nested under it rather than ranked on its own.
+EXPLAINS_MIN_SHARE = 0.25
+
+
+def cause_graph(specs: list[RuleSpec]) -> nx.DiGraph:
+    graph = nx.DiGraph()
+    for spec in specs:
+        graph.add_node(spec.id)
+        for symptom in spec.explains:
+            graph.add_edge(spec.id, symptom)
+    return graph
+
+
+def rank(findings: list[Finding], graph: nx.DiGraph) -> list[Finding]:
+    """Nest symptoms under their fired causes, then rank the roots by saving."""
+    fired = {f.rule for f in findings}
+    roots: list[Finding] = []
+    by_rule: dict[str, list[Finding]] = {}
+    for finding in findings:
+        by_rule.setdefault(finding.rule, []).append(finding)
+    nested: set[int] = set()
+    # A symptom goes under the fired cause with the largest saving; causes are visited
+    # in topological order so a chain cause -> cause -> symptom nests fully.
+    order = list(nx.topological_sort(graph)) if nx.is_directed_acyclic_graph(graph) else list(graph.nodes)
+    for rule_id in reversed(order):
+        causes = [c for c in graph.predecessors(rule_id) if c in fired] if rule_id in graph else []
+        if not causes or rule_id not in by_rule:
+            continue
+        best = max((f for c in causes for f in by_rule[c]), key=lambda f: f.saving.ms_per_step)
+        for symptom in by_rule[rule_id]:
+            # A cause explains a symptom only where it accounts for a real part of it: a
+            # 26 us sync does not explain 170 ms of GPU idle time, and nesting it there
+            # would hide the larger problem under the smaller.
+            if best.saving.ms_per_step < EXPLAINS_MIN_SHARE * symptom.saving.ms_per_step:
+                continue
+            best.explains.append(symptom)
+            nested.add(id(symptom))
+    for finding in findings:
+        if id(finding) not in nested:
+            roots.append(finding)
+
+    def key(f: Finding) -> tuple[float, int]:
+        return (-f.saving.ms_per_step, -f.severity.rank)
+
+    for finding in findings:
+        finding.explains.sort(key=key)
+    return sorted(roots, key=key)
+
+
+def _why_not(spec: RuleSpec, disabled: set[str], enabled: set[str], preview: bool,
+             facts: dict[str, Any], gpu_measured: bool) -> str | None:
+    """Why ``spec`` does not run on this session, or None where it runs."""
+    if spec.id in disabled:
+        return "disabled"
+    if spec.lifecycle is Lifecycle.preview and not (preview or spec.id in enabled):
+        return "a preview rule (run it with --preview, or enable it)"
+    if spec.lifecycle is Lifecycle.deprecated and spec.id not in enabled:
+        return "deprecated (enable it to run it still)"
+    if Requirement.steps in spec.requires and not facts["step_count"]:
+        return "needs steps, and the profile has none"
+    if Requirement.gpu in spec.requires and not gpu_measured:
+        return "needs a measured GPU"
+    return None
+
+
+def run_rules(session: Session, tables: dict[str, pd.DataFrame], specs: list[RuleSpec] | None = None,
+              *, disabled: set[str] | None = None, enabled: set[str] | None = None,
+              preview: bool = False) -> EngineResult:
+    """Run the rules (the built-in ones by default) that are not ``disabled`` and whose
+    lifecycle and requirements allow; a rule that fails is reported and skipped."""
+    specs = builtin_specs() if specs is None else specs
+    disabled = disabled or set()
+    enabled = enabled or set()
+    registry = checks()
+    facts = session_facts(session, tables)
+    gpu_measured = session.meta.collector.gpu_measured
+    findings: list[Finding] = []
+    errors: list[str] = []
+    ran: list[str] = []
+    skipped: dict[str, str] = {}
+    for spec in specs:
+        reason = _why_not(spec, disabled, enabled, preview, facts, gpu_measured)
+        if reason:
+            skipped[spec.id] = reason
+            continue
+        check = run_data_rule if spec.is_data_rule else registry.get(spec.id)
+        if check is None:
+            errors.append(f"rule {spec.id}: no check is registered for it")
+            continue
+        context = RuleContext(
+            tables=tables,
+            spec=spec,
+            step_count=facts["step_count"],
+            mean_step_ns=facts["mean_step_ns"],
+            window_ns=facts["window_ns"],
+            gpu_measured=gpu_measured,
+            facts=facts,
+        )
+        try:
+            produced = check(context)
+        except Exception as exc:  # noqa: BLE001  (a broken rule must not take the others down)
+            errors.append(f"rule {spec.id} failed and was skipped: {type(exc).__name__}: {exc}")
+            continue
+        ran.append(spec.id)
+        findings.extend(produced)
+    return EngineResult(findings=rank(findings, cause_graph(specs)), errors=errors, ran=ran, skipped=skipped)

@@ -1,0 +1,64 @@
+"""The registry of Python checks, and what a check may read.
+
+A rule is a spec in a YAML pack (:mod:`advisor.rules.packs`); a rule without a condition
+of its own is evaluated by the check function registered under its id:
+
+    from advisor.rules import RuleContext, register
+
+    @register("my-rule")
+    def my_rule(ctx: RuleContext) -> list[Finding]: ...
+
+The built-in checks (:mod:`advisor.rules.checks`) and those of plugins register here;
+the engine looks them up here. This module imports neither, so both can import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from advisor.findings import Finding
+from advisor.rules.packs.model import RuleSpec
+
+__all__ = ["Check", "RuleContext", "register", "registered"]
+
+
+@dataclass
+class RuleContext:
+    """What a check may read: the tables, a few facts about the session, its spec."""
+
+    tables: dict[str, pd.DataFrame]
+    spec: RuleSpec
+    step_count: int
+    mean_step_ns: float
+    window_ns: int
+    gpu_measured: bool
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def threshold(self, name: str) -> float:
+        return float(self.spec.thresholds[name])
+
+    def table(self, name: str) -> pd.DataFrame:
+        return self.tables.get(name, pd.DataFrame())
+
+
+Check = Callable[[RuleContext], list[Finding]]
+_CHECKS: dict[str, Check] = {}
+
+
+def register(rule_id: str) -> Callable[[Check], Check]:
+    """Decorator: register the check that evaluates rule ``rule_id``."""
+
+    def wrap(func: Check) -> Check:
+        _CHECKS[rule_id] = func
+        return func
+
+    return wrap
+
+
+def registered() -> dict[str, Check]:
+    """The checks registered so far, by rule id."""
+    return dict(_CHECKS)

@@ -1,0 +1,364 @@
+"""The Session: one profile, whatever collected it, as pandas frames plus metadata.
+
+Every collector and importer produces a Session and everything downstream (tables, rules,
+reports) reads only a Session. The events frame has one schema for all sources, given by
+``EVENT_COLUMNS``; a source that lacks a field leaves it at its missing value.
+
+Times are integer nanoseconds (``start_ns``, ``end_ns``) on the source's own clock;
+``meta.base_time_ns`` says where that clock's zero is where the source knows it. They are
+never rounded to a coarser unit: a 0.4 us kernel stays 400 ns long.
+
+Event kinds (``kind`` column), in the user's words:
+
+    op              a framework operator (aten::conv2d, autograd::engine::...)
+    python          a Python function frame (with_stack traces)
+    annotation      a user range on the host (record_function, NVTX)
+    gpu_annotation  a user range projected onto a GPU stream
+    runtime         a CUDA runtime API call (cudaLaunchKernel, cudaMemcpy...)
+    driver          a CUDA driver API call (cuLaunchKernel...)
+    kernel          a GPU kernel
+    memcpy          a GPU copy
+    memset          a GPU memory set
+    sync            a synchronisation record (the GPU side of a cudaStreamSynchronize...)
+    step            one training/inference step (ProfilerStep#N or advisor's own)
+    phase           a phase range (Dataloader, Forward, Backward, Optimization)
+    sample          a host sample over the interval [start_ns, end_ns): ``value`` the
+                    process's CPU use in cores (its children included), ``system_value``
+                    the machine's CPU use 0..1, ``bytes`` the process's largest RSS read
+                    (advisor.collect.sampler). Samples relate to no other row; they
+                    measure the window but do not make it.
+
+Relations between rows are row ids (the ``id`` column, equal to the row's position):
+``parent_op`` is the innermost op around a host event or the op that launched a GPU event,
+``top_op`` the outermost one, ``launch`` the runtime/driver call that launched a GPU event.
+-1 means none.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, Field
+
+from advisor.errors import SessionError
+
+__all__ = [
+    "CollectorInfo",
+    "DeviceInfo",
+    "DistributedInfo",
+    "EVENTS_FILE",
+    "EVENT_COLUMNS",
+    "GPU_KINDS",
+    "KINDS",
+    "META_FILE",
+    "PHASES",
+    "RELATION_COLUMNS",
+    "SESSION_FORMAT",
+    "Session",
+    "SessionMeta",
+    "concat_events",
+    "conform_events",
+    "empty_events",
+    "insert_unrelated",
+    "is_session_dir",
+    "text",
+]
+
+SESSION_FORMAT = "advisor-session/1"
+META_FILE = "session.json"
+EVENTS_FILE = "events.parquet"
+
+KINDS = (
+    "op",
+    "python",
+    "annotation",
+    "gpu_annotation",
+    "runtime",
+    "driver",
+    "kernel",
+    "memcpy",
+    "memset",
+    "sync",
+    "step",
+    "phase",
+    "sample",
+)
+GPU_KINDS = ("kernel", "memcpy", "memset")
+PHASES = ("Dataloader", "Forward", "Backward", "Optimization", "Others")
+
+# name -> (dtype, missing value). Strings are categoricals: names repeat a great deal and
+# interning them is what keeps a million-event session small.
+EVENT_COLUMNS: dict[str, tuple[str, Any]] = {
+    "id": ("int64", -1),
+    "name": ("category", ""),
+    "kind": ("category", ""),
+    "category": ("category", ""),  # the source's own category spelling
+    "start_ns": ("int64", 0),
+    "end_ns": ("int64", 0),
+    "pid": ("int64", -1),
+    "tid": ("int64", -1),
+    "device": ("int64", -1),  # GPU ordinal; -1 for host events
+    "stream": ("int64", -1),
+    "correlation": ("int64", -1),
+    "external_id": ("int64", -1),
+    "launch": ("int64", -1),
+    "parent_op": ("int64", -1),
+    "top_op": ("int64", -1),
+    "step": ("int64", -1),
+    "phase": ("category", ""),
+    "input_dims": ("category", ""),  # JSON text, as recorded
+    "input_types": ("category", ""),
+    "input_strides": ("category", ""),
+    "concrete_inputs": ("category", ""),  # scalar arguments as recorded (stride, padding...)
+    "call_stack": ("category", ""),  # "file(line): function;..." innermost first, as Kineto writes it
+    "bytes": ("int64", -1),
+    "copy_kind": ("category", ""),  # HtoD, DtoH, DtoD, HtoH, PtoP
+    "src_memory": ("category", ""),  # Pageable, Pinned, Device, Managed
+    "dst_memory": ("category", ""),
+    "grid": ("category", ""),
+    "block": ("category", ""),
+    "registers": ("int64", -1),
+    "shared_memory": ("int64", -1),
+    "flops": ("float64", np.nan),
+    "value": ("float64", np.nan),  # sample rows: the process's CPU use over the interval, in cores
+    "system_value": ("float64", np.nan),  # sample rows: the machine's CPU use over the interval, 0..1
+}
+RELATION_COLUMNS = ("launch", "parent_op", "top_op")  # columns holding row ids
+
+
+def empty_events() -> pd.DataFrame:
+    """An events frame with no rows and the full schema."""
+    return conform_events(pd.DataFrame({c: [] for c in EVENT_COLUMNS}))
+
+
+def conform_events(frame: pd.DataFrame) -> pd.DataFrame:
+    """Give ``frame`` exactly the schema's columns, dtypes and missing values.
+
+    Missing columns are added, extra ones dropped; ``id`` is reset to the row position.
+    """
+    out = {}
+    n = len(frame)
+    for column, (dtype, missing) in EVENT_COLUMNS.items():
+        if column in frame.columns:
+            values = frame[column]
+            if dtype == "category":
+                values = _as_text_category(values, missing)
+            elif dtype == "float64":
+                values = pd.to_numeric(values, errors="coerce").astype("float64")
+            else:
+                values = pd.to_numeric(values, errors="coerce").fillna(missing).astype(dtype)
+            out[column] = values.to_numpy() if dtype != "category" else values.array
+        else:
+            if dtype == "category":
+                out[column] = pd.Categorical([missing] * n)
+            else:
+                out[column] = np.full(n, missing, dtype=dtype)
+    result = pd.DataFrame(out)
+    result["id"] = np.arange(n, dtype="int64")
+    return result
+
+
+def text(column: pd.Series) -> np.ndarray:
+    """A categorical column as a numpy object array of str, built per category (fast)
+    rather than per row (``astype(str)`` on a million rows takes seconds)."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        column = column.astype("category")
+    categories = np.asarray([str(c) for c in column.cat.categories] + [""], dtype=object)
+    codes = column.cat.codes.to_numpy()
+    return categories[np.where(codes >= 0, codes, len(categories) - 1)]
+
+
+def concat_events(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Stack conformed event frames, keeping categorical columns categorical (a plain
+    pd.concat turns categoricals with different categories into slow object columns)."""
+    from pandas.api.types import union_categoricals
+
+    frames = [conform_events(f) for f in frames]
+    out = {}
+    for column, (dtype, _missing) in EVENT_COLUMNS.items():
+        parts = [f[column] for f in frames]
+        if dtype == "category":
+            out[column] = union_categoricals([p.array for p in parts])
+        else:
+            out[column] = np.concatenate([p.to_numpy() for p in parts])
+    return conform_events(pd.DataFrame(out))
+
+
+def insert_unrelated(events: pd.DataFrame, extra: pd.DataFrame) -> pd.DataFrame:
+    """``events`` (attributed: rows by start, outer first on ties) with the rows of
+    ``extra``, which point at no other row (host samples), placed in start order; the
+    relation columns are renumbered to the rows' new positions, so attribution need not
+    run again."""
+    if not len(extra):
+        return events
+    extra = conform_events(extra)
+    for column in RELATION_COLUMNS:
+        extra[column] = -1
+    combined = concat_events([events, extra])
+    # A stable sort: rows already in order keep their order among themselves.
+    order = np.lexsort((-combined["end_ns"].to_numpy(), combined["start_ns"].to_numpy()))
+    position = np.empty(len(order), dtype="int64")
+    position[order] = np.arange(len(order), dtype="int64")
+    out = combined.take(order).reset_index(drop=True)
+    for column in RELATION_COLUMNS:
+        ids = out[column].to_numpy(copy=True)
+        linked = ids >= 0
+        ids[linked] = position[ids[linked]]
+        out[column] = ids
+    out["id"] = np.arange(len(out), dtype="int64")
+    return out
+
+
+def _as_text_category(values: pd.Series, missing: str) -> pd.Series:
+    """A categorical of strings with ``missing`` for absent values. Categoricals of
+    strings pass through untouched: converting a million rows row by row is what made
+    this slow, and most frames reaching here are already in shape."""
+    if isinstance(values.dtype, pd.CategoricalDtype) and (
+        len(values.cat.categories) == 0 or all(isinstance(c, str) for c in values.cat.categories[:50])
+    ):
+        if values.isna().any():
+            if missing not in values.cat.categories:
+                values = values.cat.add_categories([missing])
+            values = values.fillna(missing)
+        return values
+    values = values.astype("object").where(values.notna(), missing)
+    return values.astype(str).astype("category")
+
+
+class DeviceInfo(BaseModel):
+    """A device the session ran on, with what is known of it."""
+
+    id: int = Field(description="Device ordinal as the trace numbers it; -1 for the host CPU.")
+    kind: str = Field(description="'gpu' or 'cpu'.")
+    name: str = ""
+    compute_capability: str | None = None
+    sm_count: int | None = None
+    total_memory_bytes: int | None = None
+    memory_bandwidth_gbps: float | None = Field(default=None, description="Peak, where known.")
+    clock_mhz: float | None = None
+    l2_bytes: int | None = None
+    peak_flops: dict[str, float] = Field(
+        default_factory=dict, description="Peak FLOP/s by dtype (fp32, bf16...), where measured (advisor calibrate)."
+    )
+    properties: dict[str, Any] = Field(default_factory=dict, description="The source's raw record.")
+
+
+class CollectorInfo(BaseModel):
+    """What produced the session and what it could not measure."""
+
+    name: str = Field(description="e.g. 'kineto-import', 'host' (torch.profiler CPU), 'cupti'.")
+    version: str = ""
+    activities: list[str] = Field(default_factory=list)
+    gpu_measured: bool = False
+    dropped_records: int = 0
+    overhead_ns: int = 0
+    notes: list[str] = Field(default_factory=list, description="One line each: what was not measured and why.")
+
+
+class DistributedInfo(BaseModel):
+    backend: str = ""
+    rank: int = 0
+    world_size: int = 1
+    raw: dict[str, Any] = Field(default_factory=dict)
+
+
+class SessionMeta(BaseModel):
+    """Everything about a session that is not an event."""
+
+    format: str = SESSION_FORMAT
+    source: str = Field(description="The trace file or script the session came from.")
+    source_format: str = Field(description="'kineto' (PyTorch profiler JSON), 'script', ...")
+    created: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    command: list[str] | None = Field(default=None, description="The script and its arguments, where one ran.")
+    exit_code: int | None = Field(default=None, description="The script's own exit code, where one ran.")
+    script_error: str | None = Field(default=None, description="How the script ended, if not normally.")
+    collector: CollectorInfo
+    devices: list[DeviceInfo] = Field(default_factory=list)
+    distributed: DistributedInfo | None = None
+    base_time_ns: int = 0
+    target_gpu: str | None = Field(
+        default=None, description="Knowledge-base id of the GPU to judge the session against (--gpu), if not its own."
+    )
+    trace_metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Session:
+    """A profile: ``meta`` plus the ``events`` frame (see EVENT_COLUMNS)."""
+
+    def __init__(self, meta: SessionMeta, events: pd.DataFrame):
+        self.meta = meta
+        self.events = events
+
+    def __repr__(self) -> str:
+        return f"Session(source={self.meta.source!r}, events={len(self.events)})"
+
+    # -- derived facts every table needs -------------------------------------------------
+
+    def steps(self) -> pd.DataFrame:
+        """One row per step: step number, start_ns, end_ns (ordered by start)."""
+        ev = self.events
+        steps = ev[ev["kind"] == "step"]
+        out = steps[["step", "start_ns", "end_ns", "name"]].sort_values("start_ns")
+        return out.reset_index(drop=True)
+
+    def window(self) -> tuple[int, int]:
+        """The profiled window (DESIGN.md): first step start to last step end; without
+        steps, first event start to last event end. Host samples cover the whole run,
+        start-up included, so they count only where there is nothing else."""
+        steps = self.steps()
+        if len(steps):
+            return int(steps["start_ns"].min()), int(steps["end_ns"].max())
+        ev = self.events
+        if not len(ev):
+            return 0, 0
+        start, end = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
+        measured = (ev["kind"] != "sample").to_numpy()
+        if measured.any():
+            start, end = start[measured], end[measured]
+        return int(start.min()), int(end.max())
+
+    def gpu_devices(self) -> list[DeviceInfo]:
+        return [d for d in self.meta.devices if d.kind == "gpu"]
+
+    # -- persistence ---------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        """Write the session as a folder: session.json (metadata) + events.parquet."""
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.events.to_parquet(folder / EVENTS_FILE, index=False)
+        (folder / META_FILE).write_text(self.meta.model_dump_json(indent=2))
+        return folder
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Session":
+        folder = Path(path)
+        meta_path = folder / META_FILE
+        if not folder.is_dir() or not meta_path.is_file():
+            raise SessionError(f"{folder} is not an advisor session (no {META_FILE} in it)")
+        try:
+            raw = json.loads(meta_path.read_text())
+        except (OSError, ValueError) as exc:
+            raise SessionError(f"{meta_path} is damaged: {exc}") from None
+        if not isinstance(raw, dict) or raw.get("format") != SESSION_FORMAT:
+            raise SessionError(f"{folder} is not an advisor session of format {SESSION_FORMAT}")
+        try:
+            meta = SessionMeta.model_validate(raw)
+        except ValueError as exc:
+            first = str(exc).splitlines()[0]
+            raise SessionError(f"{meta_path} is damaged: {first}") from None
+        events_path = folder / EVENTS_FILE
+        try:
+            events = pd.read_parquet(events_path)
+        except Exception as exc:  # pyarrow raises several unrelated types here
+            raise SessionError(f"{events_path} cannot be read: {exc}") from None
+        return cls(meta, conform_events(events))
+
+
+def is_session_dir(path: str | Path) -> bool:
+    return (Path(path) / META_FILE).is_file()

@@ -1,0 +1,157 @@
+"""The house: one package per stage of the flow, imports that run one way, a public
+surface that says what it exports, and a docstring on every module.
+
+    collect / importers -> session -> tables -> rules -> findings -> reports
+
+The import contracts live in pyproject.toml ([tool.importlinter]) and are checked here
+with import-linter, so `lint-imports` on the command line and the test suite agree.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import types
+from pathlib import Path
+
+import pytest
+
+import advisor
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "advisor"
+
+# The rooms of the house, in the order of the flow, and the few modules every room may
+# use. A new top-level module has to be one of these, or go into a room.
+ROOMS = ("collect", "importers", "session", "knowledge", "tables", "rules", "reports", "profiler", "doctor", "cli")
+FOUNDATIONS = ("__init__", "__main__", "_lazy", "_version", "errors", "findings", "paths", "units")
+
+# Packages whose __all__ is their public surface (httpx's habit: it lists exactly what the
+# package makes public, and every name in it resolves).
+PUBLIC = ("advisor", "advisor.session", "advisor.importers", "advisor.collect", "advisor.knowledge",
+          "advisor.knowledge.costs", "advisor.tables", "advisor.rules", "advisor.rules.packs", "advisor.reports",
+          "advisor.profiler")
+
+
+def _module_files() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+# -- the import contracts -------------------------------------------------------------------
+
+
+def test_the_stages_import_only_downstream(capsys):
+    from importlinter.cli import lint_imports
+
+    code = lint_imports(config_filename=str(REPO / "pyproject.toml"), no_cache=True, no_logo=True)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "0 broken" in out and "BROKEN" not in out, out
+
+
+def test_the_contracts_name_every_room():
+    """A room the contracts do not mention could import anything."""
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers = next(c for c in config["contracts"] if c["type"] == "layers")["layers"]
+    named = {part.strip() for layer in layers for part in layer.split("|")}
+    for room in ROOMS:
+        if (PACKAGE / room).is_dir():
+            assert f"advisor.{room}" in named, room
+    for module in FOUNDATIONS[2:]:
+        assert f"advisor.{module}" in named, module
+
+
+# -- the layout -----------------------------------------------------------------------------
+
+
+def test_the_top_level_is_rooms_and_foundations():
+    loose = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in FOUNDATIONS)
+    assert not loose, f"modules outside a room: {loose}; put each in the room of its stage"
+    rooms = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    assert set(rooms) <= set(ROOMS), set(rooms) - set(ROOMS)
+
+
+@pytest.mark.parametrize("path", _module_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_module_says_what_it_is_for(path):
+    # Read, not imported: advisor/__main__.py runs the command line when imported.
+    doc = (ast.get_docstring(ast.parse(path.read_text())) or "").strip()
+    assert len(doc) >= 40, f"{path.relative_to(REPO)} has no docstring saying what it is for"
+
+
+@pytest.mark.parametrize("room", [r for r in ROOMS if (PACKAGE / r).is_dir()])
+def test_every_room_lists_its_modules(room):
+    """A room's docstring names each of its public modules and subpackages, so a newcomer
+    reads the room from one place."""
+    package = importlib.import_module(f"advisor.{room}")
+    doc = package.__doc__ or ""
+    for info in pkgutil.iter_modules(package.__path__):
+        if not info.name.startswith("_"):
+            assert info.name in doc, f"advisor.{room}'s docstring does not mention {info.name}"
+
+
+# -- the public surface ---------------------------------------------------------------------
+
+
+def _names_in_init(name: str) -> tuple[set[str], set[str]]:
+    """What a package's __init__ makes public, and what it may export: its top-level
+    definitions and the names it imports from its own public modules are public; names
+    imported from its private modules (``_registry``) are helpers unless it exports them."""
+    module = importlib.import_module(name)
+    tree = ast.parse(Path(module.__file__).read_text())
+    public: set[str] = set()
+    private: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            public.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            public.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(f"{name}."):
+            hidden = any(part.startswith("_") for part in node.module[len(name) + 1:].split("."))
+            (private if hidden else public).update(a.asname or a.name for a in node.names)
+    keep = {"__version__"}
+    return ({n for n in public if not n.startswith("_") or n in keep},
+            {n for n in private if not n.startswith("_") or n in keep})
+
+
+def _isort_order(name: str) -> tuple[int, str]:
+    """CONSTANTS, then Classes, then functions, each alphabetical (ruff's RUF022 order)."""
+    return (0 if name.isupper() else 1 if name[:1].isupper() else 2, name)
+
+
+@pytest.mark.parametrize("name", PUBLIC)
+def test_all_is_the_public_surface(name):
+    module = importlib.import_module(name)
+    exported = list(module.__all__)
+    assert len(exported) == len(set(exported)), f"{name}.__all__ repeats a name"
+    assert exported == sorted(exported, key=_isort_order), f"{name}.__all__ is not sorted"
+    for item in exported:
+        value = getattr(module, item)  # lazy exports resolve here
+        assert not isinstance(value, types.ModuleType), f"{name}.{item} is a module"
+    lazy = getattr(module, "_EXPORTS", None)
+    if lazy is not None:
+        assert set(exported) == set(lazy), f"{name}: __all__ and its lazy exports differ"
+    else:
+        public, helpers = _names_in_init(name)
+        assert public <= set(exported), f"{name}: public but not in __all__: {sorted(public - set(exported))}"
+        unknown = set(exported) - public - helpers
+        assert not unknown, f"{name}: in __all__ but neither defined nor imported: {sorted(unknown)}"
+
+
+def test_star_import_gives_exactly_the_public_surface():
+    namespace: dict = {}
+    exec("from advisor import *", namespace)
+    assert set(namespace) - {"__builtins__"} == set(advisor.__all__)
+
+
+def test_the_version_is_one_figure():
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert "version" in project.get("dynamic", []), "the version lives in advisor/_version.py only"
+    from advisor.reports.model import __version__ as reported
+
+    assert reported == advisor.__version__
