@@ -25,8 +25,8 @@ exporting, reading back and attributing the events).
     python benchmarks/collector_overhead.py                      # every row this machine can run
     python benchmarks/collector_overhead.py --window 3:23 --repeat 3 --json out.json
 
-The same file is the loop itself (``collector_overhead.py loop ...``), which
-benchmarks/gpu_checks.py also runs.
+The loop is advisor.doctor.loop (``python -m advisor.doctor.loop --help``), the one
+`advisor doctor --gpu-checks` runs.
 """
 
 from __future__ import annotations
@@ -40,128 +40,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from advisor.doctor import loop
+
 HERE = Path(__file__).resolve()
 REPO = HERE.parent.parent
-MARK = "collector_overhead:"  # prefix of the JSON lines children print
+MARK = "collector_overhead:"  # prefix of the JSON line the collector child prints
+LOOP = Path(loop.__file__)
 ROWS = ("plain", "host", "torch.profiler", "cupti")
 GPU_ROWS = ("torch.profiler", "cupti")
-
-
-# -- the loop ---------------------------------------------------------------------------------
-
-
-def parse_window(text: str) -> tuple[int, int]:
-    """``A:B`` -> (A, B): steps A to B-1, with 1 <= A < B (step 0 is never recorded:
-    torch.profiler needs a warm-up step before its window)."""
-    try:
-        start_text, stop_text = text.split(":")
-        start, stop = int(start_text), int(stop_text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected A:B, e.g. 3:23") from None
-    if start < 1 or stop <= start:
-        raise argparse.ArgumentTypeError(f"{text!r}: need 1 <= A < B")
-    return start, stop
-
-
-def loop_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="collector_overhead.py loop",
-                                     description="The benchmark's training loop; prints its step times as JSON.")
-    parser.add_argument("--steps", type=int, default=25, help="training steps in all")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="intra-op threads")
-    parser.add_argument("--no-sync", action="store_true",
-                        help="do not synchronise with the GPU at the end of each step")
-    parser.add_argument("--torch-profiler", type=parse_window, metavar="A:B", default=None,
-                        help="record steps A..B-1 with torch.profiler (CPU and CUDA activities); the "
-                             "profiler stays on for step B, which absorbs its flush")
-    parser.add_argument("--trace", type=Path, default=None,
-                        help="with --torch-profiler: export the Chrome trace here")
-    return parser
-
-
-def build_model(nn):
-    """A small CNN for 3x32x32 images (about 30 kernels forward and backward)."""
-    return nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1),
-        nn.BatchNorm2d(32),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1),
-        nn.BatchNorm2d(64),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(64, 128, 3, padding=1),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(128, 10),
-    )
-
-
-def run_loop(argv: list[str]) -> int:
-    args = loop_parser().parse_args(argv)
-    import torch
-    from torch import nn
-    from torch.utils.data import DataLoader, TensorDataset
-
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    cuda = device.type == "cuda"
-    torch.manual_seed(args.seed)
-    torch.set_num_threads(args.threads)
-    samples = args.steps * args.batch_size
-    images = torch.randn(samples, 3, 32, 32)
-    labels = torch.randint(0, 10, (samples,))
-    loader = DataLoader(TensorDataset(images, labels), batch_size=args.batch_size, shuffle=True,
-                        generator=torch.Generator().manual_seed(args.seed), pin_memory=cuda)
-    model = build_model(nn).to(device)
-    loss_fn = nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-
-    profiler = None
-    if args.torch_profiler is not None:
-        start, stop = args.torch_profiler
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if cuda:
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        trace = args.trace
-
-        def on_ready(prof) -> None:
-            if trace is not None:
-                prof.export_chrome_trace(str(trace))
-
-        # Steps 0..start-2 wait, start-1 warms up, start..stop are recorded: one step past
-        # the window, so the flush at the end of the last recorded step lands outside it.
-        profiler = torch.profiler.profile(
-            activities=activities,
-            record_shapes=True,
-            schedule=torch.profiler.schedule(wait=start - 1, warmup=1, active=stop - start + 1, repeat=1),
-            on_trace_ready=on_ready,
-        )
-        profiler.start()
-
-    times: list[float] = []
-    model.train()
-    last = time.perf_counter()
-    for batch_images, batch_labels in loader:
-        batch_images = batch_images.to(device, non_blocking=True)
-        batch_labels = batch_labels.to(device, non_blocking=True)
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(batch_images), batch_labels)
-        loss.backward()
-        optimizer.step()
-        if cuda and not args.no_sync:
-            torch.cuda.synchronize()
-        if profiler is not None:
-            profiler.step()
-        now = time.perf_counter()
-        times.append(now - last)
-        last = now
-    if profiler is not None:
-        profiler.stop()
-    print(MARK + json.dumps({"what": "steps", "device": str(device), "step_s": times}), flush=True)
-    return 0
 
 
 # -- the children -------------------------------------------------------------------------------
@@ -206,18 +92,22 @@ class Row:
 
 
 def child_command(row: str, loop_args: list[str], window: tuple[int, int]) -> list[str]:
-    loop = [str(HERE), "loop", *loop_args]
     if row == "plain":
-        return [sys.executable, *loop]
+        return [sys.executable, "-m", "advisor.doctor.loop", *loop_args]
     if row == "torch.profiler":
-        return [sys.executable, *loop, "--torch-profiler", f"{window[0]}:{window[1]}"]
+        return [sys.executable, "-m", "advisor.doctor.loop", *loop_args, "--torch-profiler", f"{window[0]}:{window[1]}"]
     gpu = "gpu" if row == "cupti" else "host"
-    return [sys.executable, "-c", _COLLECT_CHILD, MARK, str(HERE), gpu, str(window[0]), str(window[1]), "loop",
-            *loop_args]
+    return [sys.executable, "-c", _COLLECT_CHILD, MARK, str(LOOP), gpu, str(window[0]), str(window[1]), *loop_args]
 
 
 def read_marked(stdout: str) -> list[dict]:
-    return [json.loads(line[len(MARK):]) for line in stdout.splitlines() if line.startswith(MARK)]
+    """The JSON lines of the loop and of the collector child."""
+    out = []
+    for line in stdout.splitlines():
+        for mark in (MARK, loop.MARK):
+            if line.startswith(mark):
+                out.append(json.loads(line[len(mark):]))
+    return out
 
 
 def measure(row: Row, loop_args: list[str], window: tuple[int, int], timeout_s: float) -> None:
@@ -273,8 +163,8 @@ def render(rows: list[Row], window: tuple[int, int], device: str) -> str:
 
 def bench_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     epilog="`collector_overhead.py loop --help` describes the loop itself.")
-    parser.add_argument("--window", type=parse_window, default=(3, 23), metavar="A:B",
+                                     epilog="`python -m advisor.doctor.loop --help` describes the loop itself.")
+    parser.add_argument("--window", type=loop.parse_window, default=(3, 23), metavar="A:B",
                         help="the steps measured (and recorded by torch.profiler and CUPTI): A to B-1 (default 3:23)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
@@ -296,8 +186,6 @@ def cuda_available() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["loop"]:
-        return run_loop(argv[1:])
     parser = bench_parser()
     args = parser.parse_args(argv)
     wanted = [r.strip() for r in args.rows.split(",") if r.strip()]

@@ -31,7 +31,7 @@ FOUNDATIONS = ("__init__", "__main__", "_lazy", "_version", "errors", "findings"
 # package makes public, and every name in it resolves).
 PUBLIC = ("advisor", "advisor.session", "advisor.importers", "advisor.collect", "advisor.knowledge",
           "advisor.knowledge.costs", "advisor.tables", "advisor.rules", "advisor.rules.packs", "advisor.reports",
-          "advisor.profiler")
+          "advisor.profiler", "advisor.doctor")
 
 
 def _module_files() -> list[Path]:

@@ -15,9 +15,11 @@ comes out of case.yaml.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import math
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -195,7 +197,7 @@ def test_cpu_cases_leave_the_gpu_unmeasured(name):
 
 @pytest.mark.parametrize("name", [n for n in CASE_NAMES if n.startswith("gpu_")] or
                          [pytest.param("", marks=pytest.mark.skip(reason="no GPU cases recorded yet: "
-                                                                           "benchmarks/gpu_checks.py records them on a GPU"))])
+                                                                           "cases/draft_gpu_cases.py records them on a GPU"))])
 def test_gpu_cases_measured_the_gpu(name):
     session = evaluated(name)[0]
     assert session.meta.collector.gpu_measured is True
@@ -219,3 +221,97 @@ def test_diagnose_of_the_saved_session_is_a_valid_report(name, tmp_path, capsys)
     assert sorted(rules(report["findings"])) == sorted(f.rule for f in evaluated(name)[2])
     assert report["session"]["steps"]["count"] == evaluated(name)[1]["model"].loc["ProfileStep", "calls"]
     assert set(report["tables"]) >= {"model", "perf", "host_sync"}
+
+# -- drafting the GPU cases (cases/draft_gpu_cases.py) ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def drafting():
+    """cases/draft_gpu_cases.py as a module, without running its main()."""
+    path = CASES_DIR / "draft_gpu_cases.py"
+    spec = importlib.util.spec_from_file_location("_draft_gpu_cases", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_drafted_cases_name_only_rules_that_exist(drafting, tmp_path):
+    from advisor.rules import builtin_specs
+
+    known = {s.id for s in builtin_specs()}
+    case_keys = {"description", "command", "must", "must_not", "known_wrong", "expect"}
+    for spec in drafting.CASES:
+        content, comments = drafting.draft_case(spec, known)
+        assert set(content) <= case_keys
+        assert set(content["must"]) | set(content["must_not"]) <= known
+        assert not set(content["must"]) & set(content["must_not"])
+        for rule in set(spec.must) | set(spec.must_not):
+            assert rule in known or any(rule in c for c in comments), (spec.name, rule)
+        for expectation in content.get("expect", []):
+            assert str(expectation["why"]).strip()
+            assert "finding" not in expectation or expectation["finding"] in content["must"]
+        assert content["command"].startswith(f"advisor diagnose --save cases/{spec.name}/session ")
+        assert (REPO / spec.script).is_file()
+        path = tmp_path / f"{spec.name}.yaml"
+        drafting.write_case_yaml(path, content, ["a comment " * 20, *comments])
+        assert yaml.safe_load(path.read_text()) == content
+        assert all(len(line) <= 100 for line in path.read_text().splitlines() if line.startswith("#"))
+
+
+def test_drafted_source_lines_point_at_the_lines_that_wait(drafting):
+    spec = next(s for s in drafting.CASES if s.name == "gpu_host_sync")
+    content, _ = drafting.draft_case(spec, {"sync-memcpy-stall", "dataloader-starvation"})
+    lines = (REPO / "examples" / "host_sync.py").read_text().splitlines()
+    pointed = [int(e["source_line"].rsplit(":", 1)[1]) for e in content["expect"]]
+    assert [lines[n - 1].split("#")[0].strip() for n in pointed] == [
+        "running_loss += loss.item()",
+        "predictions = logits.argmax(dim=1).cpu()",
+        "correct += int((predictions == batch_labels.cpu()).sum())",
+    ]
+    pageable = next(s for s in drafting.CASES if s.name == "gpu_pageable_copies")
+    content, _ = drafting.draft_case(pageable, {"sync-memcpy-stall", "dataloader-starvation"})
+    copy_lines = (REPO / "examples" / "pageable_copies.py").read_text().splitlines()
+    pointed = [int(e["source_line"].rsplit(":", 1)[1]) for e in content["expect"] if "source_line" in e]
+    assert [copy_lines[n - 1].split("#")[0].strip() for n in pointed] == [
+        "images = images.to(device)", "labels = labels.to(device)"]
+
+
+def test_evaluate_case_checks_a_recorded_case_as_the_case_tests_do(drafting):
+    from advisor.importers import load
+
+    folder = REPO / "cases" / "cpu_host_sync"
+    session = load(folder / "session")
+    spec = yaml.safe_load((folder / "case.yaml").read_text())
+    fired, problems = drafting.evaluate_case(session, spec)
+    assert "sync-memcpy-stall" in fired and problems == []
+    wrong = {"must": ["dataloader-starvation"], "must_not": ["sync-memcpy-stall"], "expect": [
+        {"table": "model", "row": "Dataloader", "column": "cpu_ratio", "at_least": 0.9, "why": "."},
+        {"finding": "sync-memcpy-stall", "source_line": "examples/host_sync.py:1", "why": "."}]}
+    _, problems = drafting.evaluate_case(session, wrong)
+    assert len(problems) == 4, problems
+
+
+def test_the_bundle_holds_the_drafted_cases(drafting, tmp_path):
+    import tarfile
+
+    bundle = tmp_path / "b" / "cases.tar.gz"
+    drafting.write_bundle(bundle, ["cpu_host_sync"])
+    with tarfile.open(bundle) as archive:
+        names = set(archive.getnames())
+    assert {"cases/cpu_host_sync/case.yaml", "cases/cpu_host_sync/session/session.json"} <= names
+
+
+def test_drafting_without_a_gpu_says_so_in_one_line(drafting, capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the cases would be recorded")
+    assert drafting.main([]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--dry-run" in err[0]
+
+
+def test_drafting_dry_run_lists_the_recordings(drafting, capsys):
+    assert drafting.main(["--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "-m advisor diagnose --save cases/gpu_odd_gemm/session" in out

@@ -7,6 +7,7 @@
     advisor rules validate PACK | new ID       check a rule pack; start a new rule
     advisor timeline TARGET -o trace.json      the session as a Chrome / Perfetto trace, findings marked
     advisor compare BEFORE AFTER               two profiles side by side: what moved, which findings went
+    advisor doctor [--gpu-checks]              can this machine collect; does the collector work on its GPU
 
 Options for advisor come before TARGET; everything after a script's path is the script's
 own (as with `python train.py args`). Bad input gets one line on stderr and a non-zero
@@ -14,7 +15,7 @@ exit; the exit code of `diagnose SCRIPT` is the script's own, unless --fail-on t
 
 The commands live here and only drive the stages below (collect, tables, rules,
 reports): ``rules`` holds the `advisor rules` commands and the --rules / --config /
---preview options, ``progress`` the progress bars.
+--preview options, ``doctor`` `advisor doctor`, ``progress`` the progress bars.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import sys
 from pathlib import Path
 
 from advisor._version import __version__
+from advisor.cli.doctor import add_doctor_parser, doctor_command
 from advisor.cli.rules import (
     add_rule_options,
     add_rules_parser,
@@ -124,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_rule_options(compare)
 
     add_rules_parser(sub)
+    add_doctor_parser(sub)
     return parser
 
 
@@ -325,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
             return _timeline(args)
         if args.command == "compare":
             return _compare(args)
+        if args.command == "doctor":
+            return doctor_command(args)
     except AdvisorError as exc:
         print(f"advisor: {exc}", file=sys.stderr)
         return exc.exit_code
