@@ -2,6 +2,8 @@
 
 - Each new example runs plainly on a CPU and exits 0 (the scripts run concurrently, in
   subprocesses, to keep the file quick).
+- The scripts written as users write them (tokenize_dataset, in_memory_loop, augment_loop,
+  spawn_train) also run their fixes and print the step time they measured themselves.
 - odd_gemm's GEMM sizes miss multiples of 8 and aligned_gemm's are the same sizes
   rounded up to them, read from the models the scripts build.
 - benchmarks/collector_overhead.py runs its CPU rows and says the GPU rows need a GPU.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +45,15 @@ RUNS = {
     "odd_gemm": ["odd_gemm.py", "--steps", "2"],
     "aligned_gemm": ["aligned_gemm.py", "--steps", "2"],
     "small_batch": ["small_batch.py", "--steps", "2"],
+    # scripts as users write them; three steps, so each times one step after its two warm-up steps
+    "tokenize_dataset": ["tokenize_dataset.py", "--steps", "3", "--num-workers", "1"],
+    "in_memory_loop": ["in_memory_loop.py", "--steps", "3"],
+    "in_memory_loop_batched": ["in_memory_loop.py", "--steps", "3", "--batched"],
+    "augment_loop": ["augment_loop.py", "--steps", "3"],
+    "augment_loop_vectorized": ["augment_loop.py", "--steps", "3", "--vectorized"],
+    "spawn_train_gloo": ["spawn_train.py", "--steps", "3", "--gloo"],
 }
+USERS_SCRIPTS = ["tokenize_dataset.py", "in_memory_loop.py", "augment_loop.py", "spawn_train.py"]
 
 
 OVERHEAD = "collector_overhead"
@@ -73,10 +84,14 @@ def test_example_runs_on_cpu(example_runs, name):
     done = example_runs[name]
     assert done.returncode == 0, done.stderr[-2000:]
     script = RUNS[name][0].removesuffix(".py")
-    assert done.stdout.startswith(f"{script}: 2 steps"), done.stdout
+    steps = RUNS[name][RUNS[name].index("--steps") + 1]
+    assert done.stdout.startswith(f"{script}: {steps} steps"), done.stdout
+    if RUNS[name][0] in USERS_SCRIPTS:  # they time their own steps after two warm-up steps
+        assert re.search(r" \d+\.\d+ ms/step", done.stdout), done.stdout
 
 
-@pytest.mark.parametrize("script", ["pageable_copies.py", "odd_gemm.py", "aligned_gemm.py", "small_batch.py"])
+@pytest.mark.parametrize("script", ["pageable_copies.py", "odd_gemm.py", "aligned_gemm.py", "small_batch.py",
+                                    *USERS_SCRIPTS])
 def test_example_says_what_is_planted_and_takes_the_common_options(script):
     module = load_module(EXAMPLES / script)
     doc = module.__doc__ or ""
@@ -152,3 +167,26 @@ def test_collector_overhead_window_is_checked():
     for bad in ("0:5", "5:5", "5", "a:b"):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_window(bad)
+
+
+# -- augment_loop's fix does what the per-sample augmentation does ------------------------------------
+
+
+def test_augment_batch_crops_flips_and_normalises_like_augment():
+    augment_loop = load_module(EXAMPLES / "augment_loop.py")
+    images = torch.rand(16, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    padded = torch.nn.functional.pad(images, (4, 4, 4, 4))
+    mean, std = augment_loop.MEAN, augment_loop.STD
+
+    def choices(n):  # every image augment() could make of image n
+        return [(view.flip(-1) if flipped else view).sub(mean).div(std)
+                for top in range(9) for left in range(9) for flipped in (False, True)
+                for view in [padded[n, :, top:top + 32, left:left + 32]]]
+
+    generator = torch.Generator().manual_seed(1)
+    batch = augment_loop.augment_batch(images, generator)
+    single = [augment_loop.augment(images[n], generator) for n in range(len(images))]
+    assert batch.shape == images.shape
+    for n in range(len(images)):
+        assert any(torch.allclose(batch[n], choice) for choice in choices(n)), n
+        assert any(torch.allclose(single[n], choice) for choice in choices(n)), n
