@@ -124,7 +124,11 @@ def format_share(share: Any) -> str:
 
 
 def format_saving(saving: Saving) -> str:
-    """``"12.3 ms/step (41% of step)"``."""
+    """``"12.3 ms/step (41% of step)"``; a finding that saves nothing by itself (its basis
+    starts "none: ...", as profile-incomplete's) reads ``"n/a (...)"``."""
+    if not saving.ms_per_step and saving.basis.startswith("none"):
+        reason = saving.basis.partition(":")[2].strip()
+        return f"n/a ({reason})" if reason else "n/a"
     return f"{format_ms(saving.ms_per_step)}/step ({format_share(saving.share_of_step)} of step)"
 
 

@@ -58,7 +58,7 @@ _COLLECT_CHILD = r"""
 import json, sys, time
 from pathlib import Path
 from advisor.collect import collect_script
-from advisor.collect.cupti import StepWindow
+from advisor.collect.steps import StepWindow
 mark, script, gpu, start, stop, *args = sys.argv[1:]
 began = time.perf_counter()
 run = collect_script(Path(script), args, gpu=gpu == "gpu", steps=StepWindow(int(start), int(stop)))

@@ -206,7 +206,9 @@ def test_a_script_that_raises(tmp_path):
     script = train_script(tmp_path, RAISE)
     native = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False)
     report_path, saved = tmp_path / "report.json", tmp_path / "saved"
-    done = advisor("diagnose", "--format", "json", "-o", str(report_path), "--save", str(saved), str(script))
+    # --steps 0: records from the first step on: the script dies in its third.
+    done = advisor("diagnose", "--steps", "0:", "--format", "json", "-o", str(report_path), "--save", str(saved),
+                   str(script))
 
     assert native.returncode == done.returncode == 1
     # Python's traceback, frame for frame: advisor's and runpy's frames are left out.
@@ -243,7 +245,7 @@ def test_a_script_interrupted_by_sigint(tmp_path):
 def test_a_script_that_exits_3(tmp_path, capsys):
     script = train_script(tmp_path, EXIT)
     out = tmp_path / "report.json"
-    assert main(["diagnose", "-o", str(out), "--format", "json", str(script)]) == 3
+    assert main(["diagnose", "--steps", "0:", "-o", str(out), "--format", "json", str(script)]) == 3
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err  # sys.exit(3) prints nothing, in Python as here
     report = json.loads(out.read_text())

@@ -84,6 +84,7 @@ def assert_well_formed(trace: Trace, *, torch_ranges_too: bool = True) -> None:
 
 
 def run(script: Path, args: list[str], tmp_path: Path, **kwargs):
+    kwargs.setdefault("steps", None)  # the whole run: these tests follow every step
     result = run_script(script, args, save_trace_to=tmp_path / "trace.json", **kwargs)
     return result, Trace(result.trace_path)
 
@@ -148,7 +149,8 @@ def test_trace_metadata(starved):
     assert meta["step_source"] == "dataloader" and meta["steps"] == STEPS and meta["partial_steps"] == []
     assert meta["batch_size"] == 8
     assert meta["phases"] == list(torch_hooks.PHASE_NAMES)
-    assert trace.document["record_shapes"] == 1 and trace.document["with_stack"] == 1
+    # Shapes are recorded; Python stacks are not by default (a sampler finds Python time instead).
+    assert trace.document["record_shapes"] == 1 and trace.document.get("with_stack", 0) == 0
     # CPU activities only: the host side never holds CUPTI
     assert not {e.get("cat") for e in trace.events} & {"kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime"}
 

@@ -78,8 +78,12 @@ def test_builtin_rules_have_documentation_and_checks():
         # A rule is either data (its condition is its check) or has Python code registered.
         assert spec.is_data_rule or spec.id in engine.checks()
         assert spec.docs.what and spec.docs.why and spec.docs.example and spec.docs.instead
-    assert [s.id for s in specs if s.is_data_rule] == ["dataloader-starvation"]
-    assert not pd.isna(specs[0].thresholds.get("dataloader_share"))
+    # The built-in rules are Python checks (data rules are for users' packs: rules/examples).
+    assert [s.id for s in specs if s.is_data_rule] == []
+    loader = next(s for s in specs if s.id == "dataloader-starvation")
+    assert not pd.isna(loader.thresholds.get("dataloader_share"))
+    # The rule about the profile itself leads; no other does.
+    assert [s.id for s in specs if s.leads] == ["profile-incomplete"]
 
 
 def test_a_cause_too_small_to_explain_a_symptom_does_not_hide_it():

@@ -211,7 +211,7 @@ def test_samples_sit_on_the_traces_clock(tmp_path):
                 time.sleep(0.03)
         open({str(marks)!r}, "w").write(json.dumps(reads))
     """))
-    collected = collect_script(script, [], gpu=False)
+    collected = collect_script(script, [], gpu=False, steps=None)  # no steps: the whole run
     session = collected.session
     ev = session.events
     reads = json.loads(marks.read_text())

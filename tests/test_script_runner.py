@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -118,7 +119,7 @@ def test_every_ending_keeps_exit_code_and_trace(tmp_path, capsys, body, code, en
     script = write_script(tmp_path, "ends.py", WORK + body + "\n")
     argv_before, path_before = list(sys.argv), list(sys.path)
 
-    run = run_script(script, ["--x"], save_trace_to=tmp_path / "trace.json", with_stack=False)
+    run = run_script(script, ["--x"], save_trace_to=tmp_path / "trace.json", with_stack=False, steps=None)
     stderr = capsys.readouterr().err
 
     assert (run.exit_code, run.ending, run.error) == (code, ending, error)
@@ -183,20 +184,19 @@ def test_traceback_can_be_left_to_the_caller(tmp_path, capsys):
 
 def test_trace_goes_to_a_temporary_folder_by_default(tmp_path):
     script = write_script(tmp_path, "ok.py", WORK)
-    run = run_script(script, [], with_stack=False)
+    run = run_script(script, [], with_stack=False, steps=None)
     try:
         assert run.trace_path.name == "trace.json" and run.trace_path.is_file()
-        assert run.trace_path.parent != tmp_path
+        assert run.trace_path.parent == run.work_dir != tmp_path
     finally:
-        run.trace_path.unlink()
-        run.trace_path.parent.rmdir()
+        shutil.rmtree(run.work_dir)
 
 
 def test_gzipped_trace(tmp_path):
     import gzip
 
     script = write_script(tmp_path, "ok.py", WORK)
-    run = run_script(script, [], save_trace_to=tmp_path / "t.json.gz", with_stack=False)
+    run = run_script(script, [], save_trace_to=tmp_path / "t.json.gz", with_stack=False, steps=None)
     events = json.loads(gzip.decompress(run.trace_path.read_bytes()))["traceEvents"]
     assert any(e.get("name") == "aten::sum" for e in events)
 

@@ -40,8 +40,14 @@ FAIL_ON_EXIT = 3
 
 def _add_collection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", metavar="A:B", default=None,
-                        help="for a script on a GPU: record steps A to B-1 (A:, :B, N or all); "
-                             "default 2:7, skipping a warm-up of two steps")
+                        help="for a script: record steps A to B-1 (A:, :B, N or all); default 2:7, after a "
+                             "warm-up of two steps; the other steps are timed, not recorded")
+    parser.add_argument("--event-budget", type=int, default=None, metavar="N",
+                        help="for a script with --steps all: stop recording once N events are recorded "
+                             "(default 3,000,000)")
+    parser.add_argument("--with-stack", action="store_true",
+                        help="for a script: also record Python stacks with torch.profiler (slow: every Python "
+                             "call is an event); without it a sampler finds where Python time goes")
     parser.add_argument("--gpu", metavar="NAME",
                         help="judge the profile against this GPU from the knowledge base (e.g. A100, h100-sxm); "
                              "for a CPU run: which matrix shapes would miss its tensor cores in fp16")
@@ -154,19 +160,44 @@ def _collect_or_load(args: argparse.Namespace):
     script_args = args.script_args
     if _is_script(target):
         from advisor.collect import collect_script
-        from advisor.collect.cupti import StepWindow
+        from advisor.collect.script import DEFAULT_EVENT_BUDGET
+        from advisor.collect.steps import StepWindow
 
         steps = StepWindow.parse(args.steps) if args.steps is not None else "default"
-        run = collect_script(target, script_args, gpu=args.collector == "auto", steps=steps)
+        if args.event_budget is not None and args.event_budget < 1:
+            raise UsageError("--event-budget must be at least 1")
+        run = collect_script(target, script_args, gpu=args.collector == "auto", steps=steps,
+                             with_stack=args.with_stack, say=_say,
+                             event_budget=args.event_budget or DEFAULT_EVENT_BUDGET)
+        _say(f"{target.name} {_ended(run.run)}")
         return run.session, run.exit_code
-    if args.steps is not None:
-        raise UsageError("--steps chooses the steps a script records; a trace or session is read whole")
+    if (getattr(args, "steps", None) is not None or getattr(args, "event_budget", None) is not None
+            or getattr(args, "with_stack", False)):
+        raise UsageError("--steps, --event-budget and --with-stack choose what a script records; a trace or "
+                         "session is read whole")
     if script_args:
         raise UsageError(f"arguments after {target} are only for scripts, and {target} is not a .py script")
     from advisor.cli.progress import progress_bar
 
     with progress_bar(f"Reading {target.name}", unit="bytes") as update:
         return load(target, progress=update), None
+
+
+def _say(line: str) -> None:
+    """One line of progress on stderr while a script runs under advisor, where progress is
+    shown (a terminal, ADVISOR_NO_PROGRESS unset): lines, not a bar, since the script
+    writes to the same terminal."""
+    from advisor.cli.progress import enabled
+
+    if enabled():
+        print(f"advisor: {line}", file=sys.stderr, flush=True)
+
+
+def _ended(run) -> str:
+    """How a script's run went, for the line after it: 'ran 30 steps in 12.3 s (exit 0)'."""
+    how = {"normal": "", "exit": "", "exception": f", raised {run.error}", "interrupt": ", interrupted"}
+    return (f"ran {run.steps} step{'s' if run.steps != 1 else ''} in {run.wall_time_s:.1f} s "
+            f"(exit {run.exit_code}{how.get(run.ending, '')})")
 
 
 def _diagnose(args: argparse.Namespace) -> int:

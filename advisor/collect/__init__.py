@@ -8,6 +8,10 @@
     cupti_records   CUPTI activity records to event rows, without importing CUPTI
     cupti_host      the host ranges and ops recorded beside the CUPTI collector
     sampler         process and machine CPU use and RSS, sampled with psutil
+    stacks          the main thread's and the DataLoader workers' Python stacks, sampled:
+                    where host time goes in the user's own code
+    steps           the window of steps recorded (--steps), and the clock that times
+                    every step, recorded or not
     assemble        from a run to a Session: events, samples, devices, what was not
                     measured (``collect_script``)
 

@@ -1,26 +1,35 @@
 """From a script run to a Session: the events the collectors recorded, the host samples
-(CPU use, RSS) taken while it ran, and how the run went (command, exit code, how it ended)
-and what was not measured."""
+(CPU use, RSS) and Python stack samples taken while it ran, every step's time, how the
+run went (command, exit code, how it ended) and what was not measured (the gaps)."""
 
 from __future__ import annotations
 
 import os
 import platform
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from advisor.collect.sampler import DEFAULT_INTERVAL_S, HostSamples
-from advisor.collect.script import ScriptRun, run_script
+from advisor.collect.script import DEFAULT_EVENT_BUDGET, ScriptRun, run_script
+from advisor.collect.stacks import DEFAULT_INTERVAL_S as STACK_INTERVAL_S
+from advisor.collect.stacks import StackSamples
+from advisor.collect.steps import StepWindow
 from advisor.errors import TraceError
 from advisor.session import (
+    RELATION_COLUMNS,
+    CollectionGap,
     CollectorInfo,
     DeviceInfo,
     Session,
     SessionMeta,
+    TimedStep,
+    concat_events,
     empty_events,
     insert_unrelated,
 )
@@ -97,32 +106,42 @@ def _gpu_not_measured(reason: str | None) -> str:
 
 
 def collect_script(script: Path, args: list[str], *, keep_trace: Path | None = None, gpu: bool = True,
-                   steps: Any = "default", sample_interval_s: float | None = DEFAULT_INTERVAL_S) -> CollectedRun:
+                   steps: Any = "default", sample_interval_s: float | None = DEFAULT_INTERVAL_S,
+                   stack_interval_s: float | None = STACK_INTERVAL_S, event_budget: int | None = DEFAULT_EVENT_BUDGET,
+                   with_stack: bool = False, say: Callable[[str], None] | None = None) -> CollectedRun:
     """Run ``script`` under the collectors and return its Session and exit code.
 
     Whatever the script did (raised, exited, was interrupted), the events collected up to
-    then are in the Session; a trace that cannot be read is said in the notes, not raised,
-    so the script's own outcome is never hidden behind advisor's.
+    then are in the Session; a trace that cannot be read is said in the notes and the
+    gaps, not raised, so the script's own outcome is never hidden behind advisor's.
     """
-    run = run_script(script, args, save_trace_to=keep_trace, gpu=gpu, steps=steps,
-                     sample_interval_s=sample_interval_s)
+    run = run_script(script, args, save_trace_to=keep_trace, gpu=gpu, steps=steps, with_stack=with_stack,
+                     sample_interval_s=sample_interval_s, stack_interval_s=stack_interval_s,
+                     event_budget=event_budget, say=say)
     notes = list(run.notes)
+    gaps = list(run.gaps)
     capture = run.gpu_capture
     session = None
-    if capture is None and run.trace_path is not None:
-        try:
-            from advisor.importers import load_kineto  # noqa: PLC0415
-
-            session = load_kineto(run.trace_path)
-        except TraceError as exc:
-            notes.append(f"the host profile could not be read back ({exc})")
-        finally:
-            if keep_trace is None:
-                shutil.rmtree(run.trace_path.parent, ignore_errors=True)
+    try:
+        if capture is None and run.trace_parts:
+            if say is not None:
+                size = sum(p.stat().st_size for p in run.trace_parts if p.exists())
+                say(f"reading the profile ({size / 2**20:.1f} MiB)")
+            try:
+                session = _read_parts(run.trace_parts)
+            except TraceError as exc:
+                notes.append(f"the host profile could not be read back ({exc})")
+                gaps.append(CollectionGap(what="host profile", why=f"the trace torch wrote could not be read back "
+                                                                   f"({exc})"))
+    finally:
+        if run.work_dir is not None:
+            shutil.rmtree(run.work_dir, ignore_errors=True)
 
     trace_metadata: dict[str, Any] = dict(session.meta.trace_metadata) if session is not None else {}
     trace_metadata.pop("traceName", None)  # the temporary file it names is gone
-    facts = trace_metadata.get("advisor") or dict(run.host_facts)
+    # The run's own facts are complete; the trace's copy was written when recording
+    # stopped, which with a window is before the run ended.
+    facts = dict(run.host_facts) or trace_metadata.get("advisor") or {}
     if run.batch_size is not None:
         trace_metadata["batch_size"] = run.batch_size
     trace_metadata.update({"advisor": facts, "wall_time_s": run.wall_time_s,
@@ -132,8 +151,7 @@ def collect_script(script: Path, args: list[str], *, keep_trace: Path | None = N
 
     if capture is not None:
         base_time_ns = capture.base_time_ns
-        events = _with_samples(capture.events, run.host_samples, base_time_ns, notes)
-        collector = capture.collector.model_copy(update={"notes": [*capture.collector.notes, *notes]})
+        events = capture.events
         devices = [_host_device(), *capture.devices]
     else:
         if session is not None:
@@ -142,14 +160,34 @@ def collect_script(script: Path, args: list[str], *, keep_trace: Path | None = N
             base_time_ns = int(run.host_samples.time_ns[0])  # samples alone: time from the first read
         else:
             base_time_ns = 0
-        events = _with_samples(session.events if session is not None else empty_events(), run.host_samples,
-                               base_time_ns, notes)
+        events = session.events if session is not None else empty_events()
+        devices = None
+    events = _with_samples(events, run.host_samples, base_time_ns, notes)
+    events = insert_unrelated(events, stack_events(run.stacks, base_time_ns, facts.get("step_times") or []))
+    if run.stacks:
+        trace_metadata["stack_sampler"] = {"interval_ns": run.stacks[0].interval_ns,
+                                           "samples": {f"{s.role} {s.pid}": len(s) for s in run.stacks},
+                                           "dropped": sum(s.dropped for s in run.stacks)}
+    timed = [TimedStep(step=r["step"], start_ns=r["start_ns"] - base_time_ns, duration_ns=r["duration_ns"],
+                       recorded=r["recorded"], partial=r["partial"], phases=r["phases"])
+             for r in facts.get("step_times") or []]
+    gaps += window_gaps(run.window, facts, timed, recorder="the CUPTI collector" if capture is not None
+                        else "torch.profiler")
+    gaps += child_gaps(facts.get("children") or [])
+    if capture is None and run.gpu_available:
+        gaps.append(CollectionGap(what="GPU", why=_gpu_not_measured(run.gpu_not_measured)))
+
+    if capture is not None:
+        collector = capture.collector.model_copy(update={"notes": [*capture.collector.notes, *notes],
+                                                         "gaps": [*capture.collector.gaps, *gaps]})
+    else:
         collector = CollectorInfo(
             name="host",
             version=f"torch {run.torch_version}" if run.torch_version else "",
-            activities=["cpu"] if run.trace_path is not None else [],
+            activities=["cpu"] if run.trace_parts else [],
             gpu_measured=False,
             notes=[*notes, _gpu_not_measured(run.gpu_not_measured)],
+            gaps=gaps,
         )
         devices = [_host_device(collector.notes)]
     meta = SessionMeta(
@@ -162,5 +200,121 @@ def collect_script(script: Path, args: list[str], *, keep_trace: Path | None = N
         devices=devices,
         base_time_ns=base_time_ns,
         trace_metadata=trace_metadata,
+        timed_steps=timed,
     )
     return CollectedRun(session=Session(meta, events), exit_code=run.exit_code, run=run)
+
+
+def _read_parts(paths: list[Path]) -> Session:
+    """The Session of a run's trace, or of the parts of a whole-run recording joined: each
+    part is read and attributed alone (parts end at step boundaries, where nothing is
+    open), then their events are put on the first part's clock and stacked."""
+    from advisor.importers import load_kineto  # noqa: PLC0415
+
+    sessions = [load_kineto(path) for path in paths]
+    if len(sessions) == 1:
+        return sessions[0]
+    first = sessions[0]
+    frames = []
+    offset = 0
+    for part in sessions:
+        frame = part.events.copy()
+        shift = part.meta.base_time_ns - first.meta.base_time_ns
+        frame["start_ns"] += shift
+        frame["end_ns"] += shift
+        for column in RELATION_COLUMNS:
+            ids = frame[column].to_numpy(copy=True)
+            ids[ids >= 0] += offset
+            frame[column] = ids
+        offset += len(frame)
+        frames.append(frame)
+    # The last part was written last: its copy of the collector's facts is the fullest.
+    metadata = {**first.meta.trace_metadata, **sessions[-1].meta.trace_metadata}
+    meta = first.meta.model_copy(update={"trace_metadata": metadata})
+    return Session(meta, concat_events(frames))
+
+
+def stack_events(stacks: list[StackSamples], base_time_ns: int, step_times: list[dict[str, Any]]) -> pd.DataFrame:
+    """The stack samples as events of kind ``stack`` on the session's clock: each covers
+    the time it stands for, up to the moment it was taken. The main thread's carry the
+    step and phase it was in; a worker's get the step whose time they fall in."""
+    frames = []
+    starts = np.asarray([r["start_ns"] for r in step_times], dtype=np.int64)
+    ends = starts + np.asarray([r["duration_ns"] for r in step_times], dtype=np.int64)
+    numbers = np.asarray([r["step"] for r in step_times], dtype=np.int64)
+    order = np.argsort(starts)
+    starts, ends, numbers = starts[order], ends[order], numbers[order]
+    for samples in stacks:
+        if not len(samples):
+            continue
+        taken = np.asarray(samples.time_ns, dtype=np.int64)
+        weight = np.asarray(samples.weight_ns, dtype=np.int64)
+        stack_text = np.asarray(samples.stacks, dtype=object)[np.asarray(samples.stack_id, dtype=np.int64)]
+        if samples.role == "main":
+            step = np.asarray(samples.step, dtype=np.int64)
+            phase = np.asarray(samples.phase, dtype=object)
+        else:
+            where = np.searchsorted(starts, taken, side="right") - 1
+            inside = (where >= 0) & (taken < ends[np.clip(where, 0, None)]) if len(starts) else np.zeros(len(taken), bool)
+            step = np.where(inside, numbers[np.clip(where, 0, None)] if len(starts) else -1, -1)
+            phase = np.full(len(taken), "", dtype=object)
+        frames.append(pd.DataFrame({
+            "name": "python stack",
+            "kind": "stack",
+            "category": samples.role,
+            "start_ns": taken - weight - base_time_ns,
+            "end_ns": taken - base_time_ns,
+            "pid": samples.pid,
+            "tid": samples.tid,
+            "step": step,
+            "phase": phase,
+            "call_stack": stack_text,
+        }))
+    if not frames:
+        return empty_events()
+    return concat_events(frames)
+
+
+def window_gaps(window: StepWindow | None, facts: dict[str, Any], timed: list[TimedStep],
+                *, recorder: str) -> list[CollectionGap]:
+    """What the window asked for and did not get: no step recorded at all (incomplete), a
+    window the run ended inside (said, not a gap in the collection), recording stopped by
+    the event budget (incomplete)."""
+    gaps: list[CollectionGap] = []
+    recording = facts.get("recording") or {}
+    recorded = sorted(t.step for t in timed if t.recorded)
+    ran = max((t.step for t in timed), default=-1) + 1
+    if window is not None:
+        if not recorded:
+            why = (f"the script ran {ran} step{'s' if ran != 1 else ''}, and {recorder} records "
+                   f"{window.describe()}: nothing was recorded")
+            if ran:
+                why += f" (--steps {max(ran - 1, 0)}: or --steps all records the run you have)"
+            else:
+                why += " (no training step was found: --steps all records the whole run)"
+            gaps.append(CollectionGap(what="steps", why=why))
+        elif window.stop is not None and recorded[-1] < window.stop - 1:
+            gaps.append(CollectionGap(what="steps", incomplete=False,
+                                      why=f"{window.describe()} were asked for; the run ended after step "
+                                          f"{ran - 1}, so steps {recorded[0]}-{recorded[-1]} were recorded"))
+    stopped = recording.get("stopped") or ""
+    if "budget" in stopped:
+        gaps.append(CollectionGap(what="steps", why=f"recording stopped early: {stopped}"))
+    return gaps
+
+
+def child_gaps(children: list[dict[str, Any]]) -> list[CollectionGap]:
+    """Processes the script started that ran without the collector (DataLoader workers
+    aside): their work is missing from the profile."""
+    gaps = []
+    for child in children:
+        count = child.get("count", 1)
+        launcher = child.get("launcher") or "multiprocessing"
+        how = f"{launcher}({child.get('target')})" if launcher != "multiprocessing" else \
+            f"multiprocessing.Process(target={child.get('target')})"
+        gaps.append(CollectionGap(
+            what="child processes",
+            why=(f"{count} process{'es' if count != 1 else ''} started by {how} ran without advisor's collector: "
+                 f"the work done there is not in this profile (profile inside each process with advisor.Profiler, "
+                 f"or run one process under advisor diagnose)")))
+    return gaps

@@ -64,13 +64,11 @@ import pandas as pd
 
 from advisor.collect import cupti_records as rec
 from advisor.collect.cupti_host import HostTimeline, OpRecorder
-from advisor.errors import UsageError
+from advisor.collect.steps import StepWindow
 from advisor.session import CollectorInfo, DeviceInfo, concat_events, text
 from advisor.session.attribute import attribute
 
 INSTALL_HINT = "pip install 'advisor[cuda]'"
-DEFAULT_WARMUP_STEPS = 2
-DEFAULT_RECORDED_STEPS = 5
 DEFAULT_BUFFER_BYTES = 8 << 20
 DEFAULT_MAX_RECORDS = 4_000_000
 
@@ -176,41 +174,6 @@ def not_measured_line(reason: str) -> str:
     """The one line a report shows when the GPU side was not collected."""
     return (f"GPU not measured ({reason}): kernels, copies and GPU utilisation come from the built-in "
             f"CUPTI collector on a machine with an NVIDIA GPU and {INSTALL_HINT}.")
-
-
-# -- the step window -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StepWindow:
-    """Steps ``start`` to ``stop - 1`` (``stop`` None: to the end), as ``--steps A:B``."""
-
-    start: int = DEFAULT_WARMUP_STEPS
-    stop: int | None = DEFAULT_WARMUP_STEPS + DEFAULT_RECORDED_STEPS
-
-    @classmethod
-    def parse(cls, value: str) -> StepWindow | None:
-        """``A:B`` (steps A..B-1), ``A:`` (from A on), ``:B``, ``N`` (step N only) or
-        ``all`` (the whole run, steps or not: returns None)."""
-        text_value = value.strip()
-        if text_value == "all":
-            return None
-        match = re.fullmatch(r"(\d*)(:(\d*))?", text_value)
-        if not match or (not match[1] and not match[3]):
-            raise UsageError(f"--steps {value!r}: expected A:B (steps A to B-1), A:, :B, N or all")
-        start = int(match[1]) if match[1] else 0
-        if match[2] is None:
-            return cls(start, start + 1)
-        stop = int(match[3]) if match[3] else None
-        if stop is not None and stop <= start:
-            raise UsageError(f"--steps {value!r}: the window is empty (B must be greater than A)")
-        return cls(start, stop)
-
-    def __contains__(self, step: int) -> bool:
-        return step >= self.start and (self.stop is None or step < self.stop)
-
-    def __str__(self) -> str:
-        return f"{self.start}:{'' if self.stop is None else self.stop}"
 
 
 # -- the collector ---------------------------------------------------------------------------

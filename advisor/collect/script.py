@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -24,7 +25,16 @@ from typing import Any
 
 from advisor.collect import torch_hooks
 from advisor.collect.sampler import DEFAULT_INTERVAL_S, HostSampler, HostSamples
+from advisor.collect.stacks import DEFAULT_INTERVAL_S as STACK_INTERVAL_S
+from advisor.collect.stacks import (
+    StackSampler,
+    StackSamples,
+    install_worker_sampling,
+    read_worker_samples,
+)
+from advisor.collect.steps import StepWindow
 from advisor.errors import ScriptError
+from advisor.session import CollectionGap
 
 NORMAL = "normal"
 EXCEPTION = "exception"
@@ -32,6 +42,9 @@ EXIT = "exit"
 INTERRUPT = "interrupt"
 
 INTERRUPT_EXIT_CODE = 130  # what a shell reports for a process ended by SIGINT
+# Events a whole-run recording (--steps all) may write before it stops recording: about
+# 1 to 2 GB of memory while reading them back.
+DEFAULT_EVENT_BUDGET = 3_000_000
 
 _HOOKS_FILE = torch_hooks.__file__
 
@@ -52,7 +65,8 @@ class ScriptRun:
     ``SystemExit: 3``, ``KeyboardInterrupt``."""
     wall_time_s: float
     trace_path: Path | None
-    """The Chrome trace torch.profiler exported; None where nothing was profiled."""
+    """The Chrome trace torch.profiler exported (its first part, where the run was recorded
+    in parts); None where nothing was profiled."""
     step_source: str | None = None
     """What started a step: ``dataloader``, ``optimizer`` or ``forward`` (see torch_hooks)."""
     steps: int = 0
@@ -63,17 +77,31 @@ class ScriptRun:
     """Host-blocking calls per source line (see torch_hooks.HostSyncSite), most time first."""
     torch_version: str | None = None
     notes: list[str] = field(default_factory=list)
+    """One line each: what was not collected and why."""
     gpu_capture: Any = None
     """The CUPTI collector's CuptiCapture (events already attributed) where it ran."""
     gpu_not_measured: str | None = None
     """Why the GPU side was not collected, in one line, where it was not."""
     host_facts: dict = field(default_factory=dict)
-    """The hooks' account of the run (step source, partial steps, batch size, host syncs),
-    as the host profiler writes it into its trace."""
-    """One line each: what was not collected and why."""
+    """The hooks' account of the run (step source, partial steps, batch size, host syncs,
+    every step's time, the loaders, child processes), complete at the run's end."""
     host_samples: HostSamples | None = None
     """The host sampler's reads over the script's run (CPU use, RSS); None where sampling
     was off or could not start."""
+    trace_parts: list[Path] = field(default_factory=list)
+    """Every Chrome trace file of the run, in order (one, or the parts of a whole-run
+    recording)."""
+    stacks: list[StackSamples] = field(default_factory=list)
+    """Python stack samples: the main thread's, then each DataLoader worker's."""
+    gaps: list[CollectionGap] = field(default_factory=list)
+    """What the collectors failed to measure, structured (notes says it in words)."""
+    window: StepWindow | None = None
+    """The steps asked for (None: the whole run)."""
+    work_dir: Path | None = None
+    """The temporary folder of the run's files (traces, worker samples); the caller's to
+    remove once read."""
+    gpu_available: bool = False
+    """Whether torch saw a CUDA device (a GPU left unmeasured is then a gap)."""
 
     @property
     def profiled(self) -> bool:
@@ -91,24 +119,33 @@ def run_script(
     *,
     save_trace_to: str | os.PathLike[str] | None = None,
     record_shapes: bool = True,
-    with_stack: bool = True,
+    with_stack: bool = False,
     show_traceback: bool = True,
     gpu: bool = True,
     steps: Any = "default",
     sample_interval_s: float | None = DEFAULT_INTERVAL_S,
+    stack_interval_s: float | None = STACK_INTERVAL_S,
+    event_budget: int | None = DEFAULT_EVENT_BUDGET,
+    say: Callable[[str], None] | None = None,
 ) -> ScriptRun:
     """Run ``script`` with ``args`` under the step/phase hooks and a collector.
 
-    Where ``gpu`` and the CUPTI collector can run (an NVIDIA GPU, a CUDA torch,
-    cupti-python), it records the GPU side for the steps in ``steps`` (a
-    cupti.StepWindow; None for the whole run; "default" for the default window) and the
-    host side comes from the hooks alone: torch.profiler is not started, since Kineto
-    would take CUPTI over. Otherwise torch.profiler (CPU activities) records the host side
-    and its trace goes to ``save_trace_to`` or, without it, to ``trace.json`` in a new
-    temporary folder that the caller owns. Without an importable torch the script still
-    runs, unprofiled, and ``notes`` says so. While the script runs, the host sampler
-    (advisor.collect.sampler) reads the process's and the machine's CPU use and the RSS
-    every ``sample_interval_s`` (None: not at all), whatever way the script ends.
+    ``steps`` is the window of steps recorded (a StepWindow; None for the whole run;
+    "default" for steps 2 to 6). Where ``gpu`` and the CUPTI collector can run (an NVIDIA
+    GPU, a CUDA torch, cupti-python), it records the GPU side for those steps and the host
+    side comes from the hooks alone: torch.profiler is not started, since Kineto would take
+    CUPTI over. Otherwise torch.profiler (CPU activities; Python stacks only with
+    ``with_stack``) records the host side for those steps, and its trace goes to
+    ``save_trace_to`` or, without it, to ``trace.json`` in a new temporary folder that the
+    caller owns (``work_dir``). The whole run (``steps=None``) is recorded in parts until
+    ``event_budget`` events are written. Every step is timed whether recorded or not.
+
+    While the script runs, the host sampler (advisor.collect.sampler) reads the process's
+    and the machine's CPU use and the RSS every ``sample_interval_s``, and the stack
+    sampler (advisor.collect.stacks) the main thread's and the DataLoader workers' Python
+    stacks every ``stack_interval_s`` (None: not at all), whatever way the script ends.
+    Without an importable torch the script still runs, unprofiled, and ``notes`` says so.
+    ``say(line)`` hears of recording starting and stopping.
 
     Raises ScriptError only when the script cannot be started (missing, not a file,
     unreadable); whatever the script itself does ends up in the returned ScriptRun.
@@ -118,6 +155,10 @@ def run_script(
     _check_runnable(path)
     args = [str(a) for a in args]
     notes: list[str] = []
+    gaps: list[CollectionGap] = []
+    say = say or (lambda line: None)
+    window = StepWindow() if steps == "default" else steps
+    work_dir = Path(tempfile.mkdtemp(prefix="advisor-"))
     # Made before the collectors start, started after them: a thread running when
     # torch.profiler starts is traced by its Python tracer (with_stack), read by read.
     sampler = _make_sampler(sample_interval_s, notes)
@@ -125,26 +166,34 @@ def run_script(
     collector = None
     gpu_collector = None
     gpu_not_measured: str | None = None
+    gpu_available = False
     torch, why_not = torch_hooks.import_torch()
     if torch is None:
         notes.append(f"torch is not importable ({why_not}): the script ran without the host profiler")
+        gaps.append(CollectionGap(what="host profile", why=f"torch is not importable ({why_not}): the script "
+                                                           "ran unprofiled"))
         gpu_not_measured = "torch is not importable"
     else:
+        gpu_available = _cuda_available(torch)
         if gpu:
             from advisor.collect import cupti  # noqa: PLC0415  (imports cupti-python lazily itself)
 
-            window = cupti.StepWindow() if steps == "default" else steps
             # The GPU side starts first: it must own CUPTI before anything else asks.
             gpu_collector, gpu_not_measured = cupti.start_collector(torch, window=window)
         else:
             gpu_not_measured = "the host collector was asked for"
-        collector = torch_hooks.HostCollector(torch, record_shapes=record_shapes, with_stack=with_stack,
-                                              profiler=gpu_collector is None, listener=gpu_collector)
+        in_parts = window is None and gpu_collector is None
+        collector = torch_hooks.HostCollector(
+            torch, record_shapes=record_shapes, with_stack=with_stack, profiler=gpu_collector is None,
+            listener=gpu_collector, window=window, event_budget=event_budget if in_parts else None,
+            parts_dir=work_dir / "parts" if in_parts else None, say=say)
         try:
             collector.start()
         except Exception as exc:
             notes.append(f"torch.profiler could not start ({_one_line(exc)}): the script ran without it")
+            gaps.append(CollectionGap(what="host profile", why=f"torch.profiler could not start ({_one_line(exc)})"))
             collector = None
+    stack_sampler, undo_workers = _start_stacks(collector, stack_interval_s, work_dir / "stacks", notes)
 
     # run_path gives the script the path it is handed as both sys.argv[0] and __file__.
     # It is handed the path as the user typed it, so sys.argv[0] is what `python script.py`
@@ -172,18 +221,21 @@ def run_script(
     finally:
         wall_time_s = time.perf_counter() - start
         host_samples = _stop_sampler(sampler, notes)
+        stacks = _stop_stacks(stack_sampler, undo_workers, work_dir / "stacks", notes)
         sys.argv = saved_argv
         sys.path[:] = saved_path
         _flush_std()
 
     collection = None
-    trace_path = None
+    trace_parts: list[Path] = []
     gpu_capture = None
     if collector is not None:
         try:
             collection = collector.stop()
         except Exception as exc:
             notes.append(f"torch.profiler failed to stop ({_one_line(exc)}): no trace")
+            gaps.append(CollectionGap(what="host profile", why=f"torch.profiler failed to stop "
+                                                               f"({_one_line(exc)}): its trace is lost"))
             collector = None
     if gpu_collector is not None:
         try:
@@ -197,14 +249,13 @@ def run_script(
     raised = None  # frames of the script hold its tensors; let them go
 
     if collector is not None and gpu_collector is None:
-        if save_trace_to is not None:
-            target = Path(save_trace_to)
-        else:
-            target = Path(tempfile.mkdtemp(prefix="advisor-")) / "trace.json"
+        target = Path(save_trace_to) if save_trace_to is not None else work_dir / "trace.json"
         try:
-            trace_path = collector.export(target)
+            trace_parts = collector.trace_parts(target)
         except Exception as exc:
             notes.append(f"the trace could not be written to {target} ({_one_line(exc)})")
+            gaps.append(CollectionGap(what="host profile", why=f"the trace could not be written to {target} "
+                                                               f"({_one_line(exc)})"))
 
     if collection is not None:
         notes.extend(collection.notes)
@@ -216,7 +267,7 @@ def run_script(
         ending=ending,
         error=error,
         wall_time_s=wall_time_s,
-        trace_path=trace_path,
+        trace_path=trace_parts[0] if trace_parts else None,
         step_source=collection.step_source if collection else None,
         steps=collection.steps if collection else 0,
         partial_steps=list(collection.partial_steps) if collection else [],
@@ -229,7 +280,54 @@ def run_script(
         gpu_not_measured=gpu_not_measured if gpu_capture is None else None,
         host_facts=collection.metadata() if collection is not None else {},
         host_samples=host_samples,
+        trace_parts=trace_parts,
+        stacks=stacks,
+        gaps=gaps,
+        window=window,
+        work_dir=work_dir,
+        gpu_available=gpu_available,
     )
+
+
+def _cuda_available(torch: Any) -> bool:
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:  # a broken CUDA install: no GPU to miss
+        return False
+
+
+def _start_stacks(collector: Any, interval_s: float | None, directory: Path,
+                  notes: list[str]) -> tuple[StackSampler | None, Callable[[], None] | None]:
+    """The main thread's stack sampler, and the DataLoader workers' sampling installed
+    (its undo), where stacks are asked for and the hooks run."""
+    if interval_s is None or collector is None:
+        return None, None
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        undo = install_worker_sampling(directory, interval_s)
+    except Exception as exc:  # noqa: BLE001
+        notes.append(f"DataLoader workers' Python stacks could not be sampled ({_one_line(exc)})")
+        undo = None
+    try:
+        sampler = StackSampler(interval_s=interval_s, state=collector.sample_state).start()
+    except Exception as exc:  # noqa: BLE001
+        notes.append(f"the Python stack sampler could not start ({_one_line(exc)}): where host time goes in "
+                     "Python was not measured")
+        sampler = None
+    return sampler, undo
+
+
+def _stop_stacks(sampler: StackSampler | None, undo: Callable[[], None] | None, directory: Path,
+                 notes: list[str]) -> list[StackSamples]:
+    found: list[StackSamples] = []
+    if sampler is not None:
+        found.append(sampler.stop())
+    if undo is not None:
+        undo()
+        workers, problems = read_worker_samples(directory)
+        found.extend(workers)
+        notes.extend(f"a DataLoader worker's stack samples could not be read: {p}" for p in problems)
+    return found
 
 
 def _make_sampler(interval_s: float | None, notes: list[str]) -> HostSampler | None:

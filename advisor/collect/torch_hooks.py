@@ -77,9 +77,11 @@ it cannot end a step without starting another one. The collector therefore recor
 from __future__ import annotations
 
 import functools
+import gzip
 import importlib
 import linecache
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -92,6 +94,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from advisor.collect.steps import StepClock, StepWindow
 from advisor.importers.advisor_metadata import METADATA_KEY, trace_metadata_json
 
 DATALOADER = "advisor::Dataloader"
@@ -99,6 +102,10 @@ FORWARD = "advisor::Forward"
 BACKWARD = "advisor::Backward"
 OPTIMIZATION = "advisor::Optimization"
 PHASE_NAMES = (DATALOADER, FORWARD, BACKWARD, OPTIMIZATION)
+PHASE_LABELS = {DATALOADER: "Dataloader", FORWARD: "Forward", BACKWARD: "Backward", OPTIMIZATION: "Optimization"}
+# A whole-run recording (--steps all) is written in parts of this many steps, so the event
+# budget can be checked at each part's end and no part holds more than this many steps.
+PART_STEPS = 20
 STEP_PREFIX = "ProfilerStep#"
 # Kineto writes these lines straight to file descriptor 2 on every profiler start and stop,
 # whatever KINETO_LOG_LEVEL says; they are noise in the user's terminal.
@@ -126,6 +133,66 @@ def import_torch() -> tuple[Any, str | None]:
         reason = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
         return None, reason
     return torch, None
+
+
+def library_roots(torch: Any = None) -> list[str]:
+    """Folders that hold installed code rather than the user's: the standard library,
+    site-packages (user site included), the console scripts, torch's and advisor's own
+    folders. A stack frame from a file under none of them is the user's."""
+    import site  # noqa: PLC0415
+    import sysconfig  # noqa: PLC0415
+
+    roots: set[str] = set()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib", "scripts"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            roots.add(os.path.realpath(path))
+    try:
+        roots.update(os.path.realpath(p) for p in site.getsitepackages())
+    except AttributeError:  # a virtualenv's old site module
+        pass
+    user_site = getattr(site, "getusersitepackages", lambda: None)()
+    if user_site:
+        roots.add(os.path.realpath(user_site))
+    advisor_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    roots.add(advisor_dir)
+    if torch is not None:
+        roots.add(os.path.dirname(os.path.abspath(torch.__file__)))
+    return sorted(root.rstrip(os.sep) + os.sep for root in roots)
+
+
+def loader_facts(torch: Any, iterator: Any) -> dict[str, Any]:
+    """What a DataLoader iterator says of its loader: the dataset, how batches are made
+    and by how many workers; with zeroed counters for its reads and fetches."""
+    dataset = getattr(iterator, "_dataset", None)
+    kind = type(dataset)
+    sampler = getattr(iterator, "_index_sampler", None)
+    collate = getattr(iterator, "_collate_fn", None)
+    data = importlib.import_module("torch.utils.data")
+    auto = bool(getattr(iterator, "_auto_collation", False))
+    return {
+        "dataset": f"{kind.__module__}.{kind.__qualname__}",
+        "dataset_name": kind.__name__,
+        "in_memory_tensors": isinstance(dataset, data.TensorDataset),
+        "batched_fetch": hasattr(dataset, "__getitems__"),
+        "iterable": isinstance(dataset, data.IterableDataset),
+        "length": _length(dataset),
+        "num_workers": int(getattr(iterator, "_num_workers", 0) or 0),
+        "pin_memory": bool(getattr(iterator, "_pin_memory", False)),
+        "persistent_workers": bool(getattr(iterator, "_persistent_workers", False)),
+        "prefetch_factor": getattr(iterator, "_prefetch_factor", None),
+        "batch_size": getattr(sampler, "batch_size", None) if auto else None,
+        "auto_collation": auto,
+        "collate_fn": getattr(collate, "__qualname__", None) or type(collate).__name__,
+        "reads": 0, "read_ns": 0, "fetches": 0, "fetch_ns": 0, "collate_ns": 0, "items": 0,
+    }
+
+
+def _length(dataset: Any) -> int | None:
+    try:
+        return int(len(dataset))
+    except Exception:  # an iterable dataset, or a len() that raises
+        return None
 
 
 def first_batch_size(batch: Any, _depth: int = 0) -> int | None:
@@ -208,6 +275,20 @@ class HostCollection:
     host_syncs: list[dict[str, Any]] = field(default_factory=list)
     """HostSyncSite.as_dict() rows, most time first."""
     notes: list[str] = field(default_factory=list)
+    step_times: list[dict[str, Any]] = field(default_factory=list)
+    """Every step the clock timed (StepClock.as_records()), recorded by the profiler or not."""
+    recording: dict[str, Any] = field(default_factory=dict)
+    """What the profiler recorded: the window asked for, the steps recorded, where and why
+    recording stopped early, the trace parts written."""
+    loaders: list[dict[str, Any]] = field(default_factory=list)
+    """One entry per DataLoader the script read: its dataset and settings, and the time
+    its reads, fetches and collation took in this process."""
+    children: list[dict[str, Any]] = field(default_factory=list)
+    """Processes the script started that are not DataLoader workers (torch.multiprocessing
+    spawn, multiprocessing.Process): advisor's collector does not run in them."""
+    library_roots: list[str] = field(default_factory=list)
+    """Folders of installed code (the standard library, site-packages, torch, advisor): a
+    stack frame outside them is the user's."""
 
     def metadata(self) -> dict[str, Any]:
         """The ``advisor`` object written into the trace's top level."""
@@ -220,6 +301,11 @@ class HostCollection:
             "batch_size_source": self.batch_size_source,
             "phases": list(PHASE_NAMES),
             "host_syncs": list(self.host_syncs),
+            "step_times": list(self.step_times),
+            "recording": dict(self.recording),
+            "loaders": list(self.loaders),
+            "children": list(self.children),
+            "library_roots": list(self.library_roots),
         }
 
 
@@ -280,14 +366,21 @@ class HostCollector:
 
     def __init__(self, torch: Any, *, record_shapes: bool = True, with_stack: bool = True,
                  profiler: bool = True, listener: Any = None, step_source: str = "auto",
-                 warmup: bool = False):
+                 warmup: bool = False, window: StepWindow | None = None, event_budget: int | None = None,
+                 parts_dir: Path | None = None, say: Any = None):
         """``profiler=False``: run the hooks and ranges without torch.profiler, for when the
         CUPTI collector runs (Kineto would take CUPTI over even with CPU activities only).
         ``listener`` (the CUPTI collector) is told of every step and range as it opens and
         closes, so the GPU side records them on its own timeline.
         ``step_source="manual"``: the caller marks steps (begin_step / end_step); the hooks
         mark phases only. ``warmup``: start() only prepares torch.profiler (Kineto's warm-up,
-        nothing recorded) and :meth:`record` starts recording."""
+        nothing recorded) and :meth:`record` starts recording.
+
+        ``window``: record only these steps: torch.profiler is prepared at start, records
+        from the window's first step and stops at its end; the steps after are timed only.
+        Without one the whole run is recorded, in parts of ``PART_STEPS`` steps written to
+        ``parts_dir`` where one is given, until ``event_budget`` events are written.
+        ``say(line)`` hears of recording starting and stopping, for the user."""
         self._torch = torch
         self._record_shapes = record_shapes
         self._with_stack = with_stack
@@ -318,6 +411,20 @@ class HostCollector:
         self._library_dirs = tuple(
             os.path.dirname(os.path.abspath(f)) + os.sep for f in (torch.__file__, __file__)
         )
+        self.clock = StepClock()
+        self._window = window
+        self._event_budget = event_budget
+        self._parts_dir = parts_dir
+        self._say = say or (lambda line: None)
+        # torch.profiler's state: "off" (none runs), "prepared" (warmed up, recording
+        # nothing yet), "recording", "done" (stopped before the run ended).
+        self._recording_state = "off"
+        self._recorded_steps: list[int] = []
+        self._parts: list[Path] = []
+        self._events_written = 0
+        self._part_steps = 0
+        self._loaders: dict[int, dict[str, Any]] = {}
+        self._children: list[dict[str, Any]] = []
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -325,18 +432,17 @@ class HostCollector:
         global _ACTIVE
         if _ACTIVE is not None:
             raise RuntimeError("another advisor collector is already running in this process")
-        torch = self._torch
         if self._use_profiler:
-            self._prof = torch.profiler.profile(
-                activities=self.activities,
-                record_shapes=self._record_shapes,
-                with_stack=self._with_stack,
-            )
+            self._prof = self._new_profiler()
             with _quiet_kineto():
-                if self._warming:
+                if self._warming or self._window is not None:
                     self._prof.prepare_trace()
+                    self._recording_state = "prepared"
                 else:
                     self._prof.start()
+                    self._recording_state = "recording"
+        if self._window is not None:
+            self.result.recording["window"] = str(self._window)
         _ACTIVE = self
         try:
             self._install()
@@ -348,9 +454,17 @@ class HostCollector:
                     self._prof.stop()
             raise
 
+    def _new_profiler(self) -> Any:
+        return self._torch.profiler.profile(
+            activities=self.activities,
+            record_shapes=self._record_shapes,
+            with_stack=self._with_stack,
+        )
+
     def record(self) -> None:
-        """Start recording, after a ``warmup`` start (a no-op otherwise)."""
-        if not self._warming or self._stopped:
+        """Start recording, after a ``warmup`` start or where a window's first step opens
+        (a no-op otherwise)."""
+        if self._recording_state != "prepared" or self._stopped:
             return
         self._warming = False
         self._own_start = True  # the hooks must not take this start for the script's own profiler
@@ -359,6 +473,64 @@ class HostCollector:
                 self._prof.start_trace()
         finally:
             self._own_start = False
+        self._recording_state = "recording"
+
+    def recording(self) -> bool:
+        """Whether torch.profiler records now."""
+        return self._recording_state == "recording"
+
+    def _stop_recording(self, why: str) -> None:
+        """Stop torch.profiler before the run ends (the window is over); the steps after
+        are timed, not recorded."""
+        if self._recording_state != "recording":
+            return
+        self.result.recording["stopped"] = why
+        self._finish_profiler()
+        self._recording_state = "done"
+
+    def _finish_profiler(self) -> None:
+        """Write the facts known so far into the trace, stop the profiler and, where the
+        run is recorded in parts, export this part."""
+        self._fill_result()
+        try:
+            self._prof.add_metadata_json(METADATA_KEY, trace_metadata_json(self.result.metadata()))
+        finally:
+            with _quiet_kineto():
+                self._prof.stop()
+        if self._parts_dir is not None:
+            self._export_part()
+
+    def _export_part(self) -> None:
+        path = self._parts_dir / f"part-{len(self._parts):04d}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._prof.export_chrome_trace(str(path))
+        self._parts.append(path)
+        with open(path, "rb") as handle:  # Kineto writes '"ph": "X"' once per complete event
+            self._events_written += handle.read().count(b'"ph": "X"')
+        self.result.recording["parts"] = [str(p) for p in self._parts]
+        self.result.recording["events"] = self._events_written
+
+    def _rotate_part(self, next_step: int) -> None:
+        """Whole-run recording in parts: end this part at a step boundary and, while the
+        event budget lasts, start the next one."""
+        self._finish_profiler()
+        if self._event_budget is not None and self._events_written >= self._event_budget:
+            self._recording_state = "done"
+            self.result.recording["stopped"] = (
+                f"the event budget of {self._event_budget:,} events was spent by step {next_step - 1} "
+                f"({self._events_written:,} events recorded); later steps were timed, not recorded "
+                f"(--event-budget raises it)")
+            self._say(f"recording stopped before step {next_step}: {self._events_written:,} events recorded, "
+                      f"the budget is {self._event_budget:,} (--event-budget)")
+            return
+        self._prof = self._new_profiler()
+        self._own_start = True
+        try:
+            with _quiet_kineto():
+                self._prof.start()
+        finally:
+            self._own_start = False
+        self._part_steps = 0
 
     def begin_step(self, number: int) -> None:
         """``manual`` source: end the open step (complete) and begin step ``number``."""
@@ -378,7 +550,9 @@ class HostCollector:
         global _ACTIVE
         if self._stopped:
             return self.result
-        if self._warming:  # torch's own order for a warm-up that never recorded: start, then stop
+        if self._recording_state == "prepared":
+            # torch's own order for a warm-up that never recorded: start, then stop. (A
+            # window whose first step never came records nothing but Kineto's start.)
             self.record()
         self._stopped = True
         try:
@@ -389,22 +563,49 @@ class HostCollector:
                 self._close_phase()
             if self._step is not None:
                 self._close_step(partial=True)
-            self.result.steps = self._next_step
-            sites = sorted(self._sync_sites.values(), key=lambda site: (-site.total_ns, site.file, site.line))
-            self.result.host_syncs = [site.as_dict() for site in sites[:MAX_HOST_SYNC_SITES]]
-            if self._prof is not None:
-                try:
-                    self._prof.add_metadata_json(METADATA_KEY, trace_metadata_json(self.result.metadata()))
-                finally:
-                    with _quiet_kineto():
-                        self._prof.stop()
+            if self._recording_state == "recording":
+                self._finish_profiler()
+                self._recording_state = "done"
+            else:
+                self._fill_result()
         return self.result
+
+    def _fill_result(self) -> None:
+        """The facts of the run so far, into ``result``."""
+        result = self.result
+        result.steps = self._next_step
+        sites = sorted(self._sync_sites.values(), key=lambda site: (-site.total_ns, site.file, site.line))
+        result.host_syncs = [site.as_dict() for site in sites[:MAX_HOST_SYNC_SITES]]
+        result.step_times = self.clock.as_records()
+        result.recording["recorded_steps"] = list(self._recorded_steps)
+        if self.clock.dropped:
+            result.recording["untimed_steps"] = self.clock.dropped
+        result.loaders = [dict(entry) for entry in self._loaders.values()]
+        result.children = list(self._children)
+        if not result.library_roots:
+            result.library_roots = library_roots(self._torch)
 
     def export(self, path: Path) -> Path:
         """Write the Chrome trace (gzipped where ``path`` ends in .gz)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self._prof.export_chrome_trace(str(path))
         return path
+
+    def trace_parts(self, path: Path) -> list[Path]:
+        """The Chrome trace files of the run: the parts already written where the run was
+        recorded in parts, else the one trace exported to ``path``."""
+        if self._parts_dir is not None:
+            if len(self._parts) == 1:  # one part is the trace: put it where it was asked for
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if path.suffix == ".gz":
+                    with open(self._parts[0], "rb") as source, gzip.open(path, "wb") as target:
+                        shutil.copyfileobj(source, target)
+                    self._parts[0].unlink()
+                else:
+                    shutil.move(str(self._parts[0]), path)
+                self._parts = [path]
+            return list(self._parts)
+        return [self.export(path)]
 
     # -- hooks ---------------------------------------------------------------------------
 
@@ -426,6 +627,13 @@ class HostCollector:
         self._undo.extend(handle.remove for handle in handles)
 
         self._patch(dataloader_mod._BaseDataLoaderIter, "__next__", _wrap_next)
+        fetch_mod = importlib.import_module("torch.utils.data._utils.fetch")
+        for fetcher in ("_MapDatasetFetcher", "_IterableDatasetFetcher"):
+            if hasattr(fetch_mod, fetcher):
+                self._patch(getattr(fetch_mod, fetcher), "fetch", _wrap_fetch)
+        # Processes the script starts (torch.multiprocessing.spawn, multiprocessing.Process)
+        # run without the collector: they are counted so the report can say so.
+        self._patch(importlib.import_module("multiprocessing.process").BaseProcess, "start", _wrap_process_start)
         self._patch(torch.Tensor, "backward", _wrap_backward)
         self._patch(torch.autograd, "backward", _wrap_backward)
         self._patch(torch.optim.Optimizer, "zero_grad", _wrap_zero_grad)
@@ -507,10 +715,12 @@ class HostCollector:
             self._step_work = True
         handle = self._enter(name)
         self._phase = _Range(name, handle, frame, token=self._opened(name))
+        self.clock.phase_opened(PHASE_LABELS[name])
 
     def _close_phase(self) -> None:
         phase, self._phase = self._phase, None
         if phase is not None:
+            self.clock.phase_closed()
             phase.handle.__exit__(None, None, None)
             self._closed(phase.token)
 
@@ -530,8 +740,13 @@ class HostCollector:
             self._close_step(partial=False)
         number = self._next_step if number is None else number
         self._next_step = number + 1
+        self._turn_window(number)
+        recorded = self._is_recorded(number)
+        if recorded:
+            self._recorded_steps.append(number)
         if self._listener is not None:
             self._listener.step_started(number)
+        self.clock.step_opened(number, recorded=recorded)
         name = f"{STEP_PREFIX}{number}"
         handle = self._enter(name)
         self._step = _Range(name, handle, None, number, token=self._opened(name))
@@ -540,6 +755,31 @@ class HostCollector:
         self._step_done = False
         self._step_work = False
 
+    def _turn_window(self, number: int) -> None:
+        """Before step ``number`` opens: start recording where the window begins, stop it
+        where the window has ended, or begin the next part of a whole-run recording."""
+        if not self._use_profiler or self._manual:
+            return
+        window = self._window
+        if window is not None:
+            if self._recording_state == "prepared" and number in window:
+                self.record()
+                self._say(f"recording {window.describe()}")
+            elif self._recording_state == "recording" and number not in window:
+                self._stop_recording(f"the window ({window.describe()}) ended")
+                self._say(f"{window.describe()} recorded; the rest of the run is timed, not recorded")
+        elif self._parts_dir is not None and self._recording_state == "recording":
+            if self._part_steps >= PART_STEPS:
+                self._rotate_part(number)
+            self._part_steps += 1
+
+    def _is_recorded(self, number: int) -> bool:
+        """Whether step ``number`` is recorded: by torch.profiler, or (where the CUPTI
+        collector records instead) by the window the CUPTI collector was given."""
+        if self._use_profiler:
+            return self._recording_state == "recording"
+        return self._window is None or number in self._window
+
     def _close_step(self, *, partial: bool) -> None:
         step, self._step = self._step, None
         if step is None:
@@ -547,6 +787,7 @@ class HostCollector:
         if self._phase is not None:  # ranges stay nested: a phase never outlives its step
             self._close_phase()
         step.handle.__exit__(None, None, None)
+        self.clock.step_closed(partial=partial)
         self._closed(step.token)
         if self._listener is not None:
             self._listener.step_ended(step.step, partial=partial)
@@ -572,10 +813,11 @@ class HostCollector:
     # -- events --------------------------------------------------------------------------
 
     def dataloader_next(self, original: Any, iterator: Any, frame: Any) -> Any:
+        loader = self._loader_entry(iterator)
         if self._phase_live():  # a batch fetched inside another phase is part of it
-            return original(iterator)
+            return self._read(original, iterator, loader)
         if self._manual:  # the caller's steps: a read is the Dataloader phase of the open one
-            batch = self._fetch(original, iterator, frame)
+            batch = self._fetch(original, iterator, frame, loader)
             self._step_work = True
             if self.result.batch_size_source != "dataloader":
                 self._note_batch_size(batch, "dataloader")
@@ -587,7 +829,7 @@ class HostCollector:
             if owner is not None and owner is not iterator:
                 # Another loader read inside this step (an evaluation every N steps, a
                 # second loader zipped with the first): its time belongs to this step.
-                return self._fetch(original, iterator, frame)
+                return self._fetch(original, iterator, frame, loader)
             # The loop that owned the step went away without running out (a break):
             # this step ran on into whatever followed the loop.
             self._close_step(partial=owner is None and self._step_owner is not None)
@@ -598,7 +840,7 @@ class HostCollector:
             opened_step = True
         self._open_phase(DATALOADER, frame)
         try:
-            batch = original(iterator)
+            batch = self._read(original, iterator, loader)
         except StopIteration:
             self._close_phase()
             if opened_step:  # the iterator's len() was not known: a step of nothing
@@ -611,13 +853,89 @@ class HostCollector:
             self._note_batch_size(batch, "dataloader")
         return batch
 
-    def _fetch(self, original: Any, iterator: Any, frame: Any) -> Any:
+    def _fetch(self, original: Any, iterator: Any, frame: Any, loader: dict[str, Any]) -> Any:
         self._open_phase(DATALOADER, frame)
         try:
-            return original(iterator)
+            return self._read(original, iterator, loader)
         finally:
             if self._phase is not None and self._phase.frame is frame:
                 self._close_phase()
+
+    def _read(self, original: Any, iterator: Any, loader: dict[str, Any]) -> Any:
+        """One batch from ``iterator``, its time counted for its loader (a read that finds
+        the iterator exhausted is not a batch)."""
+        start = time.perf_counter_ns()
+        batch = original(iterator)
+        loader["read_ns"] += time.perf_counter_ns() - start
+        loader["reads"] += 1
+        return batch
+
+    def _loader_entry(self, iterator: Any) -> dict[str, Any]:
+        """The facts of the DataLoader ``iterator`` reads for, made at its first read."""
+        dataset = getattr(iterator, "_dataset", None)
+        key = id(dataset)
+        entry = self._loaders.get(key)
+        if entry is None:
+            entry = self._loaders[key] = loader_facts(self._torch, iterator)
+        return entry
+
+    def timed_fetch(self, original: Any, fetcher: Any, index: Any) -> Any:
+        """A fetcher's ``fetch`` in this process (num_workers=0): the whole fetch, and the
+        collate function inside it, timed for the fetcher's loader."""
+        entry = self._loaders.get(id(getattr(fetcher, "dataset", None)))
+        if entry is None:
+            return original(fetcher, index)
+        collate = fetcher.collate_fn
+        spent = [0]
+
+        def timed_collate(data: Any) -> Any:
+            began = time.perf_counter_ns()
+            try:
+                return collate(data)
+            finally:
+                spent[0] += time.perf_counter_ns() - began
+
+        fetcher.collate_fn = timed_collate
+        began = time.perf_counter_ns()
+        try:
+            return original(fetcher, index)
+        finally:
+            fetcher.collate_fn = collate
+            entry["fetch_ns"] += time.perf_counter_ns() - began
+            entry["collate_ns"] += spent[0]
+            entry["fetches"] += 1
+            try:
+                entry["items"] += len(index) if getattr(fetcher, "auto_collation", False) else 1
+            except TypeError:  # an index without a length (an iterable dataset's batch)
+                entry["items"] += 1
+
+    def note_child(self, process: Any) -> None:
+        """A process the script starts: DataLoader workers are the loader's; any other runs
+        work advisor's collector does not see."""
+        from advisor.collect.stacks import sampled_worker_loop  # noqa: PLC0415
+
+        target = getattr(process, "_target", None)
+        worker_loop = getattr(importlib.import_module("torch.utils.data._utils.worker"), "_worker_loop", None)
+        if target is sampled_worker_loop or target is worker_loop or getattr(target, "__name__", "") == "_worker_loop":
+            return
+        launcher = "multiprocessing"
+        if getattr(target, "__module__", "") == "torch.multiprocessing.spawn":
+            args = getattr(process, "_args", ()) or ()
+            launcher = "torch.multiprocessing.spawn"
+            target = args[0] if args and callable(args[0]) else target
+        name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or type(process).__name__
+        module = getattr(target, "__module__", "") or ""
+        for child in self._children:
+            if child["target"] == name and child["launcher"] == launcher:
+                child["count"] += 1
+                return
+        self._children.append({"target": name, "module": module, "launcher": launcher,
+                               "count": 1, "step": self._step.step if self._step is not None else None})
+
+    def sample_state(self) -> tuple[int, str]:
+        """Where the script is now, for the stack sampler: (open step or -1, phase or '')."""
+        step, phase = self._step, self._phase
+        return (step.step if step is not None else -1, PHASE_LABELS.get(phase.name, "") if phase is not None else "")
 
     def _note_batch_size(self, batch: Any, source: str) -> None:
         try:
@@ -798,6 +1116,31 @@ def _wrap_next(original: Any) -> Any:
         return collector.dataloader_next(original, self, sys._getframe())
 
     return __next__
+
+
+def _wrap_fetch(original: Any) -> Any:
+    @functools.wraps(original)
+    def fetch(self: Any, possibly_batched_index: Any) -> Any:
+        collector = _acting()
+        if collector is None:
+            return original(self, possibly_batched_index)
+        return collector.timed_fetch(original, self, possibly_batched_index)
+
+    return fetch
+
+
+def _wrap_process_start(original: Any) -> Any:
+    @functools.wraps(original)
+    def start(self: Any) -> Any:
+        collector = _ACTIVE
+        if collector is not None and collector._ours():
+            try:
+                collector.note_child(self)
+            except Exception:  # noqa: BLE001  (counting must never stop the user's process)
+                pass
+        return original(self)
+
+    return start
 
 
 def _wrap_profiler_start(original: Any) -> Any:

@@ -34,7 +34,7 @@ __all__ = ["child_collect", "child_cupti_start", "child_records", "field_report"
 def child_collect(argv: list[str]) -> int:
     session_dir, window, script, *args = argv
     from advisor.collect import collect_script
-    from advisor.collect.cupti import StepWindow
+    from advisor.collect.steps import StepWindow
 
     run = collect_script(Path(script), args, gpu=True, steps=StepWindow.parse(window))
     run.session.save(session_dir)

@@ -17,6 +17,7 @@ from advisor.units import (
     format_cell,
     format_ns,
     format_number,
+    format_percent,
     is_number,
 )
 
@@ -188,7 +189,13 @@ def steps_text(report: Report) -> str:
     if numbers:
         span = f" (#{numbers[0]})" if len(numbers) == 1 else f" (#{numbers[0]}-#{numbers[-1]})"
     noun = "step" if steps.count == 1 else "steps"
-    return f"{steps.count} {noun}{span}, mean step {format_ns(steps.mean_step_ns)}"
+    text = f"{steps.count} {noun}{span}, mean step {format_ns(steps.mean_step_ns)}"
+    if steps.unrecorded_steps and steps.unrecorded_mean_step_ns is not None:
+        text += (f"; {format_ns(steps.unrecorded_mean_step_ns)} over {steps.unrecorded_steps} steps run without the "
+                 "profiler")
+        if steps.overhead_ratio is not None:
+            text += f" (recording added {format_percent(steps.overhead_ratio * 100)})"
+    return text
 
 
 def gpu_text(report: Report) -> str:

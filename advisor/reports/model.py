@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from advisor._version import __version__
 from advisor.findings import Finding
-from advisor.session import DeviceInfo, Session
+from advisor.session import CollectionGap, DeviceInfo, Session
 
 __all__ = [
     "METRIC_DEFINITIONS",
@@ -66,6 +66,8 @@ class CollectorSummary(_Model):
     gpu_measured: bool = Field(description="Whether GPU activity was measured at all.")
     notes: list[str] = Field(default_factory=list, description="What was not measured and why, one line each.")
     dropped_records: int = Field(default=0, description="Records the collector lost (buffers full...).")
+    gaps: list[CollectionGap] = Field(default_factory=list, description="What the collection missed, structured "
+                                                                        "(the Collection Summary's rows).")
 
 
 class Window(_Model):
@@ -82,6 +84,12 @@ class StepSummary(_Model):
     count: int = Field(description="Number of steps.")
     numbers: list[int] = Field(default_factory=list, description="Step numbers, in time order.")
     mean_step_ns: float | None = Field(default=None, description="Mean step duration in ns; null without steps.")
+    unrecorded_steps: int = Field(default=0, description="Steps that ran after the recorded ones, timed but not "
+                                                         "recorded (the Step Timing table).")
+    unrecorded_mean_step_ns: float | None = Field(default=None, description="Their mean duration in ns: the job's "
+                                                                            "own pace; null where none ran.")
+    overhead_ratio: float | None = Field(default=None, description="How much longer the recorded steps took than "
+                                                                   "the unrecorded ones (0.1: 10% longer).")
 
 
 class SessionSummary(_Model):
@@ -269,8 +277,25 @@ def table_from_frame(name: str, frame: pd.DataFrame, doc: Mapping[str, Any] | No
     )
 
 
-def _session_summary(session: Session) -> SessionSummary:
+def _number(value: Any) -> float | None:
+    """A table cell as a float, None where it is missing or not a number."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _session_summary(session: Session, tables: dict[str, pd.DataFrame]) -> SessionSummary:
     meta = session.meta
+    timing = tables.get("step_timing")
+    unrecorded = 0
+    unrecorded_mean = overhead = None
+    if timing is not None and "ProfileStep" in timing.index:
+        unrecorded = int(timing.at["ProfileStep", "unrecorded_steps"] or 0)
+        if unrecorded:
+            unrecorded_mean = _number(timing.at["ProfileStep", "unrecorded_avg_ns"])
+            overhead = _number(timing.at["ProfileStep", "overhead_ratio"])
     start, end = session.window()
     steps = session.steps()
     durations = steps["end_ns"] - steps["start_ns"]
@@ -283,6 +308,7 @@ def _session_summary(session: Session) -> SessionSummary:
             gpu_measured=collector.gpu_measured,
             notes=list(collector.notes),
             dropped_records=collector.dropped_records,
+            gaps=list(collector.gaps),
         ),
         devices=[DeviceInfo.model_validate(to_python(d.model_dump())) for d in meta.devices],
         window=Window(start_ns=start, end_ns=end, duration_ns=end - start),
@@ -290,6 +316,9 @@ def _session_summary(session: Session) -> SessionSummary:
             count=len(steps),
             numbers=[int(s) for s in steps["step"]],
             mean_step_ns=float(durations.mean()) if len(steps) else None,
+            unrecorded_steps=unrecorded,
+            unrecorded_mean_step_ns=unrecorded_mean,
+            overhead_ratio=overhead,
         ),
         command=list(meta.command) if meta.command is not None else None,
         exit_code=meta.exit_code,
@@ -328,7 +357,7 @@ def build_report(
     ranking is the rule engine's). ``table_docs`` (name -> {title, description, key,
     columns}) describes the tables; a frame's own ``attrs`` may carry the same.
     """
-    summary = _session_summary(session)
+    summary = _session_summary(session, tables)
     return Report(
         advisor_version=__version__,
         generated=datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -67,7 +67,8 @@ class EngineResult:
 
 
 def session_facts(session: Session, tables: dict[str, pd.DataFrame]) -> dict[str, Any]:
-    """Step count, mean step time and window length, from the tables where they exist."""
+    """Step count, mean step time and window length, from the tables where they exist (the
+    mean step from the steps that ran unrecorded where there are any)."""
     start, end = session.window()
     window_ns = max(end - start, 0)
     model = tables.get("model")
@@ -78,6 +79,11 @@ def session_facts(session: Session, tables: dict[str, pd.DataFrame]) -> dict[str
         step_count = int(row.get("calls", 0) or 0)
         if step_count and pd.notna(row.get("cpu_avg_ns")):
             mean_step_ns = float(row["cpu_avg_ns"])
+    # The job's own step time where steps ran unrecorded: savings are shares of that, not of
+    # a step the profiler slowed down.
+    timing = tables.get("step_timing")
+    if timing is not None and "ProfileStep" in timing.index and pd.notna(timing.at["ProfileStep", "best_avg_ns"]):
+        mean_step_ns = float(timing.at["ProfileStep", "best_avg_ns"])
     return {"step_count": step_count, "mean_step_ns": mean_step_ns, "window_ns": window_ns}
 
 
@@ -95,8 +101,9 @@ def cause_graph(specs: list[RuleSpec]) -> nx.DiGraph:
     return graph
 
 
-def rank(findings: list[Finding], graph: nx.DiGraph) -> list[Finding]:
-    """Nest symptoms under their fired causes, then rank the roots by saving."""
+def rank(findings: list[Finding], graph: nx.DiGraph, leading: frozenset[str] = frozenset()) -> list[Finding]:
+    """Nest symptoms under their fired causes, then rank the roots by saving; findings of
+    the ``leading`` rules (about the profile itself) come first."""
     fired = {f.rule for f in findings}
     roots: list[Finding] = []
     by_rule: dict[str, list[Finding]] = {}
@@ -123,8 +130,8 @@ def rank(findings: list[Finding], graph: nx.DiGraph) -> list[Finding]:
         if id(finding) not in nested:
             roots.append(finding)
 
-    def key(f: Finding) -> tuple[float, int]:
-        return (-f.saving.ms_per_step, -f.severity.rank)
+    def key(f: Finding) -> tuple[bool, float, int]:
+        return (f.rule not in leading, -f.saving.ms_per_step, -f.severity.rank)
 
     for finding in findings:
         finding.explains.sort(key=key)
@@ -187,4 +194,5 @@ def run_rules(session: Session, tables: dict[str, pd.DataFrame], specs: list[Rul
             continue
         ran.append(spec.id)
         findings.extend(produced)
-    return EngineResult(findings=rank(findings, cause_graph(specs)), errors=errors, ran=ran, skipped=skipped)
+    leading = frozenset(spec.id for spec in specs if spec.leads)
+    return EngineResult(findings=rank(findings, cause_graph(specs), leading), errors=errors, ran=ran, skipped=skipped)

@@ -27,6 +27,13 @@ Event kinds (``kind`` column), in the user's words:
                     the machine's CPU use 0..1, ``bytes`` the process's largest RSS read
                     (advisor.collect.sampler). Samples relate to no other row; they
                     measure the window but do not make it.
+    stack           a sample of one Python thread's stack, taken at ``start_ns`` and
+                    standing for the sampler's interval up to ``end_ns``: ``call_stack``
+                    innermost frame first, ``category`` the process's role ("main" or
+                    "loader worker"), ``step`` and ``phase`` where the main thread was
+                    then (advisor.collect.stacks). Taken over the whole run, not only the
+                    recorded steps; like samples they relate to no other row and do not
+                    make the window.
 
 Relations between rows are row ids (the ``id`` column, equal to the row's position):
 ``parent_op`` is the innermost op around a host event or the op that launched a GPU event,
@@ -48,6 +55,7 @@ from pydantic import BaseModel, Field
 from advisor.errors import SessionError
 
 __all__ = [
+    "CollectionGap",
     "CollectorInfo",
     "DeviceInfo",
     "DistributedInfo",
@@ -61,6 +69,7 @@ __all__ = [
     "SESSION_FORMAT",
     "Session",
     "SessionMeta",
+    "TimedStep",
     "concat_events",
     "conform_events",
     "empty_events",
@@ -87,6 +96,7 @@ KINDS = (
     "step",
     "phase",
     "sample",
+    "stack",
 )
 GPU_KINDS = ("kernel", "memcpy", "memset")
 PHASES = ("Dataloader", "Forward", "Backward", "Optimization", "Others")
@@ -183,7 +193,15 @@ def concat_events(frames: list[pd.DataFrame]) -> pd.DataFrame:
     for column, (dtype, _missing) in EVENT_COLUMNS.items():
         parts = [f[column] for f in frames]
         if dtype == "category":
-            out[column] = union_categoricals([p.array for p in parts])
+            arrays = [p.array for p in parts]
+            # An empty column's categories may be of another dtype (object) than a filled
+            # one's (str); union_categoricals wants one dtype.
+            kinds = {a.categories.dtype for a in arrays if len(a.categories)}
+            if len(kinds) == 1:
+                kind = kinds.pop()
+                arrays = [a if a.categories.dtype == kind else a.set_categories(a.categories.astype(kind))
+                          for a in arrays]
+            out[column] = union_categoricals(arrays)
         else:
             out[column] = np.concatenate([p.to_numpy() for p in parts])
     return conform_events(pd.DataFrame(out))
@@ -248,6 +266,29 @@ class DeviceInfo(BaseModel):
     properties: dict[str, Any] = Field(default_factory=dict, description="The source's raw record.")
 
 
+class CollectionGap(BaseModel):
+    """Something the collection did not measure, or measured only in part, and why."""
+
+    what: str = Field(description="What was missed: 'host profile', 'steps', 'GPU', 'child processes', "
+                                  "'trace events'...")
+    why: str = Field(description="Why, in one line, with what to do about it where there is something.")
+    incomplete: bool = Field(default=True, description="True where the profile misses part of the job that ran "
+                                                       "(never a clean bill of health); False where the thing "
+                                                       "was not there to measure (a CPU-only machine's GPU).")
+
+
+class TimedStep(BaseModel):
+    """One step as the collector's own clock saw it, whether the profiler recorded it or not."""
+
+    step: int
+    start_ns: int = Field(description="When the step began, on the session's clock.")
+    duration_ns: int
+    recorded: bool = Field(description="Whether the profiler was recording the step (the window's steps).")
+    partial: bool = Field(default=False, description="Cut off (the run ended, the loop was left by a break).")
+    phases: dict[str, int] = Field(default_factory=dict, description="ns per phase (Dataloader, Forward, Backward, "
+                                                                     "Optimization); the rest is Others.")
+
+
 class CollectorInfo(BaseModel):
     """What produced the session and what it could not measure."""
 
@@ -258,6 +299,8 @@ class CollectorInfo(BaseModel):
     dropped_records: int = 0
     overhead_ns: int = 0
     notes: list[str] = Field(default_factory=list, description="One line each: what was not measured and why.")
+    gaps: list[CollectionGap] = Field(default_factory=list, description="What the collection missed, structured: "
+                                                                        "the profile-incomplete rule reads them.")
 
 
 class DistributedInfo(BaseModel):
@@ -285,6 +328,8 @@ class SessionMeta(BaseModel):
         default=None, description="Knowledge-base id of the GPU to judge the session against (--gpu), if not its own."
     )
     trace_metadata: dict[str, Any] = Field(default_factory=dict)
+    timed_steps: list[TimedStep] = Field(default_factory=list, description="Every step the collector timed, "
+                                                                           "recorded or not (a script's run).")
 
 
 class Session:

@@ -21,6 +21,11 @@ One module per table (or pair of tables), registered with ``@table`` in ``_regis
                              the host was doing (for the rules)
     roofline, ceilings       op costs against the target's ceilings (roofline_ceilings)
     timeline                 step_phases and gpu_timeline, for the HTML report's charts
+    step_timing              every step timed, recorded or not: the job's own pace and
+                             what recording cost
+    python_hotspots          host time per line of the user's Python, from stack samples
+    dataloaders              each DataLoader: how it makes batches, where a batch's time goes
+    collection               what the profile does not cover, and why
 
 Shared work lives in private modules below them: ``_facts`` (what several tables need
 from one session, worked out once) and ``_op_costs`` (op calls and their costs). A new
@@ -37,6 +42,8 @@ from advisor.errors import UsageError
 from advisor.session import Session
 from advisor.tables import (  # noqa: F401  (importing a module registers its tables)
     ceilings,
+    collection,
+    dataloaders,
     device,
     distributed,
     gpu_idle,
@@ -47,7 +54,9 @@ from advisor.tables import (  # noqa: F401  (importing a module registers its ta
     operator,
     overview,
     perf,
+    python_hotspots,
     roofline,
+    step_timing,
     timeline,
     userdefined,
 )
@@ -67,12 +76,16 @@ _ORDER = (
     "userdefined",
     "distributed",
     "perf",
+    "step_timing",
+    "dataloaders",
+    "python_hotspots",
     "host_sync",
     "gpu_idle",
     "roofline",
     "roofline_ceilings",
     "step_phases",
     "gpu_timeline",
+    "collection",
 )
 TABLES: dict[str, TableSpec] = {name: SPECS[name] for name in _ORDER}
 TABLE_DOCS: dict[str, TableDoc] = {name: spec.doc for name, spec in TABLES.items()}

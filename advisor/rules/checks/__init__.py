@@ -2,4 +2,12 @@
 them with the engine. Each check reads tables through its RuleContext and returns
 findings; thresholds come from the rule's spec in rules/builtin.yaml."""
 
-from advisor.rules.checks import host_sync, roofline, tensor_cores, utilization  # noqa: F401
+from advisor.rules.checks import (  # noqa: F401
+    collection,
+    host_bound,
+    host_sync,
+    loader,
+    roofline,
+    tensor_cores,
+    utilization,
+)

@@ -139,6 +139,9 @@ class RuleSpec(_Strict):
                                                      "in their config.")
     requires: list[Requirement] = Field(default_factory=list, title="Requires",
                                         description="Run only on sessions with steps and/or a measured GPU.")
+    leads: bool = Field(default=False, title="Leads the report",
+                        description="A rule about the profile itself (what it does not cover): its findings "
+                                    "come before all others whatever their saving.")
     docs: RuleDocs = Field(title="Documentation", description="What it does, why it matters, an example "
                                                               "and what to do instead.")
     # -- data rules ---------------------------------------------------------------------

@@ -1,0 +1,122 @@
+"""Which steps a collector records, and the clock that times every step, recorded or not.
+
+``StepWindow``: ``--steps A:B`` records steps A to B-1. By default steps 2 to 6 are
+recorded, after two warm-up steps (the first steps of a run pay for lazy initialisation,
+allocator growth and autotuning), so a long job records a handful of steps with bounded
+memory whatever its length. Both collectors use it: the CUPTI collector on a GPU and the
+host collector (torch.profiler) everywhere.
+
+``StepClock``: the hooks tell it where each step and phase begins and ends, and it keeps
+every step's duration and its time per phase on ``time.time_ns()`` (the trace's clock),
+whether or not the profiler was recording. The steps after the window ran without the
+profiler: their times are what the job takes unprofiled, and the recorded steps' excess
+over them is the collector's overhead. It costs two clock reads per step and per phase.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from advisor.errors import UsageError
+
+__all__ = ["DEFAULT_RECORDED_STEPS", "DEFAULT_WARMUP_STEPS", "MAX_TIMED_STEPS", "StepClock", "StepWindow"]
+
+DEFAULT_WARMUP_STEPS = 2
+DEFAULT_RECORDED_STEPS = 5
+MAX_TIMED_STEPS = 100_000  # a run longer than this keeps its first steps' times only
+
+
+@dataclass(frozen=True)
+class StepWindow:
+    """Steps ``start`` to ``stop - 1`` (``stop`` None: to the end), as ``--steps A:B``."""
+
+    start: int = DEFAULT_WARMUP_STEPS
+    stop: int | None = DEFAULT_WARMUP_STEPS + DEFAULT_RECORDED_STEPS
+
+    @classmethod
+    def parse(cls, value: str) -> StepWindow | None:
+        """``A:B`` (steps A..B-1), ``A:`` (from A on), ``:B``, ``N`` (step N only) or
+        ``all`` (the whole run, steps or not: returns None)."""
+        text_value = value.strip()
+        if text_value == "all":
+            return None
+        match = re.fullmatch(r"(\d*)(:(\d*))?", text_value)
+        if not match or (not match[1] and not match[3]):
+            raise UsageError(f"--steps {value!r}: expected A:B (steps A to B-1), A:, :B, N or all")
+        start = int(match[1]) if match[1] else 0
+        if match[2] is None:
+            return cls(start, start + 1)
+        stop = int(match[3]) if match[3] else None
+        if stop is not None and stop <= start:
+            raise UsageError(f"--steps {value!r}: the window is empty (B must be greater than A)")
+        return cls(start, stop)
+
+    def __contains__(self, step: int) -> bool:
+        return step >= self.start and (self.stop is None or step < self.stop)
+
+    def __str__(self) -> str:
+        return f"{self.start}:{'' if self.stop is None else self.stop}"
+
+    def describe(self) -> str:
+        """``steps 2-6``, ``steps 5 on``, ``step 3``."""
+        if self.stop is None:
+            return f"steps {self.start} on"
+        if self.stop == self.start + 1:
+            return f"step {self.start}"
+        return f"steps {self.start}-{self.stop - 1}"
+
+
+class StepClock:
+    """Every step's start, duration and time per phase, on ``time.time_ns()``.
+
+    ``rows`` holds one list per finished step: [step, start_ns, duration_ns, recorded,
+    partial, {phase: ns}] (see :meth:`as_records`). A phase's time is the sum of its
+    stretches in the step; what no phase covers is the step's "Others"."""
+
+    def __init__(self, clock: Any = time.time_ns):
+        self._clock = clock
+        self.rows: list[list[Any]] = []
+        self.dropped = 0
+        self._step: int | None = None
+        self._start = 0
+        self._recorded = False
+        self._phases: dict[str, int] = {}
+        self._phase: str | None = None
+        self._phase_start = 0
+
+    def step_opened(self, number: int, *, recorded: bool) -> None:
+        self._step = number
+        self._start = self._clock()
+        self._recorded = recorded
+        self._phases = {}
+        self._phase = None
+
+    def phase_opened(self, name: str) -> None:
+        if self._step is not None:
+            self._phase = name
+            self._phase_start = self._clock()
+
+    def phase_closed(self) -> None:
+        if self._step is not None and self._phase is not None:
+            self._phases[self._phase] = self._phases.get(self._phase, 0) + self._clock() - self._phase_start
+            self._phase = None
+
+    def step_closed(self, *, partial: bool, recorded: bool | None = None) -> None:
+        """``recorded``: False where the profiler stopped during the step."""
+        if self._step is None:
+            return
+        self.phase_closed()
+        if len(self.rows) < MAX_TIMED_STEPS:
+            kept = self._recorded if recorded is None else (self._recorded and recorded)
+            self.rows.append([self._step, self._start, self._clock() - self._start, kept, partial, self._phases])
+        else:
+            self.dropped += 1
+        self._step = None
+
+    def as_records(self) -> list[dict[str, Any]]:
+        """The rows as dicts: step, start_ns, duration_ns, recorded, partial, phases."""
+        keys = ("step", "start_ns", "duration_ns", "recorded", "partial", "phases")
+        return [dict(zip(keys, row)) for row in self.rows]

@@ -1,0 +1,67 @@
+"""Collection Summary: what the profile does not cover, and why.
+
+A report is only as good as what was measured. This table lists each gap the collectors
+and the importer found: a profiler that failed to start, stop or be read back, a window
+of steps the run never reached or cut short, recording stopped by the event budget,
+processes the script started that ran unprofiled, a GPU that was there but not recorded,
+events of a trace that were damaged and skipped, a trace cut off before its end. Rows
+marked incomplete mean the profile misses part of the job (the profile-incomplete rule
+fires on them); the others say what was not there to measure.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from advisor.tables._facts import Facts
+from advisor.tables._registry import table
+
+
+def _trace_damage(f: Facts) -> list[dict]:
+    """Gaps a damaged trace file leaves: events skipped by reason, and a cut-off end."""
+    damage = f.meta.trace_metadata.get("damage")
+    if not isinstance(damage, dict):
+        return []
+    rows = []
+    skipped = damage.get("skipped") or {}
+    total = sum(int(v) for v in skipped.values() if isinstance(v, (int, float)))
+    if total:
+        reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(skipped.items(), key=lambda kv: -kv[1]))
+        rows.append({"what": "trace events", "incomplete": True,
+                     "why": f"{total} events of the trace were damaged and skipped ({reasons})"})
+    if damage.get("truncated"):
+        read, size = damage.get("bytes_read"), damage.get("bytes_total")
+        how_much = f" after {read:,} of {size:,} bytes" if isinstance(read, int) and isinstance(size, int) else ""
+        rows.append({"what": "trace end", "incomplete": True,
+                     "why": f"the trace file is cut off{how_much} (a job killed while writing it?): only the "
+                            "events before the cut were read"})
+    return rows
+
+
+@table(
+    "collection",
+    title="Collection Summary",
+    description=(
+        "What the profile does not cover: one row per gap the collectors or the trace reader "
+        "found, with why. incomplete rows mean part of the job that ran is missing from the "
+        "profile (a failed or stopped profiler, steps not recorded, processes not profiled, a "
+        "GPU present but not recorded, damaged or cut-off trace data); the others say what was "
+        "not there to measure. Empty when nothing is missing."
+    ),
+    key="'<what> #<n>' (host profile, steps, child processes, GPU, trace events, trace end...)",
+    columns={
+        "what": "What was missed.",
+        "incomplete": "True where part of the job that ran is missing from the profile.",
+        "why": "Why, and what to do about it where there is something.",
+    },
+)
+def collection_table(f: Facts) -> pd.DataFrame | None:
+    rows = [{"what": g.what, "incomplete": g.incomplete, "why": g.why} for g in f.meta.collector.gaps]
+    rows += _trace_damage(f)
+    if not rows:
+        return None
+    keys, seen = [], {}
+    for row in rows:
+        seen[row["what"]] = seen.get(row["what"], 0) + 1
+        keys.append(f"{row['what']} #{seen[row['what']]}")
+    return pd.DataFrame(rows, index=keys)

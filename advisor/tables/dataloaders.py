@@ -1,0 +1,133 @@
+"""DataLoader Summary: each data loader the script read from, how it makes batches and
+where the time of a batch goes.
+
+The collector notes each DataLoader at its first read (the dataset, workers, batch size)
+and times every read of it; where batches are made in the main process (num_workers=0)
+it also times each fetch and the collate function inside it, so a batch's time splits
+into per-item work (``__getitem__``), collation and the loader's own machinery. Where
+workers make them, the stack samples of the worker processes say how busy they were and
+in which function. The rule that judges a starved loop reads this table to tell per-item
+work that worker processes would spread out from per-batch costs they would not.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from advisor.session import text
+from advisor.tables._facts import Facts, coded
+from advisor.tables._registry import table
+from advisor.tables.python_hotspots import NO_USER_FRAME, library_roots, samples_in_steps, stack_facts
+
+
+def _loader_samples(f: Facts) -> pd.DataFrame:
+    """The samples of loading: the main thread in the Dataloader phase and the workers,
+    with their innermost user frame and whether they waited."""
+    samples, _ = samples_in_steps(f)
+    if not len(samples):
+        return pd.DataFrame(columns=["role", "pid", "weight", "label", "waiting"])
+    role = text(samples["category"])
+    phase = text(samples["phase"])
+    loading = (role == "loader worker") | ((role == "main") & (phase == "Dataloader"))
+    samples = samples[loading]
+    codes, stacks = coded(samples["call_stack"])
+    facts = stack_facts(stacks, library_roots(f)).iloc[codes].reset_index(drop=True)
+    # Only code the loader itself calls (a Dataset, a collate function) is loading's own; a
+    # main-thread sample whose user frame is the loop reading the loader is not.
+    own = (facts["function"].to_numpy() != "") & facts["in_loader"].to_numpy().astype(bool)
+    # By function, not line: a tokenizer's time spreads over the lines of its loop.
+    label = np.where(~own, NO_USER_FRAME,
+                     facts["function"].astype(str) + " (" + facts["file"].astype(str) + ")")
+    return pd.DataFrame({
+        "role": text(samples["category"]),
+        "pid": samples["pid"].to_numpy(),
+        "weight": (samples["end_ns"] - samples["start_ns"]).to_numpy().astype(np.float64),
+        "label": label,
+        "waiting": facts["waiting"].to_numpy(),
+    })
+
+
+@table(
+    "dataloaders",
+    title="DataLoader Summary",
+    description=(
+        "One row per DataLoader the script read from (by its dataset), most read time first. "
+        "Reads are every batch taken from it over the run. Where the main process made the "
+        "batches (num_workers=0) a batch's time splits into per-item work (the dataset's "
+        "__getitem__), the collate function, and the loader's own machinery (sampler, "
+        "iteration); with workers, a read in the main process is mostly waiting for them, and "
+        "the workers' sampled stacks say how busy they were. top_function is the user's "
+        "function where loading spent most of its sampled time. Empty for traces."
+    ),
+    key="The dataset class name ('#2' appended where two loaders read datasets of one class)",
+    columns={
+        "dataset": "The dataset's class, with its module.",
+        "kind": "'in-memory tensors' (a TensorDataset), 'map-style' or 'iterable'.",
+        "batched_fetch": "Whether the dataset fetches a whole batch at once (__getitems__).",
+        "num_workers": "DataLoader worker processes (0: batches are made in the main process).",
+        "batch_size": "Samples per batch (NaN where the loader does not batch).",
+        "pin_memory": "Whether batches are copied to pinned memory.",
+        "reads": "Batches read from it over the run.",
+        "read_avg_ns": "Mean time a read took in the main process, ns.",
+        "fetch_avg_ns": "Mean time making a batch in the main process (items and collation), ns "
+                        "(NaN with workers).",
+        "item_avg_ns": "Mean per-item time in the main process (__getitem__), ns (NaN with workers).",
+        "collate_avg_ns": "Mean collate time per batch in the main process, ns (NaN with workers).",
+        "machinery_avg_ns": "read_avg_ns - fetch_avg_ns: the loader's own work per batch (sampler, iteration, "
+                            "pinning); with workers, waiting for them.",
+        "items_per_batch": "Items fetched per batch in the main process.",
+        "workers_busy": "With workers: the share of the workers' sampled time spent working rather than "
+                        "waiting for work (NaN without workers or samples).",
+        "top_function": "The user's function (code the loader calls: a Dataset, a collate function) where "
+                        "loading spent most of its sampled working time, with its file.",
+        "top_function_share": "Its share of loading's sampled working time.",
+    },
+)
+def dataloaders_table(f: Facts) -> pd.DataFrame | None:
+    facts = f.meta.trace_metadata.get("advisor") or {}
+    loaders = [entry for entry in facts.get("loaders") or [] if isinstance(entry, dict)]
+    if not loaders:
+        return None
+    rows = {}
+    for entry in sorted(loaders, key=lambda e: -float(e.get("read_ns") or 0)):
+        name = str(entry.get("dataset_name") or "dataset")
+        key, n = name, 2
+        while key in rows:
+            key, n = f"{name} #{n}", n + 1
+        reads = int(entry.get("reads") or 0)
+        fetches = int(entry.get("fetches") or 0)
+        items = int(entry.get("items") or 0)
+        workers = int(entry.get("num_workers") or 0)
+        read_avg = entry["read_ns"] / reads if reads else np.nan
+        fetch_avg = entry["fetch_ns"] / fetches if fetches and not workers else np.nan
+        collate_avg = entry["collate_ns"] / fetches if fetches and not workers else np.nan
+        item_avg = (entry["fetch_ns"] - entry["collate_ns"]) / items if items and not workers else np.nan
+        kind = "iterable" if entry.get("iterable") else "in-memory tensors" if entry.get("in_memory_tensors") \
+            else "map-style"
+        rows[key] = {
+            "dataset": entry.get("dataset", ""), "kind": kind, "batched_fetch": bool(entry.get("batched_fetch")),
+            "num_workers": workers, "batch_size": entry.get("batch_size"), "pin_memory": bool(entry.get("pin_memory")),
+            "reads": reads, "read_avg_ns": read_avg, "fetch_avg_ns": fetch_avg, "item_avg_ns": item_avg,
+            "collate_avg_ns": collate_avg,
+            "machinery_avg_ns": read_avg - fetch_avg if not workers else read_avg,
+            "items_per_batch": items / fetches if fetches and not workers else np.nan,
+            "workers_busy": np.nan, "top_function": "", "top_function_share": np.nan,
+        }
+    out = pd.DataFrame.from_dict(rows, orient="index")
+    out["batch_size"] = pd.to_numeric(out["batch_size"], errors="coerce")
+    loading = _loader_samples(f)
+    if len(loading):
+        # Samples cannot tell two loaders apart: they describe the loader read the most.
+        first = out.index[0]
+        workers = loading[loading["role"] == "loader worker"]
+        if len(workers) and out.at[first, "num_workers"] > 0:
+            out.at[first, "workers_busy"] = float(workers.loc[~workers["waiting"], "weight"].sum()
+                                                  / workers["weight"].sum())
+        working = loading[~loading["waiting"].astype(bool)]
+        by_label = working.groupby("label")["weight"].sum().sort_values(ascending=False)
+        by_label = by_label[by_label.index != NO_USER_FRAME]
+        if len(by_label) and working["weight"].sum() > 0:
+            out.at[first, "top_function"] = str(by_label.index[0])
+            out.at[first, "top_function_share"] = float(by_label.iloc[0] / working["weight"].sum())
+    return out

@@ -1,0 +1,213 @@
+"""Python Hotspots: where the host's time goes in the user's own Python code.
+
+Built from the stack sampler's samples (advisor.collect.stacks). The main thread's time
+in each phase (Dataloader, Forward, Backward, Optimization, and Others outside them) comes
+from the step clock, exactly; the samples taken in a phase share that time out among the
+lines that ran in it, in proportion to the time each sample stands for. (Samples are not
+spread evenly across phases: a thread inside torch ops releases the GIL and is sampled
+more often than one running Python, so sample counts alone would overstate the model.)
+A line's time includes what it calls (torch, the standard library): ``augment(image)``
+owns the tensor ops it runs. Rows are per process role: the main thread, and the
+DataLoader workers, whose sampled time runs beside the main thread's, not inside it.
+
+A frame is the user's when its file lies outside the folders of installed code the
+collector listed (the standard library, site-packages, torch, advisor); traces from other
+profilers have no samples, so the table is empty for them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from advisor.session import text
+from advisor.tables._facts import MODEL_PHASES, Facts, coded
+from advisor.tables._registry import table, with_notes
+from advisor.tables.step_timing import timed_frame
+
+MAX_ROWS = 200
+STACK_FRAMES = 6  # user frames kept in the ``stack`` column, innermost last
+_FRAME = re.compile(r"^\s*(?P<file>.+?)\((?P<line>-?\d+)\): (?P<function>.*)$")
+# Where a thread waits rather than works: a queue, a lock, a pipe, a sleep.
+_WAITING = re.compile(
+    r"(^|/)(queues|connection|selectors|threading|synchronize)\.py\(\d+\): "
+    r"(get|_poll|poll|wait|select|_recv|_recv_bytes|recv_bytes|acquire)$"
+)
+_FALLBACK_LIBRARY = re.compile(r"site-packages|dist-packages|(^|/)torch/|/lib/python\d|(^|/)advisor/")
+NO_USER_FRAME = "(no frame of the user's code)"
+
+
+def library_roots(f: Facts) -> tuple[str, ...]:
+    """The folders of installed code the collector listed for this session."""
+    facts = f.meta.trace_metadata.get("advisor") or {}
+    return tuple(facts.get("library_roots") or ())
+
+
+def is_library(path: str, roots: tuple[str, ...]) -> bool:
+    if path.startswith("<") or not path:
+        return True
+    if roots:
+        return path.startswith(roots)
+    return bool(_FALLBACK_LIBRARY.search(path))
+
+
+def stack_facts(stacks: np.ndarray, roots: tuple[str, ...]) -> pd.DataFrame:
+    """Per distinct stack (innermost frame first): its innermost user frame (function,
+    file, line), the user frames outermost first, whether its innermost frame of all is
+    the user's own code, whether the user frame was called by the data loader (a Dataset,
+    a collate function), and whether the thread was waiting (a queue, a lock, a pipe)."""
+    rows = []
+    for stack in stacks:
+        frames = [m for m in (_FRAME.match(part) for part in str(stack).split(";")) if m]
+        user = [m for m in frames if not is_library(m["file"], roots)]
+        innermost = user[0] if user else None
+        waiting = bool(frames) and bool(_WAITING.search(str(stack).split(";")[0].strip()))
+        # Whether the user frame was reached through torch.utils.data (a Dataset's
+        # __getitem__, a collate function) rather than being the loop that reads the loader.
+        below = frames[frames.index(innermost) + 1:] if innermost is not None else []
+        in_loader = any("/torch/utils/data/" in m["file"] for m in below)
+        rows.append({
+            "in_loader": in_loader,
+            "function": innermost["function"] if innermost else "",
+            "file": innermost["file"] if innermost else "",
+            "line": int(innermost["line"]) if innermost else -1,
+            "own_code": bool(frames) and innermost is frames[0],
+            "waiting": waiting,
+            "user_stack": " > ".join(f"{m['function']} ({m['file']}:{m['line']})"
+                                     for m in reversed(user[:STACK_FRAMES])),
+        })
+    return pd.DataFrame(rows)
+
+
+def samples_in_steps(f: Facts) -> tuple[pd.DataFrame, int]:
+    """The stack samples taken in the steps the tables speak of (the recorded steps and
+    the unrecorded ones after them; not warm-up, not before or after the loop), and how
+    many such steps there were."""
+
+    def compute() -> tuple[pd.DataFrame, int]:
+        events = f.events
+        samples = events[(events["kind"] == "stack").to_numpy()]
+        timed = timed_frame(f)
+        if not len(samples) or not len(timed):
+            return samples.iloc[:0], 0
+        kept = samples[samples["step"].isin(timed["step"]).to_numpy()]
+        return kept, len(timed)
+
+    return f.memo("samples_in_steps", compute)
+
+
+def _best_steps(f: Facts) -> pd.DataFrame:
+    """The steps whose times stand for the job: the unrecorded ones where some ran."""
+    timed = timed_frame(f)
+    unrecorded = timed[~timed["recorded"]]
+    return unrecorded if len(unrecorded) else timed
+
+
+def mean_step_ns(f: Facts) -> float:
+    """The job's mean step time: the unrecorded steps' where some ran, else the recorded."""
+    steps = _best_steps(f)
+    return float(steps["duration_ns"].mean()) if len(steps) else float("nan")
+
+
+def phase_ns(f: Facts) -> dict[str, float]:
+    """Mean time per step in each phase ('' for Others), from the step clock."""
+    steps = _best_steps(f)
+    if not len(steps):
+        return {}
+    out = {phase: float(steps[phase].mean()) for phase in MODEL_PHASES}
+    out[""] = float(steps["Others"].mean())
+    return out
+
+
+@table(
+    "python_hotspots",
+    title="Python Hotspots",
+    description=(
+        "Host time per line of the user's own Python code, from stack samples taken every few "
+        "milliseconds over the profiled steps and the unrecorded steps after them: a line's "
+        "time is that of the samples whose innermost user frame it is, so it includes the "
+        "library code it calls. Main-thread rows carry the phase they ran in; loader-worker "
+        "rows are DataLoader worker processes, whose time runs beside the main thread's. "
+        "Empty for traces (no samples)."
+    ),
+    key="'<function> (<file>:<line>)', prefixed '[loader worker] ' for worker rows",
+    columns={
+        "role": "'main' (the script's thread) or 'loader worker'.",
+        "function": "The innermost user function ('' where no frame was the user's).",
+        "file": "Its file.",
+        "line": "The line it was on.",
+        "samples": "Samples that stopped here.",
+        "per_step_ns": "Estimated time here per step, ns: main thread, its share of each phase's samples times "
+                       "the phase's clock time per step; workers, their sampled time over the steps.",
+        "share_of_step": "per_step_ns / the mean step time (unrecorded steps' where there are any).",
+        "own_code_share": "Share of the samples whose innermost frame of all is this user line: time in the "
+                          "user's Python itself rather than in a library it called.",
+        "waiting_share": "Share of the samples where the thread waited (a queue, a lock, a pipe).",
+        **{f"{phase.lower()}_ns": f"Per step, in the {phase} phase (main thread), ns." for phase in MODEL_PHASES},
+        "other_ns": "Per step, outside every phase (main thread), ns.",
+        "phase": "The phase most of the samples were in ('' for workers).",
+        "stack": "The user's frames leading here, outermost first (the most common such path).",
+    },
+)
+def python_hotspots_table(f: Facts) -> pd.DataFrame | None:
+    samples, n_steps = samples_in_steps(f)
+    if not len(samples) or not n_steps:
+        return None
+    codes, stacks = coded(samples["call_stack"])
+    per_stack = stack_facts(stacks, library_roots(f))
+    weight = (samples["end_ns"] - samples["start_ns"]).to_numpy().astype(np.float64)
+    role = text(samples["category"])
+    phase = text(samples["phase"])
+    facts = per_stack.iloc[codes].reset_index(drop=True)
+    label = np.where(facts["function"].to_numpy() == "", NO_USER_FRAME,
+                     facts["function"].astype(str) + " (" + facts["file"].astype(str) + ":" +
+                     facts["line"].astype(str) + ")")
+    key = np.where(role == "main", label, "[" + role.astype(object) + "] " + label.astype(object))
+    # Per step, ns: a main-thread sample's share of its phase's sampled time times the
+    # phase's clock time per step; a worker's own time over the steps.
+    clock = phase_ns(f)
+    main = role == "main"
+    per_step = weight / n_steps
+    for name, total in clock.items():
+        mine = main & (phase == name)
+        sampled = weight[mine].sum()
+        if sampled > 0:
+            per_step[mine] = weight[mine] / sampled * total
+    frame = pd.DataFrame({
+        "key": key, "role": role, "function": facts["function"], "file": facts["file"], "line": facts["line"],
+        "weight": weight, "time": per_step, "own": facts["own_code"].to_numpy() * per_step,
+        "waiting": facts["waiting"].to_numpy() * per_step, "phase": phase, "stack": facts["user_stack"],
+    })
+    for name in MODEL_PHASES:
+        frame[f"{name.lower()}_ns"] = np.where(main & (phase == name), per_step, 0.0)
+    frame["other_ns"] = np.where(main & (phase == ""), per_step, 0.0)
+    grouped = frame.groupby("key", sort=False)
+    out = grouped.agg(role=("role", "first"), function=("function", "first"), file=("file", "first"),
+                      line=("line", "first"), samples=("weight", "size"), time=("time", "sum"),
+                      own=("own", "sum"), waiting=("waiting", "sum"),
+                      **{f"{p.lower()}_ns": (f"{p.lower()}_ns", "sum") for p in MODEL_PHASES},
+                      other_ns=("other_ns", "sum"))
+    out["per_step_ns"] = out["time"]
+    step = mean_step_ns(f)
+    out["share_of_step"] = out["per_step_ns"] / step if step > 0 else np.nan
+    out["own_code_share"] = np.where(out["time"] > 0, out["own"] / out["time"], np.nan)
+    out["waiting_share"] = np.where(out["time"] > 0, out["waiting"] / out["time"], np.nan)
+    main = frame[frame["role"].to_numpy() == "main"]
+    top_phase = main.groupby(["key", "phase"], sort=False)["weight"].sum().reset_index()
+    top_phase = top_phase.sort_values("weight", ascending=False).drop_duplicates("key").set_index("key")["phase"]
+    out["phase"] = top_phase.reindex(out.index).fillna("")
+    out.loc[out["phase"] == "", "phase"] = np.where(out.loc[out["phase"] == "", "role"] == "main", "Others", "")
+    top_stack = frame.groupby(["key", "stack"], sort=False)["weight"].sum().reset_index()
+    top_stack = top_stack.sort_values("weight", ascending=False).drop_duplicates("key").set_index("key")["stack"]
+    out["stack"] = top_stack.reindex(out.index).fillna("")
+    out = out.sort_values("per_step_ns", ascending=False, kind="stable")
+    if len(out) > MAX_ROWS:
+        out = out.head(MAX_ROWS)
+        with_notes(out, f"The {MAX_ROWS} lines with the most time; the rest is left out.")
+    interval = (f.meta.trace_metadata.get("stack_sampler") or {}).get("interval_ns")
+    if interval:
+        with_notes(out, f"Sampled every {interval / 1e6:.0f} ms over {n_steps} steps: a line with few samples "
+                        "is an estimate within a sample or two.")
+    return out
