@@ -251,6 +251,10 @@ def sampled_worker_loop(*args: Any, **kwargs: Any) -> Any:
     sampler = None
     if directory:
         try:
+            # A forked worker inherits the parent sampler's SIGPROF handler (not its
+            # timer): it is the parent's, and would keep this worker's from using signals.
+            if hasattr(signal, "SIGPROF") and getattr(signal.getsignal(signal.SIGPROF), "__self__", None) is not None:
+                signal.signal(signal.SIGPROF, signal.SIG_DFL)
             interval = float(os.environ.get(ENV_INTERVAL, DEFAULT_INTERVAL_S))
             path = Path(directory) / f"worker-{os.getpid()}.json"
             sampler = StackSampler(interval_s=interval, role=LOADER_WORKER, flush_to=path).start()

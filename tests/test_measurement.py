@@ -1,0 +1,381 @@
+"""Measuring without disturbing: the window of recorded steps, the step clock, the stack
+sampler, and the tables and rules built on them.
+
+- The host collector records only the window's steps (2 to 6 by default) and times every
+  step; the unrecorded steps give the job's own pace.
+- A whole-run recording stops where the event budget is spent, and says so.
+- The stack sampler lands where the time goes (a signal on the process's CPU time), in
+  the main thread and in DataLoader workers, and gives the previous SIGPROF handler back.
+- Python Hotspots shares each phase's clock time among the lines sampled in it.
+- dataloader-starvation advises what holds for the loader; host-bound names the function;
+  profile-incomplete leads the report and trips --fail-on.
+"""
+
+from __future__ import annotations
+
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from advisor.cli import FAIL_ON_EXIT, main
+from advisor.collect import collect_script
+from advisor.collect.stacks import StackSampler
+from advisor.collect.steps import StepClock, StepWindow
+from advisor.findings import Finding, Saving, Severity
+from advisor.rules import RuleContext, builtin_specs, engine, run_rules
+from advisor.session import CollectorInfo, Session, SessionMeta, TimedStep, conform_events
+from advisor.tables import compute_tables
+
+torch = pytest.importorskip("torch")
+
+
+def write(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+LOOP = """
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    steps = {steps}
+    x = torch.randn(16 * steps, 8)
+    y = torch.randint(0, 2, (16 * steps,))
+    model = nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for xb, yb in DataLoader(TensorDataset(x, y), batch_size=16):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(xb), yb).backward()
+        opt.step()
+"""
+
+
+# -- the step clock and the window -----------------------------------------------------------
+
+
+def test_the_step_clock_adds_up_phases_and_marks_what_was_recorded():
+    ticks = iter(range(0, 10_000, 10))
+    clock = StepClock(clock=lambda: next(ticks))
+    clock.step_opened(0, recorded=False)
+    clock.phase_opened("Dataloader")
+    clock.phase_closed()
+    clock.phase_opened("Forward")
+    clock.phase_closed()
+    clock.phase_opened("Dataloader")  # a second read in the same step adds up
+    clock.phase_closed()
+    clock.step_closed(partial=False)
+    clock.step_opened(1, recorded=True)
+    clock.step_closed(partial=True)
+    rows = clock.as_records()
+    assert [(r["step"], r["recorded"], r["partial"]) for r in rows] == [(0, False, False), (1, True, True)]
+    assert rows[0]["phases"] == {"Dataloader": 20, "Forward": 10}
+    assert rows[0]["duration_ns"] == 70
+
+
+def test_windows_describe_themselves():
+    assert StepWindow().describe() == "steps 2-6"
+    assert StepWindow(3, 4).describe() == "step 3"
+    assert StepWindow(5, None).describe() == "steps 5 on"
+
+
+def test_only_the_window_is_recorded_and_every_step_is_timed(tmp_path):
+    script = write(tmp_path, "loop.py", LOOP.format(steps=12))
+    session = collect_script(script, [], gpu=False, steps=StepWindow(2, 5)).session
+    steps = sorted(int(s) for s in session.steps()["step"])
+    assert steps == [2, 3, 4]
+    timed = session.meta.timed_steps
+    assert [t.step for t in timed] == list(range(12))
+    assert [t.step for t in timed if t.recorded] == [2, 3, 4]
+    assert all(t.phases.get("Forward", 0) > 0 for t in timed)
+    timing = compute_tables(session, ["step_timing"])["step_timing"]
+    assert timing.at["ProfileStep", "recorded_steps"] == 3
+    assert timing.at["ProfileStep", "unrecorded_steps"] == 7  # steps 5..11; 0 and 1 are warm-up
+    assert timing.at["ProfileStep", "source"] == "unrecorded steps"
+    # The recorded steps' operators are in the trace, the others' are not.
+    ops = session.events[session.events["kind"] == "op"]
+    assert len(ops) and set(ops["step"][ops["step"] >= 0]) <= {2, 3, 4}
+
+
+def test_a_whole_run_recording_stops_where_the_event_budget_is_spent(tmp_path):
+    script = write(tmp_path, "loop.py", LOOP.format(steps=45))
+    run = collect_script(script, [], gpu=False, steps=None, event_budget=50)
+    session = run.session
+    recording = session.meta.trace_metadata["advisor"]["recording"]
+    assert "event budget of 50 events" in recording["stopped"]
+    recorded = [t.step for t in session.meta.timed_steps if t.recorded]
+    assert recorded == list(range(20))  # the first part of the run: 20 steps
+    assert len(session.meta.timed_steps) == 45
+    gaps = compute_tables(session, ["collection"])["collection"]
+    assert any("recording stopped early" in why for why in gaps["why"])
+    findings = run_rules(session, compute_tables(session)).findings
+    assert findings[0].rule == "profile-incomplete"
+
+
+def test_recording_in_parts_joins_the_parts(tmp_path):
+    script = write(tmp_path, "loop.py", LOOP.format(steps=45))
+    session = collect_script(script, [], gpu=False, steps=None).session
+    steps = sorted(int(s) for s in session.steps()["step"])
+    assert steps == list(range(45))
+    assert len(session.meta.trace_metadata["advisor"]["recording"]["parts"]) == 3
+    # Relations survive the joining: every op's top op is an op.
+    ev = session.events
+    tops = ev["top_op"].to_numpy()[(ev["kind"] == "op").to_numpy()]
+    assert (ev["kind"].to_numpy()[tops[tops >= 0]] == "op").all()
+
+
+def test_a_run_that_never_reaches_the_window_is_incomplete_and_fails_a_gate(tmp_path, capsys):
+    script = write(tmp_path, "short.py", LOOP.format(steps=2))
+    assert main(["diagnose", "--fail-on", "high", str(script)]) == FAIL_ON_EXIT
+    out = capsys.readouterr().out
+    first = next(line for line in out.splitlines() if line.startswith("1. "))
+    assert "[profile-incomplete]" in first
+    assert "the script ran 2 steps" in out and "nothing was recorded" in out
+
+
+# -- the stack sampler -----------------------------------------------------------------------
+
+
+def busy_python(seconds: float) -> int:
+    end = time.perf_counter() + seconds
+    total = 0
+    while time.perf_counter() < end:
+        total += sum(len(str(i)) for i in range(200))
+    return total
+
+
+def test_samples_land_where_python_spends_its_time():
+    sampler = StackSampler(interval_s=0.005).start()
+    assert sampler.way == "signal"
+    busy_python(0.3)
+    samples = sampler.stop()
+    assert len(samples) >= 10
+    innermost = [samples.stacks[i].split(";")[0] for i in samples.stack_id]
+    mine = sum(1 for frame in innermost if "busy_python" in frame or "<genexpr>" in frame)
+    assert mine / len(innermost) > 0.8, innermost[:5]
+    assert signal.getsignal(signal.SIGPROF) in (signal.SIG_DFL, None)
+
+
+def test_someone_elses_sigprof_handler_is_left_alone():
+    def theirs(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGPROF, theirs)
+    try:
+        sampler = StackSampler(interval_s=0.005).start()
+        assert sampler.way == "thread"
+        busy_python(0.05)
+        sampler.stop()
+        assert signal.getsignal(signal.SIGPROF) is theirs
+    finally:
+        signal.signal(signal.SIGPROF, previous)
+
+
+def test_loader_workers_are_sampled_and_named(tmp_path):
+    script = write(tmp_path, "workers.py", """
+        import torch
+        from torch import nn
+        from torch.utils.data import DataLoader, Dataset
+
+        def tokenize(n):
+            words = []
+            for i in range(4000 + n % 7):
+                words.append(str(i * 31 % 977))
+            return len(" ".join(words))
+
+        class Texts(Dataset):
+            def __len__(self):
+                return 16 * 12
+            def __getitem__(self, i):
+                return torch.tensor([float(tokenize(i))]), i % 2
+
+        model = nn.Linear(1, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for x, y in DataLoader(Texts(), batch_size=16, num_workers=1):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x / 1e4), y).backward()
+            opt.step()
+    """)
+    session = collect_script(script, [], gpu=False).session
+    stacks = session.events[session.events["kind"] == "stack"]
+    assert set(stacks["category"].astype(str)) == {"main", "loader worker"}
+    tables = compute_tables(session, ["dataloaders", "python_hotspots"])
+    loader = tables["dataloaders"].iloc[0]
+    assert loader["num_workers"] == 1 and loader["kind"] == "map-style"
+    assert loader["top_function"].startswith("tokenize (") and loader["workers_busy"] > 0.5
+    worker_rows = tables["python_hotspots"][tables["python_hotspots"]["role"] == "loader worker"]
+    assert "tokenize" in set(worker_rows["function"])
+
+
+# -- Python Hotspots ----------------------------------------------------------------------------
+
+
+def sampled_session(rows: list[dict], timed: list[TimedStep], roots: list[str]) -> Session:
+    events = conform_events(pd.DataFrame(rows))
+    meta = SessionMeta(source="hand-made", source_format="test", collector=CollectorInfo(name="test"),
+                       timed_steps=timed, trace_metadata={"advisor": {"library_roots": roots}})
+    return Session(meta, events)
+
+
+def stack_row(t: int, weight: int, stack: str, step: int, phase: str, role: str = "main") -> dict:
+    return {"name": "python stack", "kind": "stack", "category": role, "start_ns": t - weight, "end_ns": t,
+            "pid": 1, "tid": 1, "step": step, "phase": phase, "call_stack": stack}
+
+
+def test_each_phase_s_clock_time_is_shared_among_its_samples():
+    lib = "/usr/lib/python3/"
+    augment = f"/home/me/train.py(12): augment;/home/me/train.py(40): main;{lib}runpy.py(88): _run_code"
+    loop = f"{lib}torch/nn/functional.py(5): linear;/home/me/train.py(44): main;{lib}runpy.py(88): _run_code"
+    rows, t = [], 1_000_000
+    for step in range(4):
+        # Few samples in the Python phase, many in the model's (as the GIL would have it).
+        rows += [stack_row(t, 5_000_000, augment, step, "")]
+        rows += [stack_row(t + i, 1_000_000, loop, step, "Forward") for i in range(1, 9)]
+        t += 20_000_000
+    timed = [TimedStep(step=s, start_ns=s * 20_000_000, duration_ns=20_000_000, recorded=s < 2,
+                       phases={"Forward": 8_000_000}) for s in range(4)]
+    session = sampled_session(rows, timed, [lib])
+    table = compute_tables(session, ["python_hotspots"])["python_hotspots"]
+    by_function = table.set_index("function")
+    # Others is 12 ms of each 20 ms step by the clock, all of it augment's.
+    assert by_function.at["augment", "per_step_ns"] == pytest.approx(12_000_000)
+    assert by_function.at["augment", "other_ns"] == pytest.approx(12_000_000)
+    assert by_function.at["main", "forward_ns"] == pytest.approx(8_000_000)
+    assert by_function.at["augment", "share_of_step"] == pytest.approx(0.6)
+    assert by_function.at["augment", "own_code_share"] == 1.0
+    assert by_function.at["main", "own_code_share"] == 0.0  # its time is torch's linear
+
+
+# -- the rules ---------------------------------------------------------------------------------
+
+
+def loader_context(*, kind: str, workers: int, item_ns: float, free_cores: float, share: float = 0.4,
+                   top: str = "tokenize (train.py)") -> RuleContext:
+    spec = next(s for s in builtin_specs() if s.id == "dataloader-starvation")
+    step = 100e6
+    timing = pd.DataFrame({"best_ratio": [share], "best_avg_ns": [share * step], "source": ["unrecorded steps"],
+                           "unrecorded_steps": [10], "recorded_steps": [5], "overhead_ratio": [0.1]},
+                          index=["Dataloader"])
+    loaders = pd.DataFrame({
+        "dataset": ["m.Data"], "kind": [kind], "batched_fetch": [False], "num_workers": [workers],
+        "batch_size": [32], "pin_memory": [False], "reads": [40], "read_avg_ns": [share * step],
+        "fetch_avg_ns": [share * step * 0.95 if not workers else np.nan],
+        "item_avg_ns": [item_ns if not workers else np.nan], "collate_avg_ns": [1e5 if not workers else np.nan],
+        "machinery_avg_ns": [1e5], "items_per_batch": [32.0 if not workers else np.nan],
+        "workers_busy": [0.97 if workers else np.nan], "top_function": [top], "top_function_share": [0.8],
+    }, index=["Data"])
+    device = pd.DataFrame({"logical_cores": [4.0], "system_cpu_utilization": [(4.0 - free_cores) / 4.0],
+                           "process_cpu_cores": [1.0]}, index=["cpu"])
+    tables = {"step_timing": timing, "dataloaders": loaders, "device": device}
+    return RuleContext(tables=tables, spec=spec, step_count=15, mean_step_ns=step, window_ns=int(15 * step),
+                       gpu_measured=False)
+
+
+def advise(**kwargs) -> Finding:
+    (finding,) = engine.checks()["dataloader-starvation"](loader_context(**kwargs))
+    return finding
+
+
+def test_in_memory_tensors_get_batched_indexing_not_workers():
+    finding = advise(kind="in-memory tensors", workers=0, item_ns=3_000, free_cores=3)
+    assert "__getitems__" in finding.recommendation and "BatchSampler" in finding.recommendation
+    assert "num_workers=" not in finding.recommendation
+    assert finding.metrics["advice"] == "batched indexing"
+
+
+def test_cheap_items_of_any_dataset_get_batched_indexing():
+    assert advise(kind="map-style", workers=0, item_ns=8_000, free_cores=3).metrics["advice"] == "batched indexing"
+
+
+def test_per_item_work_with_free_cores_gets_workers_and_names_the_function():
+    finding = advise(kind="map-style", workers=0, item_ns=1.5e6, free_cores=3)
+    assert finding.metrics["advice"] == "num_workers=1"  # 40 ms of loading hides under 60 ms of compute
+    assert "tokenize (train.py)" in finding.recommendation and "3.0 of 4 logical cores are free" in \
+        finding.recommendation
+
+
+def test_per_item_work_without_a_free_core_gets_cheaper_work():
+    finding = advise(kind="map-style", workers=0, item_ns=1.5e6, free_cores=0.2)
+    assert finding.metrics["advice"] == "cheaper per-item work"
+    assert "compete with training" in finding.recommendation and "num_workers=" not in finding.recommendation
+
+
+def test_workers_that_cannot_keep_up_are_said_so():
+    finding = advise(kind="map-style", workers=2, item_ns=1.5e6, free_cores=1.5)
+    assert "cannot keep up" in finding.recommendation and "raise num_workers from 2" in finding.recommendation
+
+
+def test_a_trace_s_loader_gets_the_advice_for_both_cases():
+    spec = next(s for s in builtin_specs() if s.id == "dataloader-starvation")
+    model = pd.DataFrame({"cpu_ratio": [0.4], "cpu_avg_ns": [40e6]}, index=["Dataloader"])
+    ctx = RuleContext(tables={"model": model}, spec=spec, step_count=6, mean_step_ns=100e6, window_ns=600_000_000,
+                      gpu_measured=True)
+    (finding,) = engine.checks()["dataloader-starvation"](ctx)
+    assert "in-memory tensors" in finding.recommendation and "does not show which" in finding.recommendation
+
+
+def hotspots(other_ns: dict[str, float]) -> pd.DataFrame:
+    rows = {}
+    for i, (function, ns) in enumerate(other_ns.items()):
+        rows[f"{function} (t.py:{10 + i})"] = {"role": "main", "function": function, "file": "t.py", "line": 10 + i,
+                                               "other_ns": ns, "waiting_share": 0.0,
+                                               "stack": f"main (t.py:1) > {function} (t.py:{10 + i})"}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def host_bound(table: pd.DataFrame) -> list[Finding]:
+    spec = next(s for s in builtin_specs() if s.id == "host-bound")
+    ctx = RuleContext(tables={"python_hotspots": table}, spec=spec, step_count=10, mean_step_ns=20e6,
+                      window_ns=200_000_000, gpu_measured=False)
+    return engine.checks()["host-bound"](ctx)
+
+
+def test_host_bound_names_the_functions_that_take_the_step():
+    (finding,) = host_bound(hotspots({"augment": 9e6, "log": 0.2e6}))
+    assert finding.severity is Severity.high  # 46% of the step
+    assert "augment (t.py, line 10)" in finding.message and "log" not in finding.message  # under 2% is not named
+    assert finding.saving.ms_per_step == pytest.approx(9.0)
+    assert any(e.kind == "source_line" and e.line == 10 for e in finding.evidence)
+
+
+def test_host_bound_stays_quiet_below_its_share():
+    assert host_bound(hotspots({"augment": 1e6})) == []  # 5% of the step
+
+
+def test_the_profile_s_gaps_lead_whatever_the_others_save():
+    gap = Finding(rule="profile-incomplete", title="t", severity=Severity.high, confidence=1.0,
+                  saving=Saving(ms_per_step=0.0, share_of_step=0.0, basis="none: n/a"), message="m",
+                  recommendation="r")
+    big = Finding(rule="host-bound", title="t", severity=Severity.high, confidence=0.7,
+                  saving=Saving(ms_per_step=50.0, share_of_step=0.5), message="m", recommendation="r")
+    ranked = engine.rank([big, gap], engine.cause_graph(builtin_specs()), frozenset({"profile-incomplete"}))
+    assert [f.rule for f in ranked] == ["profile-incomplete", "host-bound"]
+
+
+def test_spawned_processes_are_named_as_missed(tmp_path):
+    script = write(tmp_path, "spawner.py", """
+        import multiprocessing as mp
+        import torch
+
+        def work(n):
+            return sum(range(n))
+
+        if __name__ == "__main__":
+            context = mp.get_context("fork")
+            children = [context.Process(target=work, args=(1000,)) for _ in range(2)]
+            for child in children:
+                child.start()
+            for child in children:
+                child.join()
+    """)
+    session = collect_script(script, [], gpu=False).session
+    gaps = [g for g in session.meta.collector.gaps if g.what == "child processes"]
+    assert len(gaps) == 1 and "2 processes started by multiprocessing.Process(target=work)" in gaps[0].why
+    assert gaps[0].incomplete
