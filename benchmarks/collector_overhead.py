@@ -1,17 +1,32 @@
-"""Collector overhead: the step time of one training loop with and without each collector.
+"""Collector overhead: what profiling costs, and whether advisor's figures survive it.
 
-The loop is a small CNN on 3x32x32 images fed by a DataLoader (pinned batches, copies
-with non_blocking), trained with SGD. Each row runs it in a fresh Python process, all in
-the same invocation, so the ratios compare like with like on one machine:
+Two parts, each run in fresh processes in one invocation, so ratios compare like with
+like on one machine.
+
+Scripts (``--part scripts``): example scripts, the ones written as users write them
+included (a Dataset that tokenizes in Python, an in-memory loop, a per-sample
+augmentation), each run three ways:
+
+    plain           the script alone; it times its own steps (ms/step after two warm-up
+                    steps, and the share spent waiting for its data)
+    advisor         advisor diagnose SCRIPT --format json: the step time advisor reports
+                    (the unrecorded steps' mean), the recorded steps' time, the overhead,
+                    the loader share it reports (or host-bound's share for a loop with no
+                    loader), the process's peak RSS and wall time
+    torch.profiler  the script inside torch.profiler.profile() with its default settings
+                    (every step, CPU activities), and the trace exported: its own step
+                    time under the profiler, peak RSS, wall time
+
+Loop (``--part loop``): the CNN training loop of advisor.doctor.loop with and without
+each collector, step times over the same window of steps:
 
     plain           the loop alone
-    host            advisor's host collector: run_script(gpu=False), i.e. advisor's step
-                    and phase hooks plus torch.profiler with CPU activities, shapes and
-                    stacks, over the whole run
+    host            advisor's host collector: collect_script(gpu=False, steps=A:B), i.e.
+                    the hooks, the stack sampler and torch.profiler recording steps A..B-1
     torch.profiler  torch.profiler.profile(activities=[CPU, CUDA], record_shapes=True)
                     recording the same steps as the CUPTI row (GPU only)
-    cupti           advisor's CUPTI collector: run_script(gpu=True, steps=A:B), i.e. the
-                    hooks, the op recorder and CUPTI activity records (GPU only)
+    cupti           advisor's CUPTI collector: collect_script(gpu=True, steps=A:B), i.e.
+                    the hooks, the op recorder and CUPTI activity records (GPU only)
 
 The loop times itself: ``time.perf_counter()`` from the end of one step to the end of
 the next, so a step includes fetching its batch; on a GPU each step ends with
@@ -22,8 +37,9 @@ the median against the plain row, the process's wall time (start-up, collection 
 post-processing included) and the time spent after the script ended (advisor's rows:
 exporting, reading back and attributing the events).
 
-    python benchmarks/collector_overhead.py                      # every row this machine can run
-    python benchmarks/collector_overhead.py --window 3:23 --repeat 3 --json out.json
+    python benchmarks/collector_overhead.py                      # both parts, every row this machine can run
+    python benchmarks/collector_overhead.py --part scripts --repeat 3
+    python benchmarks/collector_overhead.py --part loop --window 3:23 --repeat 3 --json out.json
 
 The loop is advisor.doctor.loop (``python -m advisor.doctor.loop --help``), the one
 `advisor doctor --gpu-checks` runs.
@@ -33,9 +49,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,6 +180,164 @@ def render(rows: list[Row], window: tuple[int, int], device: str) -> str:
     return "\n".join(out)
 
 
+# -- the scripts part ----------------------------------------------------------------------------
+
+EXAMPLES = REPO / "examples"
+SCRIPTS = (
+    ("starved_loader", ["starved_loader.py", "--steps", "20"]),
+    ("clean_train", ["clean_train.py", "--steps", "60"]),
+    ("tokenize_dataset", ["tokenize_dataset.py", "--steps", "20"]),
+    ("in_memory_loop", ["in_memory_loop.py", "--steps", "300"]),
+    ("augment_loop", ["augment_loop.py", "--steps", "40"]),
+)
+# Runs a command and prints, as its last line, the peak RSS of the processes it waited
+# for (the command and its children: DataLoader workers), in KiB.
+_RSS_WRAPPER = (
+    "import resource, subprocess, sys\n"
+    "done = subprocess.run(sys.argv[1:])\n"
+    "print('\\npeak_rss_kib', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, flush=True)\n"
+    "sys.exit(done.returncode)\n"
+)
+# The script inside torch.profiler with its defaults, the trace exported at the end.
+_TORCH_PROFILER = (
+    "import runpy, sys, tempfile, torch\n"
+    "script = sys.argv[1]\n"
+    "sys.argv = sys.argv[1:]\n"
+    "prof = torch.profiler.profile()\n"
+    "prof.start()\n"
+    "try:\n"
+    "    runpy.run_path(script, run_name='__main__')\n"
+    "finally:\n"
+    "    prof.stop()\n"
+    "    prof.export_chrome_trace(tempfile.mkdtemp() + '/trace.json')\n"
+)
+_OWN_TIMES = re.compile(r"(?P<ms>\d+\.\d+) ms/step, (?:loader wait|augmentation) (?P<share>\d+\.\d+)%")
+
+
+@dataclass
+class ScriptRow:
+    name: str
+    plain_ms: list[float] = field(default_factory=list)
+    plain_share: list[float] = field(default_factory=list)
+    plain_rss: list[float] = field(default_factory=list)
+    plain_wall: list[float] = field(default_factory=list)
+    reported_ms: list[float] = field(default_factory=list)
+    recorded_ms: list[float] = field(default_factory=list)
+    reported_share: list[float] = field(default_factory=list)
+    advisor_rss: list[float] = field(default_factory=list)
+    advisor_wall: list[float] = field(default_factory=list)
+    torch_ms: list[float] = field(default_factory=list)
+    torch_rss: list[float] = field(default_factory=list)
+    torch_wall: list[float] = field(default_factory=list)
+    top: str = ""
+    failed: str = ""
+
+
+def _timed(command: list[str], timeout_s: float) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Run ``command`` under the RSS wrapper: (the run, wall seconds, peak RSS MiB)."""
+    began = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", _RSS_WRAPPER, *command], check=False, capture_output=True,
+                          text=True, cwd=REPO, timeout=timeout_s, env={**os.environ, "ADVISOR_NO_PROGRESS": "1"})
+    wall = time.perf_counter() - began
+    match = re.search(r"peak_rss_kib (\d+)", done.stdout)
+    return done, wall, int(match[1]) / 1024 if match else float("nan")
+
+
+def _own_times(stdout: str) -> tuple[float, float] | None:
+    match = _OWN_TIMES.search(stdout)
+    return (float(match["ms"]), float(match["share"]) / 100) if match else None
+
+
+def measure_script(row: ScriptRow, argv: list[str], timeout_s: float) -> None:
+    script = [str(EXAMPLES / argv[0]), *argv[1:]]
+    done, wall, rss = _timed([sys.executable, *script], timeout_s)
+    own = _own_times(done.stdout)
+    if done.returncode != 0 or own is None:
+        row.failed = f"plain run: exit {done.returncode}: {(done.stderr or done.stdout).strip()[-200:]}"
+        return
+    row.plain_ms.append(own[0])
+    row.plain_share.append(own[1])
+    row.plain_rss.append(rss)
+    row.plain_wall.append(wall)
+
+    with tempfile.TemporaryDirectory() as folder:
+        report_path = Path(folder) / "report.json"
+        done, wall, rss = _timed([sys.executable, "-m", "advisor", "diagnose", "--format", "json", "-o",
+                                  str(report_path), *script], timeout_s)
+        if done.returncode != 0 or not report_path.is_file():
+            row.failed = f"advisor: exit {done.returncode}: {done.stderr.strip()[-200:]}"
+            return
+        report = json.loads(report_path.read_text())
+    steps = report["session"]["steps"]
+    row.reported_ms.append((steps.get("unrecorded_mean_step_ns") or steps["mean_step_ns"]) / 1e6)
+    row.recorded_ms.append(steps["mean_step_ns"] / 1e6)
+    timing = {r["key"]: r for r in report["tables"]["step_timing"]["rows"]}
+    findings = report["findings"]
+    host = next((f for f in findings if f["rule"] == "host-bound"), None)
+    if argv[0] == "augment_loop.py" and host is not None:
+        row.reported_share.append(host["saving"]["share_of_step"])
+    else:
+        row.reported_share.append(timing.get("Dataloader", {}).get("best_ratio") or 0.0)
+    row.top = f"{findings[0]['rule']} ({findings[0]['severity']})" if findings else "no findings"
+    row.advisor_rss.append(rss)
+    row.advisor_wall.append(wall)
+
+    done, wall, rss = _timed([sys.executable, "-c", _TORCH_PROFILER, *script], timeout_s)
+    own = _own_times(done.stdout)
+    if done.returncode == 0 and own is not None:
+        row.torch_ms.append(own[0])
+        row.torch_rss.append(rss)
+        row.torch_wall.append(wall)
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def render_scripts(rows: list[ScriptRow]) -> str:
+    header = ("script", "plain ms/step", "advisor reports", "recorded", "share plain/advisor", "torch.profiler",
+              "peak RSS MiB plain/advisor/torch", "wall s plain/advisor/torch", "top finding")
+    lines = []
+    for row in rows:
+        if row.failed:
+            lines.append((row.name, "", "", "", "", "", "", "", row.failed))
+            continue
+        plain = _median(row.plain_ms)
+        reported, recorded, torch_ms = _median(row.reported_ms), _median(row.recorded_ms), _median(row.torch_ms)
+        lines.append((
+            row.name, f"{plain:.2f}", f"{reported:.2f} ({reported / plain:.2f}x)",
+            f"{recorded:.2f} ({recorded / plain:.2f}x)",
+            f"{_median(row.plain_share):.0%} / {_median(row.reported_share):.0%}",
+            f"{torch_ms:.2f} ({torch_ms / plain:.2f}x)" if row.torch_ms else "failed",
+            f"{_median(row.plain_rss):.0f} / {_median(row.advisor_rss):.0f} / {_median(row.torch_rss):.0f}",
+            f"{_median(row.plain_wall):.1f} / {_median(row.advisor_wall):.1f} / {_median(row.torch_wall):.1f}",
+            row.top,
+        ))
+    widths = [max(len(str(x[i])) for x in [header, *lines]) for i in range(len(header))]
+    out = ["step times are each run's mean after two warm-up steps; 'advisor reports' is the step time in "
+           "advisor's report (the steps it did not record), 'recorded' the steps it recorded; share is the "
+           "loader's share of the step (augment_loop: the augmentation's)"]
+    for line in [header, *lines]:
+        out.append("  ".join(str(v).ljust(w) for v, w in zip(line, widths)).rstrip())
+    return "\n".join(out)
+
+
+def run_scripts(args: argparse.Namespace) -> tuple[str, list[dict], bool]:
+    rows = [ScriptRow(name) for name, _ in SCRIPTS if not args.scripts or name in args.scripts]
+    argvs = dict(SCRIPTS)
+    for _ in range(args.repeat):
+        for row in rows:
+            if row.failed:
+                continue
+            print(f"collector_overhead: {row.name} ...", file=sys.stderr, flush=True)
+            try:
+                measure_script(row, argvs[row.name], args.timeout)
+            except subprocess.TimeoutExpired:
+                row.failed = f"took longer than {args.timeout:.0f} s"
+    data = [{key: value for key, value in vars(row).items()} for row in rows]
+    return render_scripts(rows), data, any(row.failed for row in rows)
+
+
 def bench_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      epilog="`python -m advisor.doctor.loop --help` describes the loop itself.")
@@ -173,6 +350,10 @@ def bench_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=int, default=1, help="runs per row; step times are pooled")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per run")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--part", choices=["scripts", "loop", "all"], default="all",
+                        help="the example scripts, the CNN loop under each collector, or both (default)")
+    parser.add_argument("--scripts", type=lambda text: [s for s in text.split(",") if s], default=None,
+                        metavar="NAME,...", help=f"only these scripts (of {', '.join(n for n, _ in SCRIPTS)})")
     return parser
 
 
@@ -184,16 +365,11 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = bench_parser()
-    args = parser.parse_args(argv)
+def run_loop(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[str, dict, bool]:
     wanted = [r.strip() for r in args.rows.split(",") if r.strip()]
     unknown = [r for r in wanted if r not in ROWS]
     if unknown:
         parser.error(f"unknown rows {', '.join(unknown)}; choose from {', '.join(ROWS)}")
-    if args.repeat < 1:
-        parser.error("--repeat must be at least 1")
     has_cuda = args.device.startswith("cuda") if args.device else cuda_available()
     device = args.device or ("cuda" if has_cuda else "cpu")
     stop = args.window[1]
@@ -210,14 +386,33 @@ def main(argv: list[str] | None = None) -> int:
             measure(row, loop_args, args.window, args.timeout)
             if row.failed:
                 break
-    print(render(rows, args.window, device))
-    if args.json:
-        args.json.write_text(json.dumps({
-            "device": device, "window": list(args.window), "batch_size": args.batch_size,
+    data = {"device": device, "window": list(args.window), "batch_size": args.batch_size,
             "rows": [{"name": r.name, "median_s": r.window_median(), "p90_s": r.window_p90(), "step_s": r.step_s,
-                      "wall_s": r.wall_s, "after_s": r.after_s, "note": r.note, "failed": r.failed} for r in rows],
-        }, indent=2))
-    return 1 if any(r.failed for r in rows) else 0
+                      "wall_s": r.wall_s, "after_s": r.after_s, "note": r.note, "failed": r.failed} for r in rows]}
+    return render(rows, args.window, device), data, any(r.failed for r in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = bench_parser()
+    args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    out: dict = {}
+    failed = False
+    if args.part in ("scripts", "all"):
+        text, out["scripts"], bad = run_scripts(args)
+        print(text)
+        failed |= bad
+    if args.part in ("loop", "all"):
+        text, out["loop"], bad = run_loop(args, parser)
+        if args.part == "all":
+            print()
+        print(text)
+        failed |= bad
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

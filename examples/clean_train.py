@@ -9,6 +9,7 @@ and the optimizer. The advisor should find no input-pipeline problem here.
 from __future__ import annotations
 
 import argparse
+import time
 
 import torch
 from torch import nn
@@ -51,12 +52,19 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     model.train()
+    steps, waits = [], []  # each step's time and the part of it spent waiting for the batch
+    last = time.perf_counter()
     for batch_inputs, batch_labels in loader:
+        waits.append(time.perf_counter() - last)
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(model(batch_inputs), batch_labels)
         loss.backward()
         optimizer.step()
-    print(f"clean_train: {args.steps} steps, last loss {loss.detach():.4f}")
+        steps.append(time.perf_counter() - last)
+        last = time.perf_counter()
+    timed = sum(steps[2:]) or float("nan")  # after two warm-up steps
+    print(f"clean_train: {args.steps} steps, {1000 * timed / max(len(steps) - 2, 1):.2f} ms/step, "
+          f"loader wait {100 * sum(waits[2:]) / timed:.1f}% of the step, last loss {loss.detach():.4f}")
 
 
 if __name__ == "__main__":

@@ -62,12 +62,19 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
 
     model.train()
+    steps, waits = [], []  # each step's time and the part of it spent waiting for the batch
+    last = time.perf_counter()
     for inputs, labels in loader:
+        waits.append(time.perf_counter() - last)
         optimizer.zero_grad()
         loss = loss_fn(model(inputs), labels)
         loss.backward()
         optimizer.step()
-    print(f"starved_loader: {args.steps} steps, last loss {loss.detach():.4f}")
+        steps.append(time.perf_counter() - last)
+        last = time.perf_counter()
+    timed = sum(steps[2:]) or float("nan")  # after two warm-up steps
+    print(f"starved_loader: {args.steps} steps, {1000 * timed / max(len(steps) - 2, 1):.2f} ms/step, "
+          f"loader wait {100 * sum(waits[2:]) / timed:.1f}% of the step, last loss {loss.detach():.4f}")
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ def example_runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
     commands = {name: [sys.executable, str(EXAMPLES / argv[0]), *argv[1:], "--device", "cpu"]
                 for name, argv in RUNS.items()}
     overhead_json = tmp_path_factory.mktemp("overhead") / "overhead.json"
-    commands[OVERHEAD] = [sys.executable, str(BENCHMARKS / "collector_overhead.py"), "--window", "1:3",
+    commands[OVERHEAD] = [sys.executable, str(BENCHMARKS / "collector_overhead.py"), "--part", "loop", "--window", "1:3",
                           "--batch-size", "8", "--device", "cpu", "--json", str(overhead_json)]
     started = {name: subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
                for name, command in commands.items()}
@@ -148,7 +148,7 @@ def test_small_batch_defaults_to_a_tiny_batch():
 def test_collector_overhead_runs_its_cpu_rows(example_runs):
     done = example_runs[OVERHEAD]
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = {row["name"]: row for row in json.loads(done.json_path.read_text())["rows"]}
+    rows = {row["name"]: row for row in json.loads(done.json_path.read_text())["loop"]["rows"]}
     assert set(rows) == {"plain", "host", "torch.profiler", "cupti"}
     for name in ("plain", "host"):
         assert len(rows[name]["step_s"]) == 2 and rows[name]["median_s"] > 0 and not rows[name]["failed"]
