@@ -153,6 +153,67 @@ def check_enums(api: Any) -> list[str]:
     return problems
 
 
+# The functions of cupti-python's ``cupti.cupti`` the collector calls; optional ones it
+# does without where a release lacks them.
+API_FUNCTIONS = ("activity_register_callbacks", "activity_enable", "activity_disable", "activity_flush_all",
+                 "activity_get_num_dropped_records", "activity_push_external_correlation_id",
+                 "activity_pop_external_correlation_id", "get_timestamp", "set_thread_id_type")
+OPTIONAL_API_FUNCTIONS = ("activity_enable_runtime_api", "activity_enable_driver_api", "get_callback_name")
+# Record classes per kind: cupti-python has one class per record version
+# (ActivityKernel9, ActivityKernel10...); the newest is what its CUPTI hands over.
+RECORD_CLASSES = {
+    "KERNEL": "ActivityKernel", "CONCURRENT_KERNEL": "ActivityKernel", "MEMCPY": "ActivityMemcpy",
+    "MEMCPY2": "ActivityMemcpyPtoP", "MEMSET": "ActivityMemset", "SYNCHRONIZATION": "ActivitySynchronization",
+    "RUNTIME": "ActivityAPI", "DRIVER": "ActivityAPI", "MARKER": "ActivityMarker",
+    "EXTERNAL_CORRELATION": "ActivityExternalCorrelation", "DEVICE": "ActivityDevice", "CONTEXT": "ActivityContext",
+    "OVERHEAD": "ActivityOverhead",
+}
+# Fields a kind shares with another in SPECS but has not itself: plain copies
+# (ActivityMemcpy) carry no device pair, only peer-to-peer ones do.
+ABSENT_BY_DESIGN = {"MEMCPY": ("src_device_id", "dst_device_id")}
+
+
+def record_class(api: Any, kind_name: str) -> type | None:
+    """The newest record class cupti-python has for ``kind_name`` (None: none)."""
+    prefix = RECORD_CLASSES.get(kind_name)
+    if prefix is None:
+        return None
+    best, best_version = None, -1
+    for name in dir(api):
+        rest = name[len(prefix):]
+        if name.startswith(prefix) and (rest == "" or rest.isdigit()):
+            version = int(rest) if rest else 0
+            if version > best_version:
+                best, best_version = getattr(api, name), version
+    return best
+
+
+def api_problems(api: Any) -> list[str]:
+    """Where an installed cupti-python differs from what the collector reads, one line
+    each: a function it calls that is missing, an enum member whose value differs, a field
+    it copies that the newest record class of its kind lacks. Empty: the collector can use
+    this release as written. Needs no GPU: it reads the module, not CUPTI."""
+    problems = [f"cupti.{name} is missing" for name in API_FUNCTIONS if not callable(getattr(api, name, None))]
+    problems += check_enums(api)
+    for enum_name, member in (("ActivityKind", name) for name in KIND_NAMES.values()):
+        if getattr(getattr(api, enum_name, None), member, None) is None:
+            problems.append(f"cupti.{enum_name}.{member} is missing")
+    if getattr(getattr(api, "ActivityThreadIdType", None), "SYSTEM", None) is None:
+        problems.append("cupti.ActivityThreadIdType.SYSTEM is missing")
+    for kind, spec in SPECS.items():
+        kind_name = KIND_NAMES[kind]
+        cls = record_class(api, kind_name)
+        if cls is None:
+            problems.append(f"no record class {RECORD_CLASSES[kind_name]}* for {kind_name}")
+            continue
+        for field, candidates, _default in spec.fields:
+            if field in ABSENT_BY_DESIGN.get(kind_name, ()):
+                continue
+            if not any(hasattr(cls, candidate.split(".")[0]) for candidate in candidates):
+                problems.append(f"{cls.__name__} ({kind_name}) has no {' or '.join(candidates)}")
+    return problems
+
+
 # -- what to copy out of each record ------------------------------------------------------
 
 
