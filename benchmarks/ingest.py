@@ -1,22 +1,38 @@
-"""Ingest benchmark: trace -> Session -> tables -> rules, against plain json.load.
+"""Ingest benchmark: trace readers side by side, and trace -> Session -> tables -> rules,
+each against a plain json.load of the same file measured in the same run.
 
-For each trace (the shared real traces where ../shared/traces exists, and a synthetic
-trace of at least a million events written by benchmarks/synth.py) it runs, each in a
-fresh Python process so peak memory is that stage's own:
+Traces: the shared real traces where ../shared/traces exists, and synthetic traces of about
+200 MB and 1 GB of JSON written by benchmarks/synth.py (``--mb``). Every measurement runs in
+a fresh Python process, so its peak memory is its own.
 
-    baseline   json.load of the same (gunzipped) file, the cost of merely parsing it
-    advisor    advisor.importers.load + advisor.tables.compute_tables + advisor.rules.engine.run_rules
+Readers (the event array to the columns the Session uses):
 
-and prints wall time, events per second, peak RSS above the interpreter's own, and the
-ratios advisor / baseline measured in the same run.
+    json.load           the whole document with the standard library: the baseline
+    ijson               the reader advisor had before (taken from git history): ijson's C
+                        backend, one event at a time
+    orjson chunks       the array cut at event boundaries, each chunk parsed by orjson into
+                        dicts, the fields picked out in Python
+    msgspec chunks      advisor's reader (read_events): chunks decoded by msgspec into typed
+                        structs that hold only the fields used
+    msgspec 2 workers   the same chunks (8 MB batches) decoded in 2 worker processes
 
-    python benchmarks/ingest.py [--events 1000000] [--repeat 3] [--skip-shared]
+End to end: advisor.importers.load + compute_tables + run_rules against json.load.
+
+For each it prints wall time (the fastest of --repeat runs), events per second (events in
+the file's traceEvents), MB/s of JSON, peak RSS above the interpreter's own (for the worker
+candidate: the parent's plus twice the largest worker's, pages the fork shares counted
+twice) and the ratios to json.load. A candidate whose
+package is not installed is skipped.
+
+    python benchmarks/ingest.py [--mb 200 1000] [--repeat 3] [--skip-shared] [--no-end-to-end]
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,39 +42,132 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 SHARED = REPO.parent / "shared" / "traces"
 
-_CHILD = r"""
-import gc, gzip, json, resource, sys, time
+READERS = ["json.load", "ijson", "orjson chunks", "msgspec chunks", "msgspec 2 workers"]
+# The last commit with the ijson reader; its kineto.py is the "ijson" candidate.
+PREVIOUS_READER = "a06edda596e66887b11386260a5a12c454b848c4"
+
+_CHILD = r'''
+import gc, gzip, io, json, re, resource, sys, time
+from pathlib import Path
 mode, path = sys.argv[1], sys.argv[2]
+opener = gzip.open if path.endswith(".gz") else open
 if mode == "advisor":
     from advisor.importers import load
     from advisor.tables import compute_tables
     from advisor.rules import run_rules
-def rss_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-gc.collect()
-before = rss_mb()
-t0 = time.perf_counter()
-if mode == "baseline":
-    opener = gzip.open if path.endswith(".gz") else open
+elif mode in ("msgspec chunks", "msgspec 2 workers"):
+    import pandas as pd
+    from advisor.importers.kineto import open_trace, read_events
+elif mode == "ijson":
+    import importlib.util
+    import ijson
+    spec = importlib.util.spec_from_file_location("previous_kineto", sys.argv[3])
+    previous = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(previous)
+elif mode == "orjson chunks":
+    import orjson
+
+ARGS = ("correlation", "External id", "device", "stream", "bytes", "grid", "block", "registers per thread",
+        "shared memory", "Input Dims", "Input type", "Input Strides", "Concrete Inputs", "Call stack", "flops",
+        "Python id", "Python parent id")
+
+
+def columns_of(events, columns):
+    """What a dict-based reader does per event: pick the fields the Session uses."""
+    name, cat, ts, dur, pid, tid = (columns.setdefault(k, []) for k in ("name", "cat", "ts", "dur", "pid", "tid"))
+    fields = [columns.setdefault(k, []) for k in ARGS]
+    for event in events:
+        if event.get("ph") != "X":
+            continue
+        name.append(event.get("name", ""))
+        cat.append(event.get("cat") or "")
+        ts.append(event.get("ts"))
+        dur.append(event.get("dur") or 0)
+        pid.append(event.get("pid", -1))
+        tid.append(event.get("tid", -1))
+        get = (event.get("args") or {}).get
+        for key, column in zip(ARGS, fields):
+            value = get(key)
+            column.append(str(value) if isinstance(value, list) else value)
+
+
+CUT = re.compile(rb"\}\s*,\s*\{")
+END = re.compile(rb"\}\s*\]\s*(?:,\s*\"|\}\s*$)")
+
+
+def batches(size):
+    """Whole events of the file's event array, about ``size`` bytes at a time."""
     with opener(path, "rb") as f:
-        doc = json.load(f)
-    events = len(doc["traceEvents"])
+        buffer = f.read(1 << 20)
+        buffer = buffer[buffer.index(b"[", buffer.index(b'"traceEvents"')) + 1:]
+        while True:
+            more = f.read(size)
+            buffer += more
+            if not more:
+                end = END.search(buffer)
+                yield buffer[:end.start() + 1]
+                return
+            brace = buffer.rfind(b"}")
+            while not CUT.match(buffer, brace):
+                brace = buffer.rfind(b"}", 0, brace)
+            yield buffer[:brace + 1]
+            buffer = buffer[CUT.match(buffer, brace).end() - 1:]
+
+
+def decode(batch):
+    return read_events(io.BytesIO(b"[" + batch + b"]"), Path(path))[0]
+
+
+def rss_mb(who=resource.RUSAGE_SELF):
+    return resource.getrusage(who).ru_maxrss / 1024
+
+
+gc.collect()
+import psutil
+before = psutil.Process().memory_info().rss / 2**20  # now, not the peak of the imports
+t0 = time.perf_counter()
+events = None
+if mode == "json.load":
+    with opener(path, "rb") as f:
+        events = len(json.load(f)["traceEvents"])
+elif mode == "ijson":
+    stream = previous.open_trace(Path(path))
+    raw, _, _ = previous.read_events(stream, Path(path))
+elif mode == "orjson chunks":
+    columns = {}
+    for batch in batches(1 << 18):
+        columns_of(orjson.loads(b"[" + batch + b"]"), columns)
+elif mode == "msgspec chunks":
+    stream = open_trace(Path(path))
+    raw, _, _ = read_events(stream, Path(path))
+elif mode == "msgspec 2 workers":
+    from multiprocessing import get_context
+    from pandas.api.types import union_categoricals
+    with get_context("fork").Pool(2) as pool:
+        frames = list(pool.imap(decode, batches(8 << 20)))
+    raw = {c: union_categoricals([f[c] for f in frames]) if isinstance(frames[0][c].dtype, pd.CategoricalDtype)
+           else pd.concat([f[c] for f in frames], ignore_index=True) for c in frames[0].columns}
 else:
     session = load(path)
     tables = compute_tables(session)
-    result = run_rules(session, tables)
-    events = len(session.events)
+    run_rules(session, tables)
 elapsed = time.perf_counter() - t0
-print(json.dumps({"seconds": elapsed, "peak_mb": rss_mb() - before, "events": events}))
-"""
+peak = rss_mb() - before
+if mode == "msgspec 2 workers":
+    peak += 2 * rss_mb(resource.RUSAGE_CHILDREN)
+print(json.dumps({"seconds": elapsed, "peak_mb": peak, "events": events}))
+'''
 
 
-def measure(mode: str, path: Path, repeat: int) -> dict:
+def measure(mode: str, path: Path, repeat: int, *extra: str) -> dict | None:
+    """The fastest of ``repeat`` runs, or None where the candidate's package is missing."""
     best = None
     for _ in range(repeat):
-        out = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path)], capture_output=True, text=True,
-                             cwd=REPO)
+        out = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path), *extra], capture_output=True,
+                             text=True, cwd=REPO, check=False)
         if out.returncode != 0:
+            if "ModuleNotFoundError" in out.stderr:
+                return None
             raise SystemExit(f"{mode} on {path.name} failed:\n{out.stderr[-2000:]}")
         result = json.loads(out.stdout.strip().splitlines()[-1])
         if best is None or result["seconds"] < best["seconds"]:
@@ -66,49 +175,98 @@ def measure(mode: str, path: Path, repeat: int) -> dict:
     return best
 
 
-def raw_event_count(path: Path) -> int:
-    import gzip
-
-    import ijson
-
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        return sum(1 for _ in ijson.items(f, "traceEvents.item"))
+def json_size(path: Path) -> int:
+    if path.suffix != ".gz":
+        return path.stat().st_size
+    size = 0
+    with gzip.open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            size += len(block)
+    return size
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Time ingest + tables + rules against json.load.")
-    parser.add_argument("--events", type=int, default=1_000_000, help="size of the synthetic trace")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the fastest is kept")
-    parser.add_argument("--skip-shared", action="store_true", help="only the synthetic trace")
+    parser = argparse.ArgumentParser(description="Trace readers and ingest + tables + rules against json.load.")
+    parser.add_argument("--mb", type=float, nargs="*", default=[200, 1000],
+                        help="sizes of the synthetic traces, in MB of JSON")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the fastest is kept "
+                                                              "(one for traces over 500 MB)")
+    parser.add_argument("--skip-shared", action="store_true", help="only the synthetic traces")
+    parser.add_argument("--shared", nargs="*", default=None, help="names of the shared traces to use (default all)")
+    parser.add_argument("--readers", nargs="*", default=READERS, choices=READERS, help="reader candidates to run")
+    parser.add_argument("--no-end-to-end", action="store_true", help="readers only")
     args = parser.parse_args()
 
     traces: list[Path] = []
     if not args.skip_shared and SHARED.is_dir():
-        traces.extend(sorted(SHARED.glob("*.json.gz")))
+        traces.extend(p for p in sorted(SHARED.glob("*.json.gz")) if args.shared is None or p.name in args.shared)
     elif not args.skip_shared:
-        print(f"(no shared traces at {SHARED}; synthetic trace only)")
+        print(f"(no shared traces at {SHARED}; synthetic traces only)")
     tmp = Path(tempfile.mkdtemp(prefix="advisor-bench-"))
+    try:
+        run(args, traces, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the synthetic traces are large
+
+
+def run(args: argparse.Namespace, traces: list[Path], tmp: Path) -> None:
     sys.path.insert(0, str(HERE))
     from synth import generate
 
-    synthetic = tmp / f"synthetic_{args.events}.json.gz"
-    written = generate(synthetic, args.events)
-    print(f"synthetic trace: {written} events, {synthetic.stat().st_size / 1e6:.1f} MB gzipped")
-    traces.append(synthetic)
+    for mb in args.mb:
+        synthetic = tmp / f"synthetic_{mb:g}MB.json"
+        written = generate(synthetic, target_bytes=int(mb * 1e6))
+        print(f"synthetic trace: {written} events, {synthetic.stat().st_size / 1e6:.0f} MB")
+        traces.append(synthetic)
 
-    header = (f"{'trace':<44} {'raw events':>10} {'json.load s':>11} {'advisor s':>10} {'ratio':>6} "
-              f"{'events/s':>10} {'json MB':>8} {'advisor MB':>10} {'mem ratio':>9}")
+    previous = tmp / "previous_kineto.py"
+    shown = subprocess.run(["git", "show", f"{PREVIOUS_READER}:advisor/importers/kineto.py"], capture_output=True,
+                           text=True, cwd=REPO, check=False)
+    if shown.returncode == 0:
+        previous.write_text(shown.stdout)
+
+    rows = []
+    header = (f"{'trace':<38} {'reader':<18} {'seconds':>8} {'events/s':>10} {'MB/s':>6} {'peak MB':>8} "
+              f"{'x time':>7} {'x mem':>6}")
+    print("\nReaders: each against json.load of the same file (x time, x mem: reader / json.load)")
+    print(header)
+    print("-" * len(header))
+    baselines = {}
+    for path in traces:
+        size_mb = json_size(path) / 1e6
+        repeat = 1 if size_mb > 500 else args.repeat
+        base = measure("json.load", path, repeat)
+        baselines[path] = base
+        for reader in args.readers:
+            if reader == "ijson" and not previous.exists():
+                print(f"{path.name[:38]:<38} {reader:<18} (the previous reader is not in this checkout's history)")
+                continue
+            result = base if reader == "json.load" else measure(reader, path, repeat, str(previous))
+            if result is None:
+                print(f"{path.name[:38]:<38} {reader:<18} (not installed)")
+                continue
+            rate = base["events"] / result["seconds"]
+            line = (f"{path.name[:38]:<38} {reader:<18} {result['seconds']:>8.2f} {rate:>10.0f} "
+                    f"{size_mb / result['seconds']:>6.0f} {result['peak_mb']:>8.0f} "
+                    f"{result['seconds'] / base['seconds']:>7.2f} {result['peak_mb'] / max(base['peak_mb'], 1):>6.2f}")
+            print(line, flush=True)
+            rows.append(line)
+
+    if args.no_end_to_end:
+        return
+    header = (f"{'trace':<38} {'json.load s':>11} {'advisor s':>10} {'ratio':>6} {'events/s':>10} "
+              f"{'json MB':>8} {'advisor MB':>10} {'mem ratio':>9}")
+    print("\nEnd to end: load + tables + rules")
     print(header)
     print("-" * len(header))
     for path in traces:
-        count = raw_event_count(path)
-        base = measure("baseline", path, args.repeat)
-        ours = measure("advisor", path, args.repeat)
-        rate = count / ours["seconds"]
-        print(f"{path.name[:44]:<44} {count:>10} {base['seconds']:>11.2f} {ours['seconds']:>10.2f} "
+        base = baselines[path]
+        repeat = 1 if json_size(path) > 500e6 else args.repeat
+        ours = measure("advisor", path, repeat)
+        rate = base["events"] / ours["seconds"]
+        print(f"{path.name[:38]:<38} {base['seconds']:>11.2f} {ours['seconds']:>10.2f} "
               f"{ours['seconds'] / base['seconds']:>6.2f} {rate:>10.0f} {base['peak_mb']:>8.0f} "
-              f"{ours['peak_mb']:>10.0f} {ours['peak_mb'] / max(base['peak_mb'], 1):>9.2f}")
+              f"{ours['peak_mb']:>10.0f} {ours['peak_mb'] / max(base['peak_mb'], 1):>9.2f}", flush=True)
     print("ratio: advisor time / json.load time; mem ratio: advisor peak RSS / json.load peak RSS "
           "(both above the interpreter's own).")
 

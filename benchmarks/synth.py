@@ -6,6 +6,7 @@ ops on the autograd thread, an optimizer step, and a host-to-device copy. Used b
 ingest benchmark to reach a million events and more; deterministic for a given size.
 
     python benchmarks/synth.py OUT.json.gz --events 1000000
+    python benchmarks/synth.py OUT.json --mb 200        # about 200 MB of JSON (before any gzip)
 """
 
 from __future__ import annotations
@@ -35,11 +36,16 @@ def _op_block(pid: int, tid: int, ts: float, corr: int, ext: int, name: str, ker
     return events, ts + 10.0
 
 
-def generate(path: Path, target_events: int, ops_per_step: int = 400) -> int:
-    """Write the trace; returns the number of events written."""
+def generate(path: Path, target_events: int = 1_000_000, ops_per_step: int = 400, *,
+             target_bytes: int | None = None) -> int:
+    """Write the trace; returns the number of events written. With ``target_bytes`` steps
+    are written until the JSON text (before any gzip) reaches that size instead."""
     pid, main, autograd = 4242, 4242, 4243
     steps = max(1, target_events // (ops_per_step * EVENTS_PER_OP + 6))
+    if target_bytes is not None:
+        steps = 1 << 62  # until the size is reached
     written = 0
+    size = 0
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "wt") as out:
         out.write('{\n  "schemaVersion": 1,\n  "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB", '
@@ -48,14 +54,18 @@ def generate(path: Path, target_events: int, ops_per_step: int = 400) -> int:
         first = True
 
         def emit(event: dict) -> None:
-            nonlocal first, written
-            out.write(("" if first else ",\n") + json.dumps(event))
+            nonlocal first, written, size
+            text = ("" if first else ",\n") + json.dumps(event)
+            out.write(text)
+            size += len(text)
             first = False
             written += 1
 
         ts = 1_700_000_000_000.0
         corr, ext = 1, 1
         for step in range(steps):
+            if target_bytes is not None and size >= target_bytes:
+                break
             start = ts
             loader = ops_per_step * 2.0
             ts += loader + 1
@@ -101,8 +111,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--mb", type=float, help="write about this many MB of JSON instead of --events")
     args = parser.parse_args()
-    print(f"{generate(args.out, args.events)} events written to {args.out}")
+    target_bytes = int(args.mb * 1e6) if args.mb else None
+    print(f"{generate(args.out, args.events, target_bytes=target_bytes)} events written to {args.out}")
 
 
 if __name__ == "__main__":

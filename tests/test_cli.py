@@ -122,8 +122,8 @@ def trace(make_trace) -> Path:
 
 def _bad_inputs(tmp_path: Path, trace: Path) -> dict[str, tuple[list[str], str]]:
     """name -> (argv, a word the error line must contain)."""
-    truncated = tmp_path / "truncated.json"
-    truncated.write_bytes(trace.read_bytes()[: len(trace.read_bytes()) // 2])
+    truncated = tmp_path / "truncated.json"  # cut before its first event: nothing to salvage
+    truncated.write_bytes(trace.read_bytes()[:20])
     empty = tmp_path / "empty.json"
     empty.write_bytes(b"")
     binary = tmp_path / "binary.json"
@@ -188,6 +188,18 @@ def test_bad_input_in_a_real_process(case, tmp_path, trace):
     assert done.returncode == 2
     assert word in error_line(done.stderr)
     assert done.stdout == ""
+
+
+def test_a_trace_cut_off_midway_is_read_up_to_the_cut_and_says_so(tmp_path, trace):
+    """A job killed while writing its trace: the events before the cut are reported, led by
+    profile-incomplete, and a --fail-on gate trips."""
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(trace.read_bytes()[: len(trace.read_bytes()) // 2])
+    done = advisor("diagnose", "--fail-on", "high", str(cut), cwd=tmp_path)
+    assert done.returncode == FAIL_ON_EXIT, done.stderr
+    first = next(line for line in done.stdout.splitlines() if line.startswith("1. "))
+    assert "[profile-incomplete]" in first
+    assert "cut off" in done.stdout and "Traceback" not in done.stderr
 
 
 def test_a_missing_script_runs_nothing(tmp_path, monkeypatch, capsys):

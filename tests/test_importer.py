@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 
 import numpy as np
 import pytest
@@ -195,14 +196,35 @@ def test_binary_file(tmp_path):
 
 
 @pytest.mark.parametrize("gz", [False, True])
-def test_truncated_trace(tmp_path, make_trace, gz):
-    full = make_trace(NEW_SCHEMA, name="full.json")
-    data = full.read_bytes()[: len(full.read_bytes()) * 2 // 3]
+def test_truncated_trace_keeps_the_events_before_the_cut(tmp_path, make_trace, gz):
+    """A job killed while writing its trace: the whole events before the cut are read,
+    and the session says the file was truncated and how far it got."""
+    full = make_trace(NEW_SCHEMA, name="full.json").read_bytes()
+    data = full[: len(full) * 2 // 3]
     path = tmp_path / ("cut.json.gz" if gz else "cut.json")
     if gz:
-        data = gzip.compress(full.read_bytes())
-        data = data[: len(data) // 2]
+        compressed = gzip.compress(full)
+        data = compressed[: len(compressed) * 2 // 3]
     path.write_bytes(data)
+    session = load(path)
+    damage = session.meta.trace_metadata["damage"]
+    assert damage["truncated"] is True
+    assert 0 < damage["bytes_read"] < len(full)
+    assert damage["bytes_total"] == (None if gz else len(data))  # a cut gzip stream does not say
+    assert damage["skipped"] == {}  # the event the cut went through is not damage
+    # Exactly the complete X events in the bytes that were read survive.
+    text = full[: damage["bytes_read"]].decode()
+    whole = sum(1 for e in NEW_SCHEMA if e["ph"] == "X" and text.find(json.dumps(e)) >= 0)
+    read = session.events[session.events["kind"].astype(str) != "phase"]  # phases are derived
+    assert 0 < len(read) == whole
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_trace_cut_before_its_first_event_is_one_line(tmp_path, make_trace, gz):
+    full = make_trace(NEW_SCHEMA, name="full.json").read_bytes()
+    data = full[:30]  # inside the keys before the event array
+    path = tmp_path / ("cut.json.gz" if gz else "cut.json")
+    path.write_bytes(gzip.compress(full)[:40] if gz else data)
     with pytest.raises(TraceError) as info:
         load(path)
     assert "truncated" in _one_line(info.value)
@@ -249,10 +271,10 @@ def test_chunked_reading_keeps_every_event(make_trace, monkeypatch):
     import advisor.importers.kineto as kineto
 
     whole = load(make_trace(NEW_SCHEMA, name="a.json")).events
-    monkeypatch.setattr(kineto, "CHUNK", 3)  # many chunks, and one left over at the end
+    monkeypatch.setattr(kineto, "BLOCK", 300)  # many chunks of a few events, and one left over at the end
     chunked = load(make_trace(NEW_SCHEMA, name="b.json")).events
     assert len(chunked) == len(whole)
-    assert chunked.drop(columns=["name"]).equals(whole.drop(columns=["name"]))
+    assert chunked.equals(whole)
     assert list(chunked["name"].astype(str)) == list(whole["name"].astype(str))
     assert set(chunked["input_dims"].astype(str)) == {"", "[[8,3,32,32],[16,3,3,3]]"}
 
@@ -279,9 +301,8 @@ def test_metadata_before_and_after_the_events_is_read(tmp_path, monkeypatch, sma
 
     import advisor.importers.kineto as kineto
 
-    if small_buffers:  # the file no longer fits the kept head: the head/tail parse is used
-        monkeypatch.setattr(kineto, "_HEAD_BYTES", 600)
-        monkeypatch.setattr(kineto, "_TAIL_BYTES", 700)
+    if small_buffers:  # blocks far smaller than an event: every cut and the array's end cross blocks
+        monkeypatch.setattr(kineto, "BLOCK", 64)
     document = (
         '{"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 1, "world_size": 4},\n'
         '"traceEvents": ' + json.dumps(NEW_SCHEMA) + ',\n'

@@ -4,36 +4,62 @@ Both schemas are understood: the 2021 one with capitalised categories (Operator,
 Kernel, Memcpy, Memset) and today's (cpu_op, cuda_runtime, cuda_driver, kernel, gpu_memcpy,
 gpu_memset, cuda_sync, user_annotation, gpu_user_annotation, python_function).
 
-Traces reach gigabytes, so the file is streamed: ijson's C parser yields one event at a
-time, plain fields are appended to column lists, and every ``CHUNK`` events the lists are
-packed into typed arrays (names interned as categoricals). Peak memory is the packed
-columns plus one chunk, never the whole JSON document.
+Fast: the file is read (and gunzipped) as a stream of 256 KiB blocks. The event array is
+cut into chunks after an event's closing brace (a ``}`` then ``,`` then ``{``), and msgspec
+decodes each chunk straight into typed structs that hold only the fields the Session uses;
+every other key is skipped without being built. Each chunk's structs become typed arrays
+at once, text interned as codes, so memory holds those arrays and a chunk or two, never
+the whole document (benchmarks/ingest.py has the figures against json.load, orjson and
+ijson). A cut that lands inside a string or a nested value cannot go unnoticed: that chunk
+then fails to decode and takes the careful path below, so the fast path tracks no strings.
+
+Tolerant: a chunk that fails to decode is bisected at its candidate cuts until the pieces
+that fail alone are found; only those go through Python's json, which is lenient where
+msgspec is strict (NaN and Infinity, invalid UTF-8 replaced, torch's unescaped quotes in
+names repaired), and through a field-by-field check (a ``cat`` that is a list, a ``ts`` that
+is text, an integer past int64). What cannot be repaired is skipped; both are counted by
+reason in ``metadata["_damage"]``. A file that ends early (a job killed while writing it,
+plain or gzipped) keeps every whole event before the cut and says it was truncated and
+how far it got. A file that is no trace at all, or in which no event could be read, is a
+TraceError.
 
 The few top-level keys besides ``traceEvents`` (deviceProperties, distributedInfo,
-baseTimeNanoseconds...) sit before or after the event array. Rather than parse the file a
-second time for them, the reader keeps the first and last bytes it streams and parses the
-metadata out of those; only if that fails does it make a second, slower pass.
+baseTimeNanoseconds...) sit before or after the event array: the ones before are parsed
+on the way to the array, the ones after from the bytes left when the array ends.
 """
 
 from __future__ import annotations
 
-import ast
 import gzip
-import io
 import json
+import math
 import re
 import zlib
+from collections import Counter
+from collections.abc import Callable
+from functools import reduce
+from itertools import compress, islice
+from operator import or_
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
+import msgspec
 import numpy as np
 import pandas as pd
 
 from advisor.errors import TraceError
 
-CHUNK = 200_000
-_HEAD_BYTES = 1 << 20
-_TAIL_BYTES = 1 << 20
+# Bytes read (and decoded) at a time. Small blocks are much faster than large ones:
+# the buffers are reused while still in cache instead of being faulted in afresh.
+BLOCK = 1 << 18
+# Past this the top-level values before the event array are taken to be no trace.
+_HEAD_LIMIT = 64 << 20
+# A run of bytes this long without a place to cut is treated as damage, not read on.
+_MAX_EVENT_BYTES = 256 << 20
+# How many candidate cuts a bad event may span before it is given up on.
+_MAX_JOIN = 8
+# How many candidates for the end of the event array are tried.
+_MAX_TRIES = 256
 
 # Category spellings, old and new, to the Session's kinds.
 CATEGORY_KIND = {
@@ -54,36 +80,118 @@ CATEGORY_KIND = {
 }
 
 _GPU_KINDS = frozenset({"kernel", "memcpy", "memset", "gpu_annotation", "sync"})
+# Groups of kinds whose events carry fields the others do not, a code for each (0: none),
+# and which group carries which field: only the rows of that group read it.
+_CARRIERS = {"op": 1, "python": 2, "gpu": 3}
+_CARRIER_OF_KIND = {"op": 1, "python": 2, **{kind: 3 for kind in _GPU_KINDS}}
+_CARRIED_BY = {
+    **dict.fromkeys(("device", "stream", "bytes", "registers", "shared_memory", "grid", "block"), "gpu"),
+    **dict.fromkeys(("flops", "input_dims", "input_types", "input_strides", "concrete_inputs"), "op"),
+    **dict.fromkeys(("python_id", "python_parent"), "python"),
+}
 _NAN = float("nan")
 _COPY_NAME = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_MAX_US = 9e15  # microseconds: as nanoseconds, just inside int64
+
+# -- what is decoded --------------------------------------------------------------------
+# Only these fields are built; msgspec skips every other key of an event unread. Where an
+# event's field has another type than declared here the chunk fails to decode and the
+# careful path judges that event alone.
+
+_NO_RAW = msgspec.Raw(b"")
 
 
-class _RecordingStream(io.RawIOBase):
-    """A read-only stream that remembers the first and the last bytes read through it."""
+class _Args(msgspec.Struct, frozen=True, gc=False):
+    # null is written for some (a root's "Python parent id"): it reads as absent.
+    correlation: int | None = -1
+    external_id: int | None = msgspec.field(default=-1, name="External id")
+    external_id_lower: int | None = msgspec.field(default=-1, name="external id")
+    device: int | None = -1
+    stream: int | None = -1
+    nbytes: int | None = msgspec.field(default=-1, name="bytes")
+    registers: int | None = msgspec.field(default=-1, name="registers per thread")
+    shared_memory: int | None = msgspec.field(default=-1, name="shared memory")
+    python_id: int | None = msgspec.field(default=-1, name="Python id")
+    python_parent: int | None = msgspec.field(default=-1, name="Python parent id")
+    flops: float | None = _NAN
+    call_stack: str | None = msgspec.field(default="", name="Call stack")
+    # Shapes, types and launch geometry stay raw JSON text: they become columns of text,
+    # converted once per distinct value rather than built as lists per event.
+    input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
+    input_strides: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Strides")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
+    grid: msgspec.Raw = _NO_RAW
+    block: msgspec.Raw = _NO_RAW
 
-    def __init__(self, inner: BinaryIO, on_read: Callable[[], None] | None = None):
-        self._inner = inner
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.bytes_read = 0
-        self.on_read = on_read
 
-    def readable(self) -> bool:
-        return True
+_NO_ARGS = _Args()
 
-    def readinto(self, buffer) -> int:  # type: ignore[override]
-        data = self._inner.read(len(buffer))
-        n = len(data)
-        buffer[:n] = data
-        self.bytes_read += n
-        if len(self.head) < _HEAD_BYTES:
-            self.head += data[: _HEAD_BYTES - len(self.head)]
-        self.tail += data
-        if len(self.tail) > 2 * _TAIL_BYTES:
-            del self.tail[: len(self.tail) - _TAIL_BYTES]
-        if self.on_read is not None:
-            self.on_read()
-        return n
+
+class _Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete event ('X'): the only phase that becomes a row."""
+
+    name: str = ""
+    cat: str = ""
+    ts: float | None = None
+    dur: float | None = 0.0
+    pid: int | str | None = -1
+    tid: int | str | None = -1
+    args: _Args = _NO_ARGS
+
+
+class _Meta(msgspec.Struct, tag_field="ph", tag="M", gc=False):
+    """A metadata event ('M'): process and thread names."""
+
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    args: Any = None
+
+
+# The other phases of the Trace Event Format are read past without building anything; a
+# phase outside this list sends its chunk down the careful path, where it is ignored.
+_OTHER_PHASES = [
+    msgspec.defstruct(f"_Phase{ord(ph)}", [], tag_field="ph", tag=ph, gc=False)
+    for ph in "BEiIbneSTpFstfPOND(Cc)RvV"
+]
+_EVENT = reduce(or_, (_Complete, _Meta, *_OTHER_PHASES))  # the union of them all, tagged by "ph"
+_DECODER = msgspec.json.Decoder(list[_EVENT])  # type: ignore[valid-type]
+_DECODE_ERRORS = (msgspec.MsgspecError, ValueError, RecursionError)
+# (attribute, key in the file, type) of the args read, for the field-by-field check.
+_ARG_FIELDS = [(f.name, f.encode_name, getattr(f.type, "__args__", (f.type,))[0])
+               for f in msgspec.structs.fields(_Args)]
+
+# A place to cut the event array: the end of an event, a comma, the start of the next.
+_CUT = re.compile(rb"\}\s*,\s*\{")
+# The end of the event array: the last event's brace (or the opening bracket) and ']'.
+_ARRAY_END = re.compile(r"(?:\}|\A)\s*\]")
+_ANY_CLOSE = re.compile(r"\]")
+# What follows the last whole event of a file that was cut off: more of the array.
+_MORE_EVENTS = re.compile(rb"\s*(?:,|\Z)")
+_TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_SPACE = re.compile(r"\s*")
+_ONLY_SPACE = re.compile(r"\s*\Z")
+_DECODER_PY = json.JSONDecoder()
+
+
+class _Damage:
+    """What was skipped or repaired, by reason, and whether the file ended early."""
+
+    def __init__(self) -> None:
+        self.skipped: Counter[str] = Counter()
+        self.repaired: Counter[str] = Counter()
+        self.truncated = False
+
+    def as_dict(self, bytes_read: int, bytes_total: int | None) -> dict[str, Any]:
+        return {
+            "skipped": dict(sorted(self.skipped.items())),
+            "repaired": dict(sorted(self.repaired.items())),
+            "truncated": self.truncated,
+            "bytes_read": bytes_read,
+            "bytes_total": bytes_total,
+        }
 
 
 def open_trace(path: Path) -> BinaryIO:
@@ -101,7 +209,10 @@ def open_trace(path: Path) -> BinaryIO:
         stream = raw = gzip.open(path, "rb")  # type: ignore[assignment]
     try:
         first = _first_char(stream)
-    except (OSError, EOFError, zlib.error) as exc:
+    except EOFError:
+        raw.close()
+        raise TraceError(f"{path} is a truncated gzip file: it ends before any of its trace") from None
+    except (OSError, zlib.error) as exc:
         raw.close()
         raise TraceError(f"{path} is not a readable gzip file ({exc})") from None
     if first is None:
@@ -117,8 +228,9 @@ def open_trace(path: Path) -> BinaryIO:
 
 
 def _first_char(stream: BinaryIO) -> str | None:
+    read = getattr(stream, "read1", stream.read)
     while True:
-        block = stream.read(4096)
+        block = read(4096)
         if not block:
             return None
         text = block.lstrip()
@@ -128,362 +240,824 @@ def _first_char(stream: BinaryIO) -> str | None:
 
 def _tid_number(value: Any, names: dict[str, int]) -> int:
     """Thread ids come as ints, digit strings or labels such as 'stream 7'."""
-    if isinstance(value, int):
+    if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
         return value
-    if isinstance(value, float):
+    if isinstance(value, float) and math.isfinite(value) and abs(value) < 2**63:
         return int(value)
     text = str(value)
-    if text.lstrip("-").isdigit():
+    if text.lstrip("-").isdigit() and _INT64_MIN <= int(text) <= _INT64_MAX:
         return int(text)
     digits = re.search(r"(\d+)$", text)
-    if digits:
+    if digits and int(digits.group(1)) <= _INT64_MAX:
         return int(digits.group(1))
-    # A label with no number: give it a stable negative id of its own.
+    # A label with no number (or one past int64): give it a stable negative id of its own.
     return names.setdefault(text, -2 - len(names))
 
 
-class _Columns:
-    """Column lists for one chunk of events, packed into arrays when full."""
+class _ThreadNumbers(dict):
+    """A pid or tid that is not an int -> its number, worked out once per distinct value."""
 
-    FIELDS = (
-        "name", "category", "ts", "dur", "pid", "tid", "device", "stream", "correlation",
-        "external_id", "input_dims", "input_types", "input_strides", "concrete_inputs", "call_stack", "bytes",
-        "grid", "block", "registers", "shared_memory", "flops", "python_id", "python_parent",
-    )
+    def __init__(self, names: dict[str, int]):
+        super().__init__()
+        self.names = names
+
+    def __missing__(self, value: Any) -> int:
+        number = self[value] = _tid_number(value, self.names)
+        return number
+
+
+class _Codes(dict):
+    """Text -> a small integer, numbered in order of first sight; ``values`` lists the
+    texts by code. Interning while reading keeps one copy of each name."""
 
     def __init__(self) -> None:
-        self.reset()
-        self.packed: list[pd.DataFrame] = []
+        super().__init__()
+        self.values: list[str] = []
 
-    def reset(self) -> None:
-        # Clear in place: the reader holds bound ``append`` methods of these lists.
-        for field in self.FIELDS:
-            if hasattr(self, field):
-                getattr(self, field).clear()
+    def __missing__(self, text: str) -> int:
+        code = self[text] = len(self.values)
+        self.values.append(text)
+        return code
+
+
+class _RawCodes(dict):
+    """Raw JSON of a field -> the code of its compact JSON text ('' where the field counts
+    as absent), the conversion made once per distinct value."""
+
+    def __init__(self, codes: _Codes, present: Callable[[Any], bool]):
+        super().__init__()
+        self.codes = codes
+        self.present = present
+
+    def __missing__(self, raw: bytes) -> int:
+        try:
+            value = json.loads(raw)
+            text = json.dumps(value, separators=(",", ":")) if self.present(value) else ""
+        except (ValueError, TypeError, RecursionError):
+            text = raw.decode("utf-8", "replace")
+        code = self[raw] = self.codes[text]
+        return code
+
+
+def _any_true(value: Any) -> bool:
+    try:
+        return bool(value) and any(value)
+    except TypeError:
+        return bool(value)
+
+
+class _Reader:
+    """One pass over a trace: the top-level keys, then the event array chunk by chunk."""
+
+    def __init__(self, stream: BinaryIO, path: Path, progress: Callable[[int, int], None] | None):
+        self.stream = stream
+        self.read1 = getattr(stream, "read1", stream.read)
+        self.path = path
+        self.progress = progress
+        # A GzipFile reads its file through .fileobj: its position is the compressed bytes.
+        self.raw_file = getattr(stream, "fileobj", None) or stream
+        self.gzipped = isinstance(stream, gzip.GzipFile)
+        self.file_size = path.stat().st_size
+        self.bytes_read = 0
+        self.eof = False
+        self.cut_reason: str | None = None  # why a gzip stream stopped early, if it did
+        self.damage = _Damage()
+        self.not_read = 0  # complete events of a category the Session has no kind for
+        self.events_seen = 0
+        self.process_names: dict[str, Any] = {}
+        self.tid_names: dict[str, int] = {}
+        self.big_ids: dict[int, int] = {}
+        self.columns = _Columns(self)
+
+    # -- bytes ------------------------------------------------------------------------
+
+    def read(self, size: int) -> bytes:
+        if self.eof:
+            return b""
+        try:
+            # read1: read() would gather more from a gzip stream before returning and
+            # lose what it had gathered when the stream then turns out to be cut off.
+            data = self.read1(size)
+        except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+            # Everything decompressed before the damage has been returned already.
+            self.cut_reason = str(exc) or type(exc).__name__
+            data = b""
+        if not data:
+            self.eof = True
+        self.bytes_read += len(data)
+        if self.progress is not None:
+            self.progress(self.raw_file.tell() if not self.eof else self.file_size, self.file_size)
+        return data
+
+    # -- the document -------------------------------------------------------------------
+
+    def run(self) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
+        buffer, start, metadata, array_form = self._head()
+        metadata.update(self._events(buffer, start, array_form))
+        if self.cut_reason is not None:
+            self.damage.truncated = True
+        frame = self.columns.frame()
+        damaged = sum(self.damage.skipped.values())
+        if self.damage.truncated and self.events_seen == 0:
+            raise TraceError(f"{self.path} is truncated or corrupt: it ends after {self.bytes_read} bytes, "
+                             f"before its first whole event")
+        if len(frame) == 0 and damaged and not self.damage.truncated:
+            reasons = ", ".join(f"{n} {r}" for r, n in self.damage.skipped.most_common())
+            raise TraceError(f"{self.path} is not a Kineto trace advisor can read: none of its events could be "
+                             f"read ({reasons})")
+        metadata["_skipped_events"] = self.not_read + damaged
+        # The JSON text's size: the file's, or what the gzip stream held where it ended
+        # whole; a gzip stream cut off does not say how much it would have held.
+        if self.gzipped:
+            total = None if self.cut_reason is not None else self.bytes_read
+        else:
+            total = self.file_size
+        metadata["_damage"] = self.damage.as_dict(self.bytes_read, total)
+        return frame, metadata, self.process_names
+
+    def _head(self) -> tuple[bytes, int, dict[str, Any], bool]:
+        """Parse the top-level keys up to the event array. Returns the bytes read so far,
+        where the first event starts in them, the keys, and whether the document is a bare
+        array of events."""
+        buffer = b""
+        want = 1 << 16
+        while True:
+            while not self.eof and len(buffer) < want:
+                buffer += self.read(want - len(buffer))
+            # latin-1 maps each byte to one character, so positions in the text are
+            # positions in the bytes; JSON's structure is ASCII, whatever the encoding.
+            text = buffer.decode("latin-1")
+            index = _SPACE.match(text).end()
+            if text[index:index + 1] == "[":
+                return buffer, index + 1, {}, True
+            found = self._members_before_events(text, index + 1)
+            if found is not None:
+                start, spans = found
+                return buffer, start, self._member_values(buffer, spans), False
+            if self.eof or len(buffer) >= _HEAD_LIMIT:
+                return self._head_resync(buffer)
+            want = len(buffer) * 2
+
+    def _members_before_events(self, text: str, index: int) -> tuple[int, list[tuple[str, int, int]]] | None:
+        """Where traceEvents' array starts and the (key, start, end) of the keys before it,
+        or None where the bytes so far do not reach it."""
+        spans: list[tuple[str, int, int]] = []
+        while True:
+            index = _SPACE.match(text, index).end()
+            if self.eof and text[index:index + 1] == "}" and _ONLY_SPACE.match(text, index + 1):
+                raise TraceError(f"{self.path} is JSON but not a Kineto trace: it has no traceEvents")
+            try:
+                key, index = _DECODER_PY.raw_decode(text, index)
+            except (ValueError, RecursionError):
+                return None
+            index = _SPACE.match(text, index).end()
+            if not isinstance(key, str) or text[index:index + 1] != ":":
+                return None
+            index = _SPACE.match(text, index + 1).end()
+            if key == "traceEvents" and text[index:index + 1] == "[":
+                return index + 1, spans
+            try:
+                value, end = _DECODER_PY.raw_decode(text, index)
+            except (ValueError, RecursionError):
+                return None
+            if key == "traceEvents":
+                raise TraceError(f"{self.path} is not a Kineto trace: its traceEvents is a "
+                                 f"{type(value).__name__}, not a list of events")
+            spans.append((key, index, end))
+            index = _SPACE.match(text, end).end()
+            if text[index:index + 1] != ",":
+                if self.eof and text[index:index + 1] == "}" and _ONLY_SPACE.match(text, index + 1):
+                    raise TraceError(f"{self.path} is JSON but not a Kineto trace: it has no traceEvents")
+                return None
+            index += 1
+
+    def _head_resync(self, buffer: bytes) -> tuple[bytes, int, dict[str, Any], bool]:
+        """The keys before the events do not parse: find the event array by its key and
+        read on from there, the damaged keys skipped."""
+        found = _TRACE_EVENTS_KEY.search(buffer)
+        if found is None:
+            if len(buffer) >= _HEAD_LIMIT:
+                raise TraceError(f"{self.path} is not a Kineto trace: no traceEvents in its first "
+                                 f"{len(buffer)} bytes")
+            raise TraceError(f"{self.path} is truncated or corrupt JSON: no event list in its {len(buffer)} bytes")
+        self.damage.skipped["top-level key"] += 1
+        return buffer, found.end(), {}, False
+
+    def _member_values(self, data: bytes, spans: list[tuple[str, int, int]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, start, end in spans:
+            try:
+                out[key] = self._value(data[start:end])
+            except (ValueError, RecursionError):
+                self.damage.skipped["top-level key"] += 1
+        return out
+
+    def _value(self, data: bytes) -> Any:
+        """A top-level value, parsed leniently: NaN and Infinity become None, invalid
+        UTF-8 is replaced."""
+        text = self._text(data)
+
+        def constant(word: str) -> None:
+            self.damage.repaired["NaN or Infinity"] += 1
+
+        return json.loads(text, parse_constant=constant)
+
+    def _text(self, data: bytes) -> str:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            self.damage.repaired["invalid UTF-8"] += 1
+            return data.decode("utf-8", "replace")
+
+    # -- the event array ----------------------------------------------------------------
+
+    def _events(self, buffer: bytes, pos: int, array_form: bool) -> dict[str, Any]:
+        """Decode the event array chunk by chunk; returns the top-level keys after it."""
+        want = BLOCK
+        while True:
+            while not self.eof and len(buffer) - pos < want:
+                buffer = buffer[pos:] + self.read(max(BLOCK, want - (len(buffer) - pos)))
+                pos = 0
+            if self.eof:
+                return self._finish(buffer[pos:], array_form)
+            # The last cut within ``want`` bytes: chunks stay near BLOCK whatever the buffer.
+            cut = _last_cut(buffer, pos, min(len(buffer), pos + want))
+            if cut is None:
+                if want < _MAX_EVENT_BYTES:
+                    want *= 2
+                    continue
+                # Hundreds of MB without the end of an event: damage, read past it.
+                self.damage.skipped["unparseable"] += 1
+                pos, want = pos + want, BLOCK
+                continue
+            end, following = cut
+            used = self._decode(buffer, pos, end, final=end - pos >= _MAX_EVENT_BYTES)
+            if used == end - pos:
+                pos = following
+                want = BLOCK
             else:
-                setattr(self, field, [])
+                # The chunk's last events did not decode: the cut before them may have
+                # been inside one (a '},{' in a string). Read them again with more after.
+                pos += used
+                want = 2 * (len(buffer) - pos)
 
-    def __len__(self) -> int:
-        return len(self.name)  # type: ignore[attr-defined]
+    def _finish(self, rest: bytes, array_form: bool) -> dict[str, Any]:
+        """The last bytes of the file: the last events, the end of the array, and the
+        top-level keys after it."""
+        text = rest.decode("latin-1")
+        # At most _MAX_TRIES candidates of each kind: a damaged end must not cost a
+        # parse of the rest per bracket.
+        closes = [m.end() for m in islice(_ARRAY_END.finditer(text), _MAX_TRIES)]
+        # The array ends at the first ']' after which the document ends properly. A ']'
+        # that follows no event's brace is tried only for arrays of something else.
+        failed: set[int] = set()  # ends of values that a failed parse went through
+        for candidates in (closes, [m.end() for m in islice(_ANY_CLOSE.finditer(text), _MAX_TRIES)]):
+            for close in candidates:
+                if close in failed:
+                    continue  # the parse from here is the rest of one that failed
+                spans, complete = _members_after_events(text, close, array_form)
+                # A ']' inside the last event (a file cut off just after that event's
+                # args) can be followed by what looks like the end of the document; the
+                # braces since the last cut then do not balance.
+                if complete and _balanced(rest, close - 1):
+                    self._decode(rest, 0, len(_strip_events(rest[:close - 1])), final=True)
+                    return self._member_values(rest, spans)
+                if not complete:
+                    failed.update(end for _, _, end in spans)
+        # The array ended all the same where a ']' follows a whole event; what comes
+        # after it is cut off (it does not end as a document does) or damaged.
+        for close in closes:
+            if self._ends_an_event(rest, close - 1):
+                self._decode(rest, 0, len(_strip_events(rest[:close - 1])), final=True)
+                spans, _ = _members_after_events(text, close, array_form)
+                if text.rstrip().endswith("]" if array_form else "}"):
+                    self.damage.skipped["end of the document"] += 1
+                else:
+                    self.damage.truncated = True
+                return self._member_values(rest, spans)
+        # The file ends inside the event array: keep every whole event. Where more of
+        # the array follows the last one (a partial event, or nothing) the file was cut
+        # off; the event the cut went through is not counted as damage.
+        end = self._last_event_end(rest)
+        self._decode(rest, 0, end, final=True)
+        if _MORE_EVENTS.match(rest, end):
+            self.damage.truncated = True
+        else:
+            self.damage.skipped["end of the document"] += 1
+        return {}
 
-    def pack(self) -> None:
-        if not len(self):
+    def _last_event_end(self, data: bytes) -> int:
+        """Where the last whole event in data ends: at a '}' after the last cut, or else
+        at the last cut."""
+        cut = _last_cut(data, 0, len(data))
+        floor = cut[0] if cut is not None else 0
+        brace = data.rfind(b"}")
+        for _ in range(64):  # braces inside the event the cut went through
+            if brace < floor or brace < 0:
+                break
+            if self._ends_an_event(data, brace + 1):
+                return brace + 1
+            brace = data.rfind(b"}", 0, brace)
+        return floor
+
+    def _ends_an_event(self, data: bytes, close: int) -> bool:
+        """Whether the bytes before data[close] end with a whole event."""
+        cut = _last_cut(data, 0, close)
+        start = cut[1] if cut is not None else 0
+        piece = _strip_events(data[start:close]).lstrip(b" \t\r\n")
+        if not piece.startswith(b"{"):
+            return False
+        try:
+            _DECODER.decode(b"[" + piece + b"]")
+        except _DECODE_ERRORS:
+            return False
+        return True
+
+    # -- decoding -----------------------------------------------------------------------
+
+    def _decode(self, buffer: bytes, start: int, end: int, *, final: bool) -> int:
+        """Decode the events in buffer[start:end]; returns how many of those bytes were
+        used. That is all of them, except where this is not the file's last chunk and its
+        last events do not decode: the cut before them may have been inside one, so the
+        caller reads them again with what follows."""
+        view = memoryview(buffer)[start:end]
+        try:
+            # One copy, with the brackets that make the chunk a JSON array.
+            self._add(_DECODER.decode(b"".join((b"[", view, b"]"))))
+            return end - start
+        except _DECODE_ERRORS:
+            pass
+        chunk = bytes(view)
+        if not chunk.strip():
+            return end - start
+        return self._careful(chunk, final=final)
+
+    def _careful(self, chunk: bytes, *, final: bool) -> int:
+        """Bisect a chunk that failed to decode until the pieces (between candidate cuts)
+        that fail alone are found; join, repair or skip those."""
+        cuts = list(_CUT.finditer(chunk))
+        starts = [0] + [m.end() - 1 for m in cuts]
+        ends = [m.start() + 1 for m in cuts] + [len(chunk)]
+        results: list[tuple[int, list[Any] | None]] = []
+        self._bisect(chunk, starts, ends, 0, len(starts), results)
+        i = 0
+        while i < len(results):
+            first, events = results[i]
+            if events is not None:
+                self._add(events)
+                i += 1
+                continue
+            run = i
+            while run < len(results) and results[run][1] is None:
+                run += 1
+            last = results[run - 1][0]
+            at_end = last == len(starts) - 1
+            if at_end and not final:
+                return starts[first]
+            self._bad_run(chunk, starts, ends, first, last)
+            i = run
+        return len(chunk)
+
+    def _bisect(self, chunk: bytes, starts: list[int], ends: list[int], lo: int, hi: int,
+                out: list[tuple[int, list[Any] | None]]) -> None:
+        if hi - lo == 1:
+            out.append((lo, None))
             return
-        frame = {
-            "name": pd.Categorical(self.name),  # type: ignore[attr-defined]
-            "category": pd.Categorical(self.category),  # type: ignore[attr-defined]
-            "ts": np.asarray(self.ts, dtype="float64"),  # type: ignore[attr-defined]
-            "dur": np.asarray(self.dur, dtype="float64"),  # type: ignore[attr-defined]
+        mid = (lo + hi) // 2
+        for a, b in ((lo, mid), (mid, hi)):
+            try:
+                out.append((a, _DECODER.decode(b"[" + chunk[starts[a]:ends[b - 1]] + b"]")))
+            except _DECODE_ERRORS:
+                self._bisect(chunk, starts, ends, a, b, out)
+
+    def _bad_run(self, chunk: bytes, starts: list[int], ends: list[int], first: int, last: int) -> None:
+        """Pieces first..last each failed alone. A piece may be part of an event that a
+        false cut (a '},{' inside a string) split: try it joined with the next ones
+        first; otherwise repair it alone or skip it."""
+        k = first
+        while k <= last:
+            for m in range(k + 1, min(last, k + _MAX_JOIN) + 1):
+                try:
+                    events = _DECODER.decode(b"[" + chunk[starts[k]:ends[m]] + b"]")
+                except _DECODE_ERRORS:
+                    continue
+                self._add(events)
+                k = m + 1
+                break
+            else:
+                self._add(self._salvage(chunk[starts[k]:ends[k]]))
+                k += 1
+
+    def _salvage(self, piece: bytes) -> list[Any]:
+        """Bytes between two cuts that msgspec would not decode, read leniently value by
+        value (a non-object in the array leaves no cut around it) and checked field by
+        field. Returns the events kept; the others are counted, or ignored where they are
+        of a phase that is not read anyway."""
+        damage = self.damage
+        constants = 0
+
+        def constant(word: str) -> float:
+            nonlocal constants
+            constants += 1
+            return float(word)
+
+        decoder = json.JSONDecoder(parse_constant=constant)
+        try:
+            text, bad_utf8 = piece.decode("utf-8"), False
+        except UnicodeDecodeError:
+            text, bad_utf8 = piece.decode("utf-8", "replace"), True
+        events = []
+        index = _SPACE.match(text).end()
+        while index < len(text):
+            repaired = False
+            try:
+                value, index = decoder.raw_decode(text, index)
+            except RecursionError:
+                damage.skipped["nested too deep"] += 1
+                break
+            except ValueError:
+                # The rest does not parse: one event, perhaps with torch's unescaped quotes.
+                value = _repair_quotes(text[index:], constant)
+                if value is None:
+                    damage.skipped["unparseable"] += 1
+                    break
+                repaired, index = True, len(text)
+            if not isinstance(value, dict):
+                damage.skipped["not an object"] += 1
+            else:
+                event = self._checked(value)
+                if event is not None:
+                    events.append(event)
+                    if repaired:
+                        damage.repaired["unescaped quotes"] += 1
+            index = _SPACE.match(text, index).end()
+            if text[index:index + 1] == ",":
+                index = _SPACE.match(text, index + 1).end()
+        if events and constants:
+            damage.repaired["NaN or Infinity"] += 1
+        if events and bad_utf8:
+            damage.repaired["invalid UTF-8"] += 1
+        return events
+
+    def _checked(self, event: dict[str, Any]) -> Any:
+        """An event as a Python dict to the decoded struct, field by field."""
+        damage = self.damage
+        ph = event.get("ph")
+        if ph == "M":
+            args = event.get("args")
+            if args is not None and not isinstance(args, dict):
+                damage.repaired["wrong type"] += 1
+                args = None
+            return _Meta(name=event.get("name"), pid=event.get("pid"), tid=event.get("tid"), args=args)
+        if ph != "X":
+            if ph is not None and not isinstance(ph, str):
+                damage.skipped["wrong type"] += 1
+            return None  # another phase: not a row, nothing lost
+        name, cat, ts, dur = event.get("name") or "", event.get("cat") or "", event.get("ts"), event.get("dur")
+        if _is_number(name):
+            name = str(name)
+        pid, tid = event.get("pid", -1), event.get("tid", -1)
+        if not isinstance(name, str) or not isinstance(cat, str) or not _is_id(pid) or not _is_id(tid):
+            damage.skipped["wrong type"] += 1
+            return None
+        if ts is None:
+            damage.skipped["missing ts"] += 1
+            return None
+        if dur is None:
+            dur = 0
+        if not _is_number(ts) or not _is_number(dur):
+            damage.skipped["wrong type"] += 1
+            return None
+        try:
+            ts, dur = float(ts), float(dur)
+        except OverflowError:  # an integer past what a float holds
+            damage.skipped["time out of range"] += 1
+            return None
+        if not (math.isfinite(ts) and math.isfinite(dur)):
+            damage.skipped["NaN or Infinity"] += 1
+            return None
+        if isinstance(pid, float):
+            pid = _tid_number(pid, self.tid_names)
+        if isinstance(tid, float):
+            tid = _tid_number(tid, self.tid_names)
+        args = event.get("args")
+        if args is not None and not isinstance(args, dict):
+            damage.repaired["wrong type"] += 1
+            args = None
+        return _Complete(name=name, cat=cat, ts=ts, dur=dur, pid=pid, tid=tid,
+                         args=self._checked_args(args) if args else _NO_ARGS)
+
+    def _checked_args(self, args: dict[str, Any]) -> _Args:
+        fields: dict[str, Any] = {}
+        wrong = 0
+        for name, key, kind in _ARG_FIELDS:
+            if key not in args:
+                continue
+            value = args[key]
+            if value is None and kind is not msgspec.Raw:
+                continue
+            if kind is msgspec.Raw:
+                try:
+                    fields[name] = msgspec.Raw(json.dumps(value).encode())
+                except (ValueError, TypeError, RecursionError):
+                    wrong += 1
+            elif kind is int:
+                # Ints past int64 are kept here; the columns deal with them.
+                if type(value) is int:
+                    fields[name] = value
+                else:
+                    wrong += 1
+            elif kind is float:
+                number = _as_float(value)
+                if number is None:
+                    wrong += 1
+                else:
+                    fields[name] = number
+            elif isinstance(value, str):
+                fields[name] = value
+            else:
+                wrong += 1
+        if wrong:
+            self.damage.repaired["wrong type"] += 1
+        return _Args(**fields)
+
+    # -- rows -------------------------------------------------------------------------
+
+    def _add(self, events: list[Any]) -> None:
+        self.events_seen += len(events)
+        complete = [e for e in events if type(e) is _Complete]
+        self.columns.add(complete)
+        if len(complete) != len(events):
+            for e in [e for e in events if type(e) is _Meta]:
+                args = e.args if isinstance(e.args, dict) else {}
+                self.process_names[f"{e.name}:{e.pid}:{e.tid}"] = args.get("name", args)
+
+
+class _Columns:
+    """The rows read so far. Each decoded chunk becomes arrays at once, while its structs
+    are still in cache (reading them later, cold, costs several times more); text becomes
+    codes into one table per column, so no chunk keeps a string of its own."""
+
+    INTS = ("pid", "tid", "device", "stream", "correlation", "external_id", "bytes", "registers", "shared_memory",
+            "python_id", "python_parent")
+    TEXTS = ("name", "category", "call_stack", "input_dims", "input_types", "input_strides", "concrete_inputs",
+             "grid", "block")
+    FIELDS = (
+        "name", "category", "ts", "dur", "pid", "tid", "device", "stream", "correlation", "external_id", "bytes",
+        "registers", "shared_memory", "python_id", "python_parent", "flops", "input_dims", "input_types",
+        "input_strides", "concrete_inputs", "call_stack", "grid", "block",
+    )
+
+    def __init__(self, reader: _Reader):
+        self.reader = reader
+        self.parts: dict[str, list[np.ndarray]] = {field: [] for field in self.FIELDS}
+        self.parts.update({"@" + group: [] for group in _CARRIERS})  # which rows carry those fields
+        self.codes = {field: _Codes() for field in self.TEXTS}
+        self.raw_codes = {
+            field: _RawCodes(self.codes[field], present)
+            for field, present in (("input_dims", bool), ("input_types", bool), ("input_strides", bool),
+                                   ("concrete_inputs", _any_true), ("grid", lambda v: v is not None),
+                                   ("block", lambda v: v is not None))
         }
-        for field in ("pid", "tid", "device", "stream", "correlation", "external_id", "bytes",
-                      "registers", "shared_memory", "python_id", "python_parent"):
-            frame[field] = np.asarray(getattr(self, field), dtype="int64")
-        frame["flops"] = np.asarray(self.flops, dtype="float64")  # type: ignore[attr-defined]
-        for field in ("input_dims", "input_types", "input_strides", "concrete_inputs", "call_stack", "grid", "block"):
-            frame[field] = pd.Categorical(getattr(self, field))
-        self.packed.append(pd.DataFrame(frame))
-        self.reset()
+        self.empty = {field: self.codes[field][""] for field in self.raw_codes}
+        self.carrier = np.zeros(0, dtype="int8")  # by category code: a _CARRIERS code, 0, or -1 for no kind
+        self.thread_numbers = _ThreadNumbers(reader.tid_names)
+
+    def add(self, events: list[_Complete]) -> None:
+        """One chunk's complete events to arrays; events of no known kind, or with no
+        usable time, are counted and left out."""
+        if not events:
+            return
+        reader, codes = self.reader, self.codes
+        category = np.array([codes["category"][e.cat] for e in events], dtype="int32")
+        if len(self.carrier) < len(codes["category"].values):  # a category not seen before
+            kinds = [CATEGORY_KIND.get(c.lower()) for c in codes["category"].values]
+            self.carrier = np.array([-1 if k is None else _CARRIER_OF_KIND.get(k, 0) for k in kinds], dtype="int8")
+        carrier = self.carrier[category]
+        known = carrier >= 0
+        ts = np.array([e.ts for e in events], dtype="float64")  # a missing ts is NaN here
+        dur = np.array([e.dur for e in events], dtype="float64")
+        # Times past what int64 nanoseconds hold cannot be placed on the timeline.
+        usable = (np.abs(ts) < _MAX_US) & ~(np.abs(dur) >= _MAX_US)
+        if not known.all() or not usable.all():
+            reader.not_read += int((~known).sum())
+            for reason, rows in (("missing ts", known & np.isnan(ts)),
+                                 ("time out of range", known & ~np.isnan(ts) & ~usable)):
+                if rows.any():
+                    reader.damage.skipped[reason] += int(rows.sum())
+            keep = known & usable
+            events = list(compress(events, keep.tolist()))
+            category, carrier, ts, dur = category[keep], carrier[keep], ts[keep], dur[keep]
+            if not events:
+                return
+        args = [e.args for e in events]
+        ints = self._ints
+        numbers = self.thread_numbers
+        parts = self.parts
+        parts["category"].append(category)
+        parts["ts"].append(ts)
+        parts["dur"].append(np.nan_to_num(dur, nan=0.0))  # null
+        parts["name"].append(np.array([codes["name"][e.name] for e in events], dtype="int32"))
+        parts["call_stack"].append(np.array([codes["call_stack"][a.call_stack or ""] for a in args], dtype="int32"))
+        parts["pid"].append(ints([e.pid if type(e.pid) is int else numbers[e.pid] for e in events], self._label))
+        parts["tid"].append(ints([e.tid if type(e.tid) is int else numbers[e.tid] for e in events], self._label))
+        parts["correlation"].append(ints([a.correlation for a in args], self._big_id))
+        parts["external_id"].append(ints([a.external_id if a.external_id != -1 else a.external_id_lower
+                                          for a in args], self._big_id))
+        # Fields that only some kinds carry are read for the rows of those kinds alone.
+        carried = {}
+        for group, code in _CARRIERS.items():
+            rows = carrier == code
+            parts["@" + group].append(rows)
+            carried[group] = args if rows.all() else list(compress(args, rows.tolist()))
+        gpu, op, python = carried["gpu"], carried["op"], carried["python"]
+        parts["device"].append(ints([a.device for a in gpu]))
+        parts["stream"].append(ints([a.stream for a in gpu]))
+        parts["bytes"].append(ints([a.nbytes for a in gpu]))
+        parts["registers"].append(ints([a.registers for a in gpu]))
+        parts["shared_memory"].append(ints([a.shared_memory for a in gpu]))
+        parts["python_id"].append(ints([a.python_id for a in python], self._big_id))
+        parts["python_parent"].append(ints([a.python_parent for a in python], self._big_id))
+        parts["flops"].append(np.array([a.flops for a in op], dtype="float64"))
+        absent, raw_bytes = _NO_RAW, bytes
+        for field, raws in (("input_dims", [a.input_dims for a in op]),
+                            ("input_types", [a.input_types for a in op]),
+                            ("input_strides", [a.input_strides for a in op]),
+                            ("concrete_inputs", [a.concrete_inputs for a in op]),
+                            ("grid", [a.grid for a in gpu]),
+                            ("block", [a.block for a in gpu])):
+            table, empty = self.raw_codes[field], self.empty[field]
+            parts[field].append(np.array([empty if r is absent else table[raw_bytes(r)] for r in raws],
+                                         dtype="int32"))
+
+    def _ints(self, values: list[int | None], big: Callable[[int], int] | None = None) -> np.ndarray:
+        try:
+            return np.array(values, dtype="int64")
+        except (TypeError, OverflowError):  # a null, or an int past int64
+            big = big or self._big_count
+            return np.array([-1 if v is None else v if _INT64_MIN <= v <= _INT64_MAX else big(v) for v in values],
+                            dtype="int64")
+
+    def _label(self, value: int) -> int:
+        """A pid or tid past int64: a label of its own."""
+        self.reader.damage.repaired["integer past int64"] += 1
+        return _tid_number(value, self.reader.tid_names)
+
+    def _big_count(self, value: int) -> int:
+        """A count or size past int64: unknown."""
+        self.reader.damage.repaired["integer past int64"] += 1
+        return -1
+
+    def _big_id(self, value: int) -> int:
+        """An id past int64 keeps its links: each distinct one gets a number of its own,
+        above the ids traces write in practice."""
+        self.reader.damage.repaired["integer past int64"] += 1
+        big_ids = self.reader.big_ids
+        return big_ids.setdefault(value, (1 << 62) + len(big_ids))
 
     def frame(self) -> pd.DataFrame:
-        self.pack()
-        if not self.packed:
-            return pd.DataFrame({f: [] for f in self.FIELDS})
-        if len(self.packed) == 1:
-            return self.packed[0]
-        # union_categoricals keeps names interned across chunks.
-        from pandas.api.types import union_categoricals
+        """All rows as one frame. A field that a kind does not carry is blank (-1, NaN or
+        '') on the rows of other kinds, as if absent."""
+        parts = self.parts
 
-        out = {}
-        for column in self.packed[0].columns:
-            parts = [p[column] for p in self.packed]
-            if isinstance(parts[0].dtype, pd.CategoricalDtype):
-                out[column] = union_categoricals([p.array for p in parts])
-            else:
-                out[column] = np.concatenate([p.to_numpy() for p in parts])
-        self.packed = []
-        return pd.DataFrame(out)
+        def joined(field: str, dtype: str) -> np.ndarray:
+            return np.concatenate(parts[field]) if parts[field] else np.array([], dtype=dtype)
+
+        columns: dict[str, Any] = {}
+        rows = sum(len(part) for part in parts["ts"])
+        carried = {group: joined("@" + group, "bool") for group in _CARRIERS}
+        for field in self.FIELDS:
+            dtype = "int32" if field in self.TEXTS else "int64" if field in self.INTS else "float64"
+            values = joined(field, dtype)
+            group = _CARRIED_BY.get(field)
+            if group is not None and len(values) < rows:  # read for that group's rows only
+                full = np.full(rows, _NAN if dtype == "float64" else -1, dtype=dtype)
+                full[carried[group]] = values
+                values = full
+            columns[field] = values
+        for field in self.TEXTS:
+            values = self.codes[field].values
+            codes = columns[field]
+            columns[field] = _spread_text(values + [""], np.where(codes >= 0, codes, len(values)))
+        return pd.DataFrame(columns)
 
 
-def _as_json_text(text: str) -> str:
-    """A Python repr of a list of numbers and strings (as read) to compact JSON text."""
-    if not text:
-        return ""
+def _last_cut(buffer: bytes, start: int, end: int) -> tuple[int, int] | None:
+    """The last candidate cut in buffer[start:end]: (end of the event before it, start
+    of the event after it), or None."""
+    brace = buffer.rfind(b"}", start, end)
+    while brace >= start:
+        match = _CUT.match(buffer, brace, end)
+        if match is not None:
+            return brace + 1, match.end() - 1
+        brace = buffer.rfind(b"}", start, brace)
+    return None
+
+
+def _balanced(data: bytes, close: int) -> bool:
+    """Whether the braces and brackets between the last cut before data[close] and it
+    balance (strings are not told apart: this only weeds out candidates)."""
+    cut = _last_cut(data, 0, close)
+    piece = data[cut[1] if cut is not None else 0:close]
+    return piece.count(b"{") == piece.count(b"}") and piece.count(b"[") == piece.count(b"]")
+
+
+def _members_after_events(text: str, index: int, array_form: bool) -> tuple[list[tuple[str, int, int]], bool]:
+    """The (key, start, end) of the top-level keys from text[index] on (just after the
+    event array's ']'), and whether the document then ends properly."""
+    spans: list[tuple[str, int, int]] = []
+    if array_form:
+        return spans, _ONLY_SPACE.match(text, index) is not None
+    index = _SPACE.match(text, index).end()
+    while True:
+        if text[index:index + 1] == "}":
+            return spans, _ONLY_SPACE.match(text, index + 1) is not None
+        if text[index:index + 1] != ",":
+            return spans, False
+        index = _SPACE.match(text, index + 1).end()
+        if text[index:index + 1] != '"':
+            return spans, False
+        try:
+            key, index = _DECODER_PY.raw_decode(text, index)
+            index = _SPACE.match(text, index).end()
+            if text[index:index + 1] != ":":
+                return spans, False
+            index = _SPACE.match(text, index + 1).end()
+            _, end = _DECODER_PY.raw_decode(text, index)
+        except (ValueError, RecursionError):
+            return spans, False
+        spans.append((key, index, end))
+        index = _SPACE.match(text, end).end()
+
+
+def _strip_events(data: bytes) -> bytes:
+    """The event bytes before the closing bracket, without the trailing comma some
+    writers leave."""
+    return data.rstrip().rstrip(b",")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _as_float(value: Any) -> float | None:
+    """A JSON number as a float, or None where it is no number or too large for one."""
+    if not _is_number(value):
+        return None
     try:
-        return json.dumps(ast.literal_eval(text), separators=(",", ":"))
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return text
+        return float(value)
+    except OverflowError:
+        return None
 
 
-def _json_categories(column: pd.Series) -> pd.Categorical:
-    values = column.astype("category")
-    categories = [_as_json_text(str(c)) for c in values.cat.categories]
-    codes = values.cat.codes.to_numpy()
-    lookup = np.array(categories + [""], dtype=object)
-    return pd.Categorical(lookup[np.where(codes >= 0, codes, len(categories))].astype(str))
+def _is_id(value: Any) -> bool:
+    return isinstance(value, (int, float, str)) and not isinstance(value, bool)
+
+
+# Keys of a Chrome-trace event object, which follow an event's name on the same line.
+_NAME_END = re.compile(r'"(?=\s*(?:,\s*"(?:ph|cat|pid|tid|ts|dur|args|id|bp|s|cname|tts)"\s*:|\}))')
+_NAME_START = re.compile(r'"name"\s*:\s*"')
+_UNESCAPED_QUOTE = re.compile(r'(?<!\\)"')
+_EVENT_KEY = re.compile(r'"ph"\s*:|\n')
+
+
+def _repair_quotes(text: str, constant: Callable[[str], float]) -> dict[str, Any] | None:
+    """torch writes some names without escaping their quotes (pytorch#146900):
+    ``"name": "{"device": "cpu"}(12): run"``. The name's true end is a quote followed by
+    the event's next key (or its closing brace); escape the quotes before it and parse
+    again, trying the shortest such name first. A name that would swallow another event's
+    keys is no name."""
+    start = _NAME_START.search(text)
+    if start is None:
+        return None
+    for end in [m.start() for m in _NAME_END.finditer(text, start.end())][:64]:
+        name = text[start.end():end]
+        if _EVENT_KEY.search(name):
+            break
+        try:
+            value = json.loads(text[:start.end()] + _UNESCAPED_QUOTE.sub(r'\\"', name) + text[end:],
+                               parse_constant=constant)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
 
 
 def read_events(stream: BinaryIO, path: Path, *, progress: Callable[[int, int], None] | None = None
                 ) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
-    """Stream the events of a Kineto trace.
+    """Read the events of a Kineto trace.
 
-    Returns the raw event columns (timestamps still in the file's microseconds), the
-    top-level metadata, and process/thread names from the 'M' events. ``progress(done,
-    total)``, where given, hears how many bytes of the file have been read.
+    Returns the raw event columns (timestamps still in the file's microseconds; shapes,
+    types and launch geometry as compact JSON text), the top-level metadata, and
+    process/thread names from the 'M' events. The metadata also holds
+    ``_skipped_events`` (complete events not read: of a category the Session has no kind
+    for, or damaged) and ``_damage`` ({"skipped": {reason: n}, "repaired": {reason: n},
+    "truncated": bool, "bytes_read": int, "bytes_total": int, or None where a gzip stream
+    was cut off}; bytes are those of the JSON text, after gunzip). ``progress(done, total)``, where given, hears how many
+    bytes of the file have been read.
     """
-    import ijson
-
-    on_read = None
-    if progress is not None:
-        # A GzipFile reads its file through .fileobj: its position is the compressed bytes.
-        raw = getattr(stream, "fileobj", None) or stream
-        total = path.stat().st_size
-
-        def on_read() -> None:
-            progress(raw.tell(), total)
-
-    recorder = _RecordingStream(stream, on_read)
-    buffered = io.BufferedReader(recorder, buffer_size=1 << 16)
-    first = _first_char(stream)
-    stream.seek(0)
-    prefix = "item" if first == "[" else "traceEvents.item"
-
-    cols = _Columns()
-    # Bound appends, looked up once: this loop runs once per event.
-    append_name = cols.name.append  # type: ignore[attr-defined]
-    a_category, a_ts, a_dur = cols.category.append, cols.ts.append, cols.dur.append  # type: ignore[attr-defined]
-    a_pid, a_tid = cols.pid.append, cols.tid.append  # type: ignore[attr-defined]
-    a_correlation, a_external = cols.correlation.append, cols.external_id.append  # type: ignore[attr-defined]
-    a_device, a_stream, a_bytes = cols.device.append, cols.stream.append, cols.bytes.append  # type: ignore[attr-defined]
-    a_grid, a_block = cols.grid.append, cols.block.append  # type: ignore[attr-defined]
-    a_registers, a_shared = cols.registers.append, cols.shared_memory.append  # type: ignore[attr-defined]
-    a_dims, a_types, a_strides = cols.input_dims.append, cols.input_types.append, cols.input_strides.append  # type: ignore[attr-defined]
-    a_concrete = cols.concrete_inputs.append  # type: ignore[attr-defined]
-    a_stack, a_flops = cols.call_stack.append, cols.flops.append  # type: ignore[attr-defined]
-    a_pyid, a_pyparent = cols.python_id.append, cols.python_parent.append  # type: ignore[attr-defined]
-    process_names: dict[str, Any] = {}
-    tid_names: dict[str, int] = {}
-    seen_any = False
-    skipped = 0
-    try:
-        for event in ijson.items(buffered, prefix, use_float=True):
-            seen_any = True
-            if not isinstance(event, dict):
-                raise TraceError(f"{path} is not a Kineto trace: its traceEvents hold a {type(event).__name__}, not events")
-            ph = event.get("ph")
-            if ph != "X":
-                if ph == "M":
-                    args = event.get("args") or {}
-                    process_names[f"{event.get('name')}:{event.get('pid')}:{event.get('tid')}"] = args.get("name", args)
-                continue
-            cat = event.get("cat") or ""
-            kind = CATEGORY_KIND.get(cat.lower())
-            if kind is None:
-                skipped += 1
-                continue
-            args = event.get("args") or {}
-            ts = event.get("ts")
-            if ts is None:
-                skipped += 1
-                continue
-            dur = event.get("dur") or 0
-            if type(ts) not in (int, float) or type(dur) not in (int, float):
-                raise TraceError(f"{path} has an event of the wrong shape: ts and dur must be numbers, "
-                                 f"got ts={ts!r} dur={dur!r} in {str(event.get('name', ''))[:60]!r}")
-            get = args.get
-            append_name(str(event.get("name", "")))
-            a_category(cat)
-            a_ts(ts)
-            a_dur(dur)
-            pid = event.get("pid", -1)
-            a_pid(pid if type(pid) is int else _tid_number(pid, tid_names))
-            tid = event.get("tid", -1)
-            a_tid(tid if type(tid) is int else _tid_number(tid, tid_names))
-            correlation = get("correlation")
-            a_correlation(correlation if type(correlation) is int else -1)
-            external = get("External id", get("external id"))
-            a_external(external if type(external) is int else -1)
-            if kind in _GPU_KINDS:
-                device = get("device")
-                a_device(device if type(device) is int else -1)
-                stream_id = get("stream")
-                a_stream(stream_id if type(stream_id) is int else -1)
-                nbytes = get("bytes")
-                a_bytes(nbytes if type(nbytes) is int else -1)
-                grid = get("grid")
-                a_grid(str(grid) if grid is not None else "")
-                block = get("block")
-                a_block(str(block) if block is not None else "")
-                registers = get("registers per thread")
-                a_registers(registers if type(registers) is int else -1)
-                shared = get("shared memory")
-                a_shared(shared if type(shared) is int else -1)
-            else:
-                a_device(-1)
-                a_stream(-1)
-                a_bytes(-1)
-                a_grid("")
-                a_block("")
-                a_registers(-1)
-                a_shared(-1)
-            if kind == "op":
-                # str() now, JSON later: converting each distinct value once (in
-                # events_from_raw) is far cheaper than json.dumps on every row.
-                dims = get("Input Dims")
-                a_dims(str(dims) if dims else "")
-                types = get("Input type")
-                a_types(str(types) if types else "")
-                strides = get("Input Strides")
-                a_strides(str(strides) if strides else "")
-                concrete = get("Concrete Inputs")
-                a_concrete(str(concrete) if concrete and any(concrete) else "")
-                a_stack(get("Call stack") or "")
-                flops = get("flops")
-                a_flops(flops if type(flops) in (int, float) else _NAN)
-            else:
-                a_dims("")
-                a_types("")
-                a_strides("")
-                a_concrete("")
-                a_stack(get("Call stack") or "")
-                a_flops(_NAN)
-            if kind == "python":
-                python_id = get("Python id")
-                a_pyid(python_id if type(python_id) is int else -1)
-                python_parent = get("Python parent id")
-                a_pyparent(python_parent if type(python_parent) is int else -1)
-            else:
-                a_pyid(-1)
-                a_pyparent(-1)
-            if len(cols) >= CHUNK:
-                cols.pack()
-    except TraceError:
-        raise
-    except ijson.common.IncompleteJSONError as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "unexpected end of data"
-        raise TraceError(f"{path} is truncated or corrupt JSON ({reason}) after {recorder.bytes_read} bytes") from None
-    except ijson.common.JSONError as exc:
-        raise TraceError(f"{path} is not valid JSON ({exc})") from None
-    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-        raise TraceError(f"{path} is a truncated or corrupt gzip file ({exc or 'unexpected end'})") from None
-    except (TypeError, ValueError) as exc:
-        raise TraceError(f"{path} has an event of the wrong shape ({exc})") from None
-    metadata = _metadata(recorder, stream, path, seen_any) if first == "{" else {}
-    if first == "{" and "traceEvents" not in metadata:
-        raise TraceError(f"{path} is JSON but not a Kineto trace: it has no traceEvents")
-    if metadata.get("traceEvents") == "not a list":
-        raise TraceError(f"{path} is not a Kineto trace: its traceEvents is not a list of events")
-    metadata.pop("traceEvents", None)
-    metadata["_skipped_events"] = skipped
-    return cols.frame(), metadata, process_names
-
-
-def _metadata(recorder: _RecordingStream, stream: BinaryIO, path: Path, seen_any: bool) -> dict[str, Any]:
-    """The top-level keys other than traceEvents, from the bytes kept while streaming.
-    ``traceEvents`` in the result is True where the file has an event list."""
-    head = bytes(recorder.head)
-    meta: dict[str, Any] = {}
-    key = head.find(b'"traceEvents"')
-    whole_file_in_head = recorder.bytes_read <= len(head)
-    if whole_file_in_head:
-        try:
-            document = json.loads(head)
-        except ValueError:
-            document = None
-        if isinstance(document, dict):
-            if "traceEvents" in document:
-                document["traceEvents"] = True if isinstance(document["traceEvents"], list) else "not a list"
-            return document
-    if key < 0:
-        return _metadata_second_pass(stream, path, seen_any)
-    before = head[:key].rstrip()
-    if before.endswith(b","):
-        before = before[:-1]
-    try:
-        parsed = json.loads(before + b"}")
-        if isinstance(parsed, dict):
-            meta.update(parsed)
-    except ValueError:
-        return _metadata_second_pass(stream, path, seen_any)
-    meta["traceEvents"] = True
-    tail = bytes(recorder.tail)
-    after = _after_events(tail)
-    if after is None:
-        return _metadata_second_pass(stream, path, seen_any)
-    meta.update(after)
-    return meta
-
-
-_CLOSE_ARRAY = re.compile(r"\]\s*(,|\})")
-_DECODER = json.JSONDecoder()
-_SPACE = re.compile(r"\s*")
-
-
-def _object_rest(text: str, index: int) -> dict[str, Any] | None:
-    """Parse ``"key": value, ... }`` from ``index`` to the end of ``text`` (the rest of a
-    JSON object whose ``{`` came earlier), or None. raw_decode reads in place, so a wrong
-    starting point fails after a few bytes instead of after copying the rest."""
-    out: dict[str, Any] = {}
-    end = len(text)
-    while True:
-        index = _SPACE.match(text, index).end()
-        if index >= end or text[index] != '"':
-            return None
-        try:
-            key, index = _DECODER.raw_decode(text, index)
-            index = _SPACE.match(text, index).end()
-            if index >= end or text[index] != ":":
-                return None
-            index = _SPACE.match(text, index + 1).end()
-            value, index = _DECODER.raw_decode(text, index)
-        except ValueError:
-            return None
-        out[key] = value
-        index = _SPACE.match(text, index).end()
-        if index < end and text[index] == ",":
-            index += 1
-            continue
-        if index < end and text[index] == "}" and not text[index + 1:].strip():
-            return out
-        return None
-
-
-def _after_events(tail: bytes) -> dict[str, Any] | None:
-    """Parse the keys after the traceEvents array out of the file's last bytes.
-
-    The array's closing bracket is the first ``]`` followed by ``,`` or ``}`` from which
-    the rest of the file parses as the remainder of a JSON object.
-    """
-    text = tail.decode("utf-8", errors="replace")
-    for match in _CLOSE_ARRAY.finditer(text):
-        if match.group(1) == "}":
-            if not text[match.end():].strip():
-                return {}
-            continue
-        parsed = _object_rest(text, match.end())
-        if parsed is not None:
-            return parsed
-    return None
-
-
-def _metadata_second_pass(stream: BinaryIO, path: Path, seen_any: bool) -> dict[str, Any]:
-    """Slow but sure: walk the whole file again, building every top-level value except
-    the event array."""
-    import ijson
-
-    stream.seek(0)
-    meta: dict[str, Any] = {}
-    for key in ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds", "traceName",
-                "displayTimeUnit", "metadata"):
-        stream.seek(0)
-        try:
-            for value in ijson.items(stream, key, use_float=True):
-                meta[key] = value
-                break
-        except ijson.common.JSONError:
-            break
-    if seen_any:
-        meta["traceEvents"] = True
-    return meta
+    return _Reader(stream, path, progress).run()
 
 
 def _ns(values: np.ndarray) -> np.ndarray:
@@ -495,15 +1069,19 @@ def _ns(values: np.ndarray) -> np.ndarray:
 
 
 def events_from_raw(raw: pd.DataFrame) -> pd.DataFrame:
-    """Raw Kineto columns to the Session's event schema (before attribution)."""
+    """Raw Kineto columns to the Session's event schema (before attribution). Each lookup
+    is made once per distinct category or name, then spread over the rows by code."""
     category = raw["category"].astype("category")
-    categories = category.cat.categories
-    kind_lookup = np.array([CATEGORY_KIND.get(str(c).lower(), "") for c in categories] + [""], dtype=object)
+    categories = [str(c) for c in category.cat.categories]
     category_codes = category.cat.codes.to_numpy()
-    kind_text = kind_lookup[np.where(category_codes >= 0, category_codes, len(categories))].astype(str)
+    known = category_codes >= 0
+    codes = np.where(known, category_codes, len(categories))  # a missing category: the last slot
+    kinds = [CATEGORY_KIND.get(c.lower(), "") for c in categories] + [""]
+    kind = _spread_text(kinds, codes)
+    is_gpu = np.array([k in _GPU_KINDS for k in kinds])[codes]
+    is_memcpy = np.array([k == "memcpy" for k in kinds])[codes]
     start = _ns(raw["ts"].to_numpy(dtype="float64"))
     duration = np.maximum(_ns(raw["dur"].to_numpy(dtype="float64")), 0)
-    is_gpu = np.isin(kind_text, ["kernel", "memcpy", "memset", "gpu_annotation", "sync"])
     device = raw["device"].to_numpy(copy=True)
     device = np.where(is_gpu & (device < 0), raw["pid"].to_numpy(), device)
     device = np.where(is_gpu, device, -1)
@@ -511,7 +1089,7 @@ def events_from_raw(raw: pd.DataFrame) -> pd.DataFrame:
     stream = np.where(is_gpu & (stream < 0), raw["tid"].to_numpy(), stream)
     events = pd.DataFrame({
         "name": raw["name"],
-        "kind": pd.Categorical(kind_text),
+        "kind": kind,
         "category": category,
         "start_ns": start,
         "end_ns": start + duration,
@@ -521,14 +1099,14 @@ def events_from_raw(raw: pd.DataFrame) -> pd.DataFrame:
         "stream": stream,
         "correlation": raw["correlation"],
         "external_id": raw["external_id"],
-        "input_dims": _json_categories(raw["input_dims"]),
-        "input_types": _json_categories(raw["input_types"]),
-        "input_strides": _json_categories(raw["input_strides"]),
-        "concrete_inputs": _json_categories(raw["concrete_inputs"]),
+        "input_dims": _text_categories(raw["input_dims"]),
+        "input_types": _text_categories(raw["input_types"]),
+        "input_strides": _text_categories(raw["input_strides"]),
+        "concrete_inputs": _text_categories(raw["concrete_inputs"]),
         "call_stack": raw["call_stack"],
         "bytes": raw["bytes"],
-        "grid": _json_categories(raw["grid"]),
-        "block": _json_categories(raw["block"]),
+        "grid": _text_categories(raw["grid"]),
+        "block": _text_categories(raw["block"]),
         "registers": raw["registers"],
         "shared_memory": raw["shared_memory"],
         "flops": raw["flops"],
@@ -537,10 +1115,27 @@ def events_from_raw(raw: pd.DataFrame) -> pd.DataFrame:
     # distinct name once.
     names = events["name"].astype("category")
     parsed = [_COPY_NAME.search(str(n)) for n in names.cat.categories]
-    codes = names.cat.codes.to_numpy()
+    name_codes = names.cat.codes.to_numpy()
+    name_codes = np.where(is_memcpy & (name_codes >= 0), name_codes, len(parsed))  # not a copy: the last slot
     for column, group in (("copy_kind", 1), ("src_memory", 2), ("dst_memory", 3)):
-        lookup = np.array([m.group(group) if m else "" for m in parsed] + [""], dtype=object)
-        values = lookup[np.where(codes >= 0, codes, len(parsed))]
-        values = np.where(kind_text == "memcpy", values, "")
-        events[column] = pd.Categorical(values.astype(str))
+        events[column] = _spread_text([m.group(group) if m else "" for m in parsed] + [""], name_codes)
     return events
+
+
+def _spread_text(values: list[str], codes: np.ndarray) -> pd.Categorical:
+    """values[codes] as a categorical of the values used, sorted (as pd.Categorical of
+    the same strings would have them), without building a string per row."""
+    used = np.zeros(len(values), dtype=bool)
+    used[np.unique(codes)] = True
+    present = sorted({v for v, u in zip(values, used) if u})
+    position = {v: i for i, v in enumerate(present)}
+    remap = np.array([position.get(v, -1) for v in values], dtype="int64")
+    return pd.Categorical.from_codes(remap[codes], categories=pd.Index(present, dtype=object).astype(str))
+
+
+def _text_categories(column: pd.Series) -> pd.Categorical:
+    """A raw text column (compact JSON already) as a categorical of str, '' for missing."""
+    values = column.astype("category")
+    categories = [str(c) for c in values.cat.categories]
+    codes = values.cat.codes.to_numpy()
+    return _spread_text(categories + [""], np.where(codes >= 0, codes, len(categories)))

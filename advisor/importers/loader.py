@@ -101,10 +101,14 @@ def load_kineto(path: Path, *, progress: Callable[[int, int], None] | None = Non
     if not gpu_ids:
         notes.append("GPU not measured: the trace holds no GPU activity (kernels, copies, sets).")
     skipped = metadata.pop("_skipped_events", 0)
+    damage = metadata.pop("_damage", None)
     kept = {k: v for k, v in metadata.items() if k not in ("deviceProperties", "distributedInfo", "traceEvents")}
     if collector_facts is not None:
         kept["advisor"] = collector_facts
     kept["skipped_events"] = skipped
+    # What the reader skipped, repaired, and whether the file was cut off: for the
+    # reports and the rules that say what was not measured.
+    kept["damage"] = damage
     kept["process_names"] = process_names
     base = metadata.get("baseTimeNanoseconds")
     meta = SessionMeta(

@@ -30,11 +30,11 @@ def _trace_damage(f: Facts) -> list[dict]:
         rows.append({"what": "trace events", "incomplete": True,
                      "why": f"{total} events of the trace were damaged and skipped ({reasons})"})
     if damage.get("truncated"):
-        read, size = damage.get("bytes_read"), damage.get("bytes_total")
-        how_much = f" after {read:,} of {size:,} bytes" if isinstance(read, int) and isinstance(size, int) else ""
+        read = damage.get("bytes_read")
+        how_much = f" after {read:,} bytes" if isinstance(read, int) else ""
         rows.append({"what": "trace end", "incomplete": True,
-                     "why": f"the trace file is cut off{how_much} (a job killed while writing it?): only the "
-                            "events before the cut were read"})
+                     "why": f"the trace file is cut off{how_much}, before its JSON ends (a job killed while "
+                            "writing it?): only the events before the cut were read"})
     return rows
 
 
