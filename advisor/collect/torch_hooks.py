@@ -76,6 +76,7 @@ it cannot end a step without starting another one. The collector therefore recor
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import importlib
@@ -339,6 +340,19 @@ class _ReportedRange:
     def __exit__(self, *exc: Any) -> None:
         self._handle.__exit__(*exc)
         self._collector._closed(self._token)
+
+
+_NO_RANGE = contextlib.nullcontext()
+_FORKED = False
+
+
+def _in_forked_child() -> None:
+    global _FORKED
+    _FORKED = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_forked_child)
 
 
 def _on_stack(target: Any) -> bool:
@@ -694,11 +708,17 @@ class HostCollector:
             self._undo.pop()()
 
     def _ours(self) -> bool:
-        return threading.get_ident() == self._thread and os.getpid() == self._pid
+        # A forked child (a DataLoader worker) sets _FORKED; reading it is cheaper than
+        # os.getpid(), a system call, on every hook.
+        return not _FORKED and threading.get_ident() == self._thread
 
     # -- ranges --------------------------------------------------------------------------
 
     def _enter(self, name: str) -> Any:
+        # A range only torch.profiler would see costs microseconds for nothing where it is
+        # not recording (the steps outside the window) and no GPU collector listens.
+        if self._recording_state != "recording" and self._listener is None and self._use_profiler:
+            return _NO_RANGE
         handle = self._torch.autograd.profiler.record_function(name)
         handle.__enter__()
         return handle
@@ -1021,7 +1041,11 @@ class HostCollector:
 
     def sync_range(self, call: str, frame: Any) -> Any:
         """A record_function range named for a host-blocking call and its source line,
-        in Kineto's call-stack spelling: ``advisor::sync item @ train.py(42): main``."""
+        in Kineto's call-stack spelling: ``advisor::sync item @ train.py(42): main``.
+        Where nothing records (outside the window, no GPU collector listening) a range
+        would cost more than the call it marks, so there is none."""
+        if self._recording_state != "recording" and self._listener is None:
+            return _NO_RANGE
         code = frame.f_code
         name = f"{SYNC_RANGE_PREFIX}{call} @ {code.co_filename}({frame.f_lineno}): {code.co_name}"
         return _ReportedRange(self, name)
@@ -1040,9 +1064,12 @@ class HostCollector:
         site.total_ns += elapsed_ns
         if self._step is not None:
             site.steps.add(self._step.step)
-        device = getattr(target, "device", None)
-        if device is not None:
-            site.devices.add(str(getattr(device, "type", device)))
+        # A site's tensors live on one device in practice: look at the first few calls
+        # only (reading .device builds an object each time, in a per-sample loop too).
+        if site.calls <= 4:
+            device = getattr(target, "device", None)
+            if device is not None:
+                site.devices.add(str(getattr(device, "type", device)))
 
 
 def _traced_code_test(torch: Any) -> Any:

@@ -25,7 +25,7 @@ import pandas as pd
 from advisor.session import text
 from advisor.tables._facts import MODEL_PHASES, Facts, coded
 from advisor.tables._registry import table, with_notes
-from advisor.tables.step_timing import timed_frame
+from advisor.tables.step_timing import job_steps, timed_frame
 
 MAX_ROWS = 200
 STACK_FRAMES = 6  # user frames kept in the ``stack`` column, innermost last
@@ -98,22 +98,15 @@ def samples_in_steps(f: Facts) -> tuple[pd.DataFrame, int]:
     return f.memo("samples_in_steps", compute)
 
 
-def _best_steps(f: Facts) -> pd.DataFrame:
-    """The steps whose times stand for the job: the unrecorded ones where some ran."""
-    timed = timed_frame(f)
-    unrecorded = timed[~timed["recorded"]]
-    return unrecorded if len(unrecorded) else timed
-
-
 def mean_step_ns(f: Facts) -> float:
     """The job's mean step time: the unrecorded steps' where some ran, else the recorded."""
-    steps = _best_steps(f)
+    steps = job_steps(f)
     return float(steps["duration_ns"].mean()) if len(steps) else float("nan")
 
 
 def phase_ns(f: Facts) -> dict[str, float]:
     """Mean time per step in each phase ('' for Others), from the step clock."""
-    steps = _best_steps(f)
+    steps = job_steps(f)
     if not len(steps):
         return {}
     out = {phase: float(steps[phase].mean()) for phase in MODEL_PHASES}

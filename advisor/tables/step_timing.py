@@ -43,6 +43,25 @@ def timed_frame(f: Facts) -> pd.DataFrame:
     return f.memo("timed_steps", compute)
 
 
+def unrecorded_steps(f: Facts) -> pd.DataFrame:
+    """The steps that ran after the window without the profiler: the job's own pace. The
+    first one after the window pays for stopping the profiler (its buffers are released
+    as the step runs) and is left out where others remain."""
+    frame = timed_frame(f)
+    recorded = frame[frame["recorded"]]
+    unrecorded = frame[~frame["recorded"]]
+    if len(recorded) and len(unrecorded) > 2:
+        unrecorded = unrecorded[unrecorded["step"] != recorded["step"].max() + 1]
+    return unrecorded
+
+
+def job_steps(f: Facts) -> pd.DataFrame:
+    """The steps whose times stand for the job: the unrecorded ones where some ran, else
+    the recorded ones."""
+    unrecorded = unrecorded_steps(f)
+    return unrecorded if len(unrecorded) else timed_frame(f)
+
+
 @table(
     "step_timing",
     title="Step Timing",
@@ -58,7 +77,8 @@ def timed_frame(f: Facts) -> pd.DataFrame:
     columns={
         "recorded_steps": "Steps the profiler recorded.",
         "recorded_avg_ns": "Mean time per recorded step, ns.",
-        "unrecorded_steps": "Steps after the window, timed but not recorded.",
+        "unrecorded_steps": "Steps after the window, timed but not recorded (the first one after it, which "
+                            "pays for stopping the profiler, left out).",
         "unrecorded_avg_ns": "Mean time per unrecorded step, ns (NaN: none ran).",
         "unrecorded_ratio": "unrecorded_avg_ns / the unrecorded steps' mean step time: the phase's share of "
                             "the job's own step.",
@@ -74,7 +94,7 @@ def step_timing_table(f: Facts) -> pd.DataFrame | None:
     if not len(frame):
         return None
     recorded = frame[frame["recorded"]]
-    unrecorded = frame[~frame["recorded"]]
+    unrecorded = unrecorded_steps(f)
     columns = {"ProfileStep": "duration_ns", **{phase: phase for phase in (*MODEL_PHASES, "Others")}}
     rows = {}
     step_unrecorded = float(unrecorded["duration_ns"].mean()) if len(unrecorded) else np.nan
