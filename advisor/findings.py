@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 
 class Severity(str, Enum):
@@ -26,11 +26,26 @@ class Severity(str, Enum):
 
 
 class Saving(BaseModel):
-    """The time a fix would save, per step and as a share of the step."""
+    """The time a fix would save, per step and as a share of the step: a point estimate
+    (what findings are ranked by) between a lower and an upper bound, with how it was
+    made and what the fix cannot remove."""
 
-    ms_per_step: float = Field(ge=0, description="Estimated milliseconds saved per step.")
+    ms_per_step: float = Field(ge=0, description="Estimated milliseconds saved per step (the point estimate).")
     share_of_step: float = Field(ge=0, le=1, description="The same as a share of the mean step time (0..1).")
     basis: str = Field(default="", description="How the estimate was made, in one sentence.")
+    low_ms_per_step: float | None = Field(default=None, ge=0, description="The least the fix should save, ms "
+                                                                           "per step (null: not estimated).")
+    high_ms_per_step: float | None = Field(default=None, ge=0, description="The most it could save, ms per step "
+                                                                            "(null: not estimated).")
+    remains: str = Field(default="", description="What the fix cannot remove: the floor the step keeps after it.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Saving":
+        if self.low_ms_per_step is not None and self.low_ms_per_step > self.ms_per_step + 1e-9:
+            raise ValueError("low_ms_per_step is above the point estimate")
+        if self.high_ms_per_step is not None and self.high_ms_per_step + 1e-9 < self.ms_per_step:
+            raise ValueError("high_ms_per_step is below the point estimate")
+        return self
 
 
 class Evidence(BaseModel):

@@ -2,7 +2,7 @@
 
 One place decides how a number looks, so the terminal, Markdown and HTML reports agree:
 ``format_ns(1_234_000) == "1.23 ms"``, ``format_ratio(0.41) == "41.0%"``,
-``format_saving(saving) == "12.3 ms/step (41% of step)"``. Values are shown with three
+``format_saving(saving) == "12.3 ms/step (41% of step; between 6.10 ms and 14.0 ms)"``. Values are shown with three
 significant digits in the largest unit that keeps them at 1 or more. The JSON report never
 goes through here: it keeps the raw values.
 """
@@ -129,7 +129,11 @@ def format_saving(saving: Saving) -> str:
     if not saving.ms_per_step and saving.basis.startswith("none"):
         reason = saving.basis.partition(":")[2].strip()
         return f"n/a ({reason})" if reason else "n/a"
-    return f"{format_ms(saving.ms_per_step)}/step ({format_share(saving.share_of_step)} of step)"
+    text = f"{format_ms(saving.ms_per_step)}/step ({format_share(saving.share_of_step)} of step"
+    low, high = getattr(saving, "low_ms_per_step", None), getattr(saving, "high_ms_per_step", None)
+    if low is not None and high is not None:
+        text += f"; between {format_ms(low)} and {format_ms(high)}"
+    return text + ")"
 
 
 def format_bytes(n: Any) -> str:

@@ -532,8 +532,9 @@ class HostSampler:
 
     def _merge_short_last(self) -> None:
         """Fold the read before the last into the last where the final interval (cut short
-        by stop) is under half the interval: a few ms read in clock ticks would be noise."""
-        if len(self._t) >= 3 and self._t[-1] - self._t[-2] < self.interval_s * 0.5e9:
+        by stop) is under a whole interval: the counters move in 10 ms clock ticks, and one
+        tick more in a 15 ms interval reads as a second busy core."""
+        if len(self._t) >= 3 and self._t[-1] - self._t[-2] < self.interval_s * 1e9:
             self._rss[-1] = max(self._rss[-1], self._rss[-2])
             for series in (self._t, self._cpu, self._busy, self._total, self._rss):
                 del series[-2]

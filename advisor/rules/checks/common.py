@@ -12,13 +12,19 @@ from advisor.rules.registry import RuleContext
 from advisor.units import format_ns, format_ratio
 
 
-def saving(ctx: RuleContext, ns_per_step: float, basis: str) -> Saving:
+def saving(ctx: RuleContext, ns_per_step: float, basis: str, *, low_ns: float | None = None,
+           high_ns: float | None = None, remains: str = "") -> Saving:
+    """A finding's saving: the point estimate ``ns_per_step`` (ranking uses it), and where
+    the rule models them, the bounds it lies between and what the fix cannot remove."""
     step = ctx.mean_step_ns or 0.0
     ns = max(float(ns_per_step), 0.0)
     share = min(ns / step, 1.0) if step > 0 else 0.0
     if not ctx.step_count:
         basis += "; no steps were found, so the whole window counts as one step"
-    return Saving(ms_per_step=round(ns / 1e6, 4), share_of_step=round(share, 4), basis=basis)
+    low = None if low_ns is None else round(min(max(float(low_ns), 0.0), ns) / 1e6, 4)
+    high = None if high_ns is None else round(max(float(high_ns), ns) / 1e6, 4)
+    return Saving(ms_per_step=round(ns / 1e6, 4), share_of_step=round(share, 4), basis=basis,
+                  low_ms_per_step=low, high_ms_per_step=high, remains=remains)
 
 
 def severity_by_share(ctx: RuleContext, share: float, high: str = "high_share", medium: str = "medium_share") -> Severity:
