@@ -55,7 +55,7 @@ so readers can leave them out of per-step statistics.
 
 Host-blocking calls the script makes itself (``loss.item()``, ``.cpu()``, ``.tolist()``,
 ``float(t)``, ``if t:``, ``f"{t:.3f}"``, ``torch.cuda.synchronize()``...) are counted per
-source line, with the time spent in them, and written to the trace's ``advisor`` metadata
+source line while something records (the steps of the window), with the time spent in them, and written to the trace's ``advisor`` metadata
 as ``host_syncs``: the Chrome trace itself cannot give the line, since its
 ``python_function`` events name a function by the line it is defined on. Calls made
 inside torch (an optimizer reading its step count) are not counted: the line to point at
@@ -185,7 +185,7 @@ def loader_facts(torch: Any, iterator: Any) -> dict[str, Any]:
         "batch_size": getattr(sampler, "batch_size", None) if auto else None,
         "auto_collation": auto,
         "collate_fn": getattr(collate, "__qualname__", None) or type(collate).__name__,
-        "reads": 0, "read_ns": 0, "fetches": 0, "fetch_ns": 0, "collate_ns": 0, "items": 0,
+        "reads": 0, "read_ns": 0, "fetches": 0, "fetch_ns": 0, "fetch_cpu_ns": 0, "collate_ns": 0, "items": 0,
     }
 
 
@@ -916,12 +916,15 @@ class HostCollector:
                 spent[0] += time.perf_counter_ns() - began
 
         fetcher.collate_fn = timed_collate
-        began = time.perf_counter_ns()
+        began, began_cpu = time.perf_counter_ns(), time.thread_time_ns()
         try:
             return original(fetcher, index)
         finally:
             fetcher.collate_fn = collate
             entry["fetch_ns"] += time.perf_counter_ns() - began
+            # The thread's CPU time tells work from waiting (reading files, sleeps):
+            # workers that mostly wait can outnumber the cores.
+            entry["fetch_cpu_ns"] += time.thread_time_ns() - began_cpu
             entry["collate_ns"] += spent[0]
             entry["fetches"] += 1
             try:
@@ -1039,12 +1042,17 @@ class HostCollector:
     def is_library_frame(self, frame: Any) -> bool:
         return frame.f_code.co_filename.startswith(self._library_dirs)
 
+    def records_now(self) -> bool:
+        """Whether anything records this instant: torch's profiler inside the window, or a
+        GPU collector listening for ranges."""
+        return self._recording_state == "recording" or self._listener is not None
+
     def sync_range(self, call: str, frame: Any) -> Any:
         """A record_function range named for a host-blocking call and its source line,
         in Kineto's call-stack spelling: ``advisor::sync item @ train.py(42): main``.
         Where nothing records (outside the window, no GPU collector listening) a range
         would cost more than the call it marks, so there is none."""
-        if self._recording_state != "recording" and self._listener is None:
+        if not self.records_now():
             return _NO_RANGE
         code = frame.f_code
         name = f"{SYNC_RANGE_PREFIX}{call} @ {code.co_filename}({frame.f_lineno}): {code.co_name}"
@@ -1271,6 +1279,8 @@ def _wrap_upload(original: Any, *, method: str) -> Any:
 
     @functools.wraps(original)
     def upload(*args: Any, **kwargs: Any) -> Any:
+        if _ACTIVE is None or not _ACTIVE.records_now():
+            return original(*args, **kwargs)
         collector = _acting()
         if collector is None:
             return original(*args, **kwargs)
@@ -1293,6 +1303,10 @@ def _wrap_upload(original: Any, *, method: str) -> Any:
 def _wrap_host_sync(original: Any, *, call: str, method: str) -> Any:
     @functools.wraps(original)
     def host_sync(*args: Any, **kwargs: Any) -> Any:
+        # Outside the window nothing records: a per-sample loop's int(t) would pay the
+        # wrapper's few microseconds for a count no table reads. The cheapest test first.
+        if _ACTIVE is None or not _ACTIVE.records_now():
+            return original(*args, **kwargs)
         collector = _acting()
         if collector is None:
             return original(*args, **kwargs)
