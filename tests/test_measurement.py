@@ -258,7 +258,8 @@ def test_each_phase_s_clock_time_is_shared_among_its_samples():
 
 
 def loader_context(*, kind: str, workers: int, item_ns: float, free_cores: float, share: float = 0.4,
-                   top: str = "tokenize (train.py)") -> RuleContext:
+                   top: str = "tokenize (train.py)", process_cores: float = 1.0, cpu_share: float = 1.0,
+                   extra: dict | None = None) -> RuleContext:
     spec = next(s for s in builtin_specs() if s.id == "dataloader-starvation")
     step = 100e6
     timing = pd.DataFrame({"best_ratio": [share], "best_avg_ns": [share * step], "source": ["unrecorded steps"],
@@ -271,10 +272,11 @@ def loader_context(*, kind: str, workers: int, item_ns: float, free_cores: float
         "item_avg_ns": [item_ns if not workers else np.nan], "collate_avg_ns": [1e5 if not workers else np.nan],
         "machinery_avg_ns": [1e5], "items_per_batch": [32.0 if not workers else np.nan],
         "workers_busy": [0.97 if workers else np.nan], "top_function": [top], "top_function_share": [0.8],
+        "fetch_cpu_share": [cpu_share if not workers else np.nan],
     }, index=["Data"])
     device = pd.DataFrame({"logical_cores": [4.0], "system_cpu_utilization": [(4.0 - free_cores) / 4.0],
-                           "process_cpu_cores": [1.0]}, index=["cpu"])
-    tables = {"step_timing": timing, "dataloaders": loaders, "device": device}
+                           "process_cpu_cores": [process_cores]}, index=["cpu"])
+    tables = {"step_timing": timing, "dataloaders": loaders, "device": device, **(extra or {})}
     return RuleContext(tables=tables, spec=spec, step_count=15, mean_step_ns=step, window_ns=int(15 * step),
                        gpu_measured=False)
 
@@ -298,8 +300,44 @@ def test_cheap_items_of_any_dataset_get_batched_indexing():
 def test_per_item_work_with_free_cores_gets_workers_and_names_the_function():
     finding = advise(kind="map-style", workers=0, item_ns=1.5e6, free_cores=3)
     assert finding.metrics["advice"] == "num_workers=1"  # 40 ms of loading hides under 60 ms of compute
-    assert "tokenize (train.py)" in finding.recommendation and "3.0 of 4 logical cores are free" in \
+    # the job's own core counts: the main process idles while it waits for a batch
+    assert "tokenize (train.py)" in finding.recommendation and "the job may use 4.0 of the 4 logical cores" in \
         finding.recommendation
+    saving = finding.saving
+    # one worker hides the 40 ms under the other 60 ms, which run 5% slower beside it
+    assert saving.ms_per_step == pytest.approx(100 - 60 * 1.05, abs=0.01)
+    assert saving.low_ms_per_step == pytest.approx(100 - 60 * 1.3, abs=0.01) and saving.high_ms_per_step == 40
+    assert "the host's other 60.0 ms per step" in saving.remains
+
+
+def test_loading_that_mostly_waits_gets_more_workers_than_cores():
+    # 40 ms per batch of which 5% is CPU work (reading files): the cores do not bound the workers
+    finding = advise(kind="map-style", workers=0, item_ns=1.5e6, free_cores=1.0, share=0.9, cpu_share=0.05,
+                     process_cores=1.0)
+    workers = int(finding.metrics["advice"].partition("=")[2])
+    assert workers > 2 and "Only 5.0% of making a batch is CPU work" in finding.message
+
+
+def test_cpu_bound_loading_is_held_to_the_cores():
+    # 90 ms of CPU work per batch and 10 ms of compute on 2 usable cores: more workers
+    # than the cores only share them; the step cannot beat (10 + 90) / 2 ms
+    finding = advise(kind="map-style", workers=0, item_ns=2.8e6, free_cores=1.0, share=0.9, process_cores=1.0)
+    assert finding.metrics["advice"].startswith("num_workers=")
+    assert int(finding.metrics["advice"].partition("=")[2]) <= 2
+    assert finding.saving.ms_per_step <= 100 - (10 + 90) * 1.05 / 2 + 1e-6
+
+
+def test_the_gpu_and_its_tail_bound_the_saving():
+    balance = pd.DataFrame({"gpu_busy_ns": [55e6], "tail_ns": [10e6], "blocking_calls": [2.0]}, index=["mean"])
+    finding = advise(kind="map-style", workers=0, item_ns=1.5e6, free_cores=3, extra={"step_gpu": balance})
+    # 60 ms of the host's other work (x1.05) and the 10 ms tail waited for once a step
+    assert finding.saving.ms_per_step == pytest.approx(100 - (60 * 1.05 + 10), abs=0.01)
+    assert "the GPU's own 55.0 ms of work per step" in finding.saving.remains
+    assert any(e.table == "step_gpu" and e.column == "tail_ns" for e in finding.evidence)
+    gpu_bound = pd.DataFrame({"gpu_busy_ns": [90e6], "tail_ns": [0.0], "blocking_calls": [0.0]}, index=["mean"])
+    finding = advise(kind="map-style", workers=0, item_ns=1.5e6, free_cores=3, extra={"step_gpu": gpu_bound})
+    assert finding.saving.ms_per_step == pytest.approx(10, abs=0.01)
+    assert "bound by the GPU's work" in finding.saving.remains
 
 
 def test_per_item_work_without_a_free_core_gets_cheaper_work():
@@ -309,8 +347,14 @@ def test_per_item_work_without_a_free_core_gets_cheaper_work():
 
 
 def test_workers_that_cannot_keep_up_are_said_so():
-    finding = advise(kind="map-style", workers=2, item_ns=1.5e6, free_cores=1.5)
-    assert "cannot keep up" in finding.recommendation and "raise num_workers from 2" in finding.recommendation
+    finding = advise(kind="map-style", workers=2, item_ns=1.5e6, free_cores=1.5, process_cores=2.5)
+    assert "cannot keep up" in finding.recommendation and "raise num_workers from 2 to 3" in finding.recommendation
+    assert finding.saving.low_ms_per_step <= finding.saving.ms_per_step <= finding.saving.high_ms_per_step
+
+
+def test_workers_with_no_core_left_get_cheaper_work():
+    finding = advise(kind="map-style", workers=2, item_ns=1.5e6, free_cores=0.0, process_cores=2.0)
+    assert "no CPU core is left for more workers" in finding.recommendation
 
 
 def test_a_trace_s_loader_gets_the_advice_for_both_cases():

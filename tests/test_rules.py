@@ -30,7 +30,10 @@ def test_resnet_num_workers_0_is_starved_by_its_loader():
     assert top.severity.value == "high"
     # The trace's own ranges: 415.791 ms of enumerate(DataLoader) in 1048.976 ms of steps.
     assert tables["model"].loc["Dataloader", "cpu_ratio"] == pytest.approx(415.791 / 1048.976, abs=1e-4)
-    assert top.saving.share_of_step == pytest.approx(0.396, abs=0.005)
+    assert top.metrics["share"] == pytest.approx(0.396, abs=0.005)
+    # The saving is less: the host's other 105.5 ms (5% slower beside workers) and the
+    # GPU's 13.5 ms tail, waited for at the pageable copy each step, stay.
+    assert top.saving.share_of_step == pytest.approx((174.83 - (105.5 * 1.05 + 13.5)) / 174.83, abs=0.005)
     # The GPU's idle time is mostly the loader's: it is shown under it, not beside it.
     assert [f.rule for f in top.explains] == ["low-gpu-utilization"]
     assert "low-gpu-utilization" not in [f.rule for f in result.findings]

@@ -248,6 +248,8 @@ def _finding(label: str, finding: Finding, anchors: Anchors, *, symptom: bool = 
         body.append(f'<p class="fix"><b>Fix:</b> {esc(finding.recommendation)}</p>')
     if finding.saving.basis:
         body.append(f'<p class="basis">How the saving is estimated: {esc(finding.saving.basis)}</p>')
+    if finding.saving.remains:
+        body.append(f'<p class="basis">After the fix: {esc(finding.saving.remains)}</p>')
     if finding.evidence:
         items = "".join(_evidence(ev, anchors) for ev in finding.evidence)
         body.append(f'<div><b>Evidence</b><ul class="evidence">{items}</ul></div>')

@@ -86,6 +86,8 @@ def _finding(label: str, finding: Finding, indent: str, *, symptom: bool = False
         lines += [f"{inner}{_md_prose(finding.message)}", ""]
     if finding.recommendation:
         lines += [f"{inner}**Recommendation:** {_md_prose(finding.recommendation)}", ""]
+    if finding.saving.remains:
+        lines += [f"{inner}*After the fix:* {_md_prose(finding.saving.remains)}", ""]
     if finding.evidence:
         lines.append(f"{inner}Evidence:")
         lines.append("")

@@ -88,6 +88,8 @@ def _finding(label: str, finding: Finding, *, symptom: bool = False) -> Renderab
         rec = Text("Fix: ", style="bold")
         rec.append(finding.recommendation, style="")
         body.append(rec)
+    if finding.saving.remains:
+        body.append(Text(f"After the fix: {finding.saving.remains}", style="dim"))
     if finding.evidence:
         body.append(Text("Evidence:", style="bold"))
         for ev in finding.evidence:

@@ -19,6 +19,8 @@ One module per table (or pair of tables), registered with ``@table`` in ``_regis
     distributed, perf        the Paddle profiler's summary tables
     host_sync, gpu_idle      the host's waits on the GPU, and the GPU's idle time by what
                              the host was doing (for the rules)
+    step_gpu                 per step, the GPU's work against the host's: busy time, short
+                             kernels, launches, the GPU's tail after the last launch
     roofline, ceilings       op costs against the target's ceilings (roofline_ceilings)
     timeline                 step_phases and gpu_timeline, for the HTML report's charts
     step_timing              every step timed, recorded or not: the job's own pace and
@@ -56,6 +58,7 @@ from advisor.tables import (  # noqa: F401  (importing a module registers its ta
     perf,
     python_hotspots,
     roofline,
+    step_gpu,
     step_timing,
     timeline,
     userdefined,
@@ -81,6 +84,7 @@ _ORDER = (
     "python_hotspots",
     "host_sync",
     "gpu_idle",
+    "step_gpu",
     "roofline",
     "roofline_ceilings",
     "step_phases",

@@ -70,7 +70,12 @@ def check(ctx: RuleContext) -> list[Finding]:
         severity=severity_by_share(ctx, share),
         confidence=0.7,
         saving=saving(ctx, named_ns, "the named functions' time per step, recoverable where the work is vectorised "
-                                     "or overlapped with compute"),
+                                     "or overlapped with compute; at most all of the script's own Python outside "
+                                     "the model",
+                      low_ns=named_ns * ctx.threshold("saving_low_share"), high_ns=total,
+                      remains="The step keeps the model's own work and what the work costs once vectorised "
+                              "(a few tensor calls per batch) or, moved into DataLoader workers, nothing on the "
+                              "critical path while workers keep up."),
         message=message,
         recommendation=recommendation,
         evidence=[e for e in evidence if e is not None],

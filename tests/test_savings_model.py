@@ -1,0 +1,143 @@
+"""The saving a fix that overlaps loading can promise: the step it leaves, its bounds, and
+the step_gpu table the model reads; checked on hand-made figures and on the ResNet-50
+trace pair, whose second trace is the fix applied."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from advisor.importers import load
+from advisor.rules import run_rules
+from advisor.rules.checks.overlap import StepFigures, best_workers, overlap_saving, step_after
+from advisor.session import CollectorInfo, Session, SessionMeta, conform_events
+from advisor.tables import compute_tables
+
+MS = 1_000_000
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+RESNET_BEFORE = TRACES / "resnet50_v100_num_workers_0.pt.trace.json.gz"
+RESNET_AFTER = TRACES / "resnet50_v100_num_workers_4.pt.trace.json.gz"
+
+
+def estimate(fig: StepFigures):
+    return overlap_saving(fig, contention=1.05, contention_worst=1.3, contention_best=1.0)
+
+
+# -- the model -------------------------------------------------------------------------------------
+
+
+def test_without_a_gpu_the_rest_of_the_host_work_is_what_remains():
+    got = estimate(StepFigures(step_ns=100 * MS, moved_ns=40 * MS))
+    assert got.point_ns == pytest.approx(100 * MS - 60 * MS * 1.05)
+    assert got.low_ns == pytest.approx(100 * MS - 60 * MS * 1.3) and got.high_ns == pytest.approx(40 * MS)
+    assert got.low_ns <= got.point_ns <= got.high_ns
+    assert "bound by the host's other work" in got.remains
+
+
+def test_the_gpu_s_own_work_is_a_floor():
+    got = estimate(StepFigures(step_ns=100 * MS, moved_ns=40 * MS, gpu_busy_ns=90 * MS))
+    assert got.point_ns == pytest.approx(10 * MS) and "bound by the GPU's work" in got.remains
+
+
+def test_the_gpu_tail_counts_only_where_the_host_waits_each_step():
+    fig = StepFigures(step_ns=100 * MS, moved_ns=40 * MS, gpu_busy_ns=50 * MS, tail_ns=15 * MS)
+    assert step_after(fig, 1.0)[0] == pytest.approx(60 * MS)
+    waits = StepFigures(**{**fig.__dict__, "waits_each_step": True})
+    assert step_after(waits, 1.0)[0] == pytest.approx(75 * MS)
+    assert "waits for once a step" in estimate(waits).remains
+
+
+def test_too_few_workers_and_too_few_cores_are_floors():
+    fig = StepFigures(step_ns=100 * MS, moved_ns=90 * MS, workers=2)
+    assert step_after(fig, 1.0) == (pytest.approx(45 * MS), "workers")
+    on_two_cores = StepFigures(**{**fig.__dict__, "workers": 4, "cores": 2.0})
+    assert step_after(on_two_cores, 1.0) == (pytest.approx(50 * MS), "cpu")  # (10 + 90) / 2
+    waiting = StepFigures(**{**on_two_cores.__dict__, "moved_cpu_share": 0.1})
+    assert step_after(waiting, 1.0) == (pytest.approx(22.5 * MS), "workers")  # 90 / 4: the cores are not the limit
+
+
+def test_best_workers_takes_the_fewest_that_come_close_to_the_best():
+    fig = StepFigures(step_ns=100 * MS, moved_ns=90 * MS, cores=2.0)
+    assert best_workers(fig, 1.0, cap=8) == 2  # beyond two the cores bind
+    waiting = StepFigures(**{**fig.__dict__, "moved_cpu_share": 0.05})
+    assert best_workers(waiting, 1.0, cap=8) == 8
+
+
+def test_the_saving_never_goes_negative_or_past_the_step():
+    got = estimate(StepFigures(step_ns=10 * MS, moved_ns=5 * MS, gpu_busy_ns=50 * MS))
+    assert got.point_ns == got.low_ns == 0.0 and got.high_ns == 0.0
+    assert not math.isnan(got.step_after_ns)
+
+
+# -- the step_gpu table --------------------------------------------------------------------------
+
+
+def _session() -> Session:
+    rows, next_id = [], 0
+
+    def add(**row):
+        nonlocal next_id
+        rows.append({"id": next_id, **row})
+        next_id += 1
+        return next_id - 1
+
+    for i in range(2):
+        start = i * 100 * MS
+        add(name=f"ProfilerStep#{i}", kind="step", start_ns=start, end_ns=start + 100 * MS, step=i, pid=1, tid=1)
+        for k in range(3):  # three launches, the last at +60 ms; its kernel ends at +80 ms
+            at = start + (20 + 20 * k) * MS
+            launch = add(name="cudaLaunchKernel", kind="runtime", start_ns=at, end_ns=at + MS // 100, step=i,
+                         pid=1, tid=1, correlation=10 * i + k)
+            add(name="k", kind="kernel", start_ns=at + MS, end_ns=at + (20 if k == 2 else 5) * MS, device=0,
+                stream=7, correlation=10 * i + k, launch=launch, step=i)
+        add(name="tiny", kind="kernel", start_ns=start + 90 * MS, end_ns=start + 90 * MS + 4_000, device=0,
+            stream=7, step=i)
+    meta = SessionMeta(source="t", source_format="kineto", created="2024-01-01T00:00:00+00:00",
+                       collector=CollectorInfo(name="kineto-import", gpu_measured=True))
+    return Session(meta, conform_events(pd.DataFrame(rows)))
+
+
+def test_step_gpu_counts_the_gpu_s_work_and_its_tail_per_step():
+    table = compute_tables(_session(), ["step_gpu"])["step_gpu"]
+    assert list(table.index) == ["step 0", "step 1", "mean"]
+    row = table.loc["step 0"]
+    assert row["step_ns"] == 100 * MS
+    assert row["kernels"] == 4 and row["short_kernels"] == 1 and row["launches"] == 3
+    assert row["gpu_busy_ns"] == 4 * MS + 4 * MS + 19 * MS + 4_000
+    # the last launch returns at +60.01 ms; the step's GPU work runs until +90.004 ms
+    assert row["tail_ns"] == 90 * MS + 4_000 - (60 * MS + MS // 100)
+    assert table.loc["mean", "kernels"] == 4
+
+
+def test_step_gpu_is_empty_with_a_note_when_the_gpu_was_not_measured():
+    session = _session()
+    session.meta.collector = CollectorInfo(name="host", gpu_measured=False)
+    events = session.events
+    session = Session(session.meta, events[~events["kind"].isin(["kernel"])].reset_index(drop=True))
+    table = compute_tables(session, ["step_gpu"])["step_gpu"]
+    assert table.empty and table.attrs["notes"]
+
+
+# -- the ResNet-50 pair: the fix applied --------------------------------------------------------
+
+
+@pytest.mark.skipif(not (RESNET_BEFORE.is_file() and RESNET_AFTER.is_file()),
+                    reason=f"the ResNet-50 trace pair is not in {TRACES}")
+def test_the_loader_saving_holds_on_the_resnet_pair():
+    before, after = load(RESNET_BEFORE), load(RESNET_AFTER)
+    findings = run_rules(before, compute_tables(before)).findings
+    finding = max(findings, key=lambda f: f.saving.ms_per_step)
+    assert finding.rule == "dataloader-starvation"
+
+    def mean_step(session):
+        steps = session.steps()
+        return float((steps["end_ns"] - steps["start_ns"]).mean()) / MS
+
+    measured = mean_step(before) - mean_step(after)  # 174.8 -> 139.7 ms
+    saving = finding.saving
+    assert saving.low_ms_per_step <= measured <= saving.high_ms_per_step
+    assert 0.67 <= saving.ms_per_step / measured <= 1.5
+    assert "the GPU's own" in saving.remains and "once a step" in saving.remains
