@@ -424,3 +424,16 @@ def test_spawned_processes_are_named_as_missed(tmp_path):
     gaps = [g for g in session.meta.collector.gaps if g.what == "child processes"]
     assert len(gaps) == 1 and "2 processes started by multiprocessing.Process(target=work)" in gaps[0].why
     assert gaps[0].incomplete
+
+
+def test_a_cpu_run_s_read_backs_promise_nothing_and_say_where_they_would_cost():
+    spec = next(s for s in builtin_specs() if s.id == "sync-memcpy-stall")
+    sync = pd.DataFrame({"calls": [256 * 6], "host_total_ns": [6 * 1.3e6], "reason": ["tensor to host"],
+                         "source": ["train.py:30 main"], "name": ["int"], "example_event_ids": [[]]},
+                        index=["int @ train.py:30"])
+    ctx = RuleContext(tables={"host_sync": sync}, spec=spec, step_count=6, mean_step_ns=2.5e6,
+                      window_ns=int(15e6), gpu_measured=False)
+    (finding,) = engine.checks()["sync-memcpy-stall"](ctx)
+    assert finding.saving.ms_per_step == 0 and finding.severity.value == "low"
+    assert "on this CPU run they wait for nothing" in finding.message
+    assert any(e.kind == "source_line" and e.line == 30 for e in finding.evidence)

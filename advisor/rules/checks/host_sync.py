@@ -72,16 +72,27 @@ def check(ctx: RuleContext) -> list[Finding]:
         ev = row_evidence("gpu_idle", gpu_idle, "blocking sync", "idle_ns", "GPU idle while the host is blocked")
         if ev:
             evidence.append(ev)
-    else:
+    elif ctx.gpu_measured:
         ns = blocked_per_step
-        basis = ("host time inside these calls, per step; no GPU was measured, and on a GPU each "
-                 "call would also wait for all queued work")
+        basis = "host time inside these calls, per step"
+    else:
+        # On a CPU run these calls wait for no device: removing them saves only their own
+        # small cost, which the host-bound rule counts with the rest of the loop's Python.
+        # The lines still matter for the GPU run the script is written for.
+        ns = 0.0
+        basis = ("none: on this CPU run the calls wait for no device; on a GPU each would wait for all the "
+                 "work queued before it")
     message = (
         f"{int(in_loop['calls'].sum())} host-blocking calls "
         + (f"in {ctx.step_count} steps " if ctx.step_count else "in the window (no steps found) ")
-        + 
-f"cost {ms(blocked_per_step)} per step ({pct(share)} of the step): " + "; ".join(lines) + "."
+        + f"cost {ms(blocked_per_step)} per step ({pct(share)} of the step): " + "; ".join(lines) + "."
     )
+    if not ctx.gpu_measured:
+        message = (f"{int(in_loop['calls'].sum())} calls "
+                   + (f"in {ctx.step_count} steps " if ctx.step_count else "in the window (no steps found) ")
+                   + "read tensors back to Python; on this CPU run they wait for nothing (" + ms(blocked_per_step)
+                   + " per step in the calls themselves), but where the tensor is on a GPU each one waits for "
+                   "the device to finish all the work queued before it: " + "; ".join(lines) + ".")
     reasons = set(in_loop.get("reason", []))
     advice = []
     if any("host" in str(r) for r in reasons):
