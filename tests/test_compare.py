@@ -155,3 +155,20 @@ def test_resnet50_num_workers_0_then_4():
     assert sync.anchor == "host_sync[aten::to @ resnet50_profiler_api.py:44]"
     idle = next(r for r in c.rows if r.table == "gpu_idle" and r.key == "data loading")
     assert idle.verdict == "better"
+
+
+def test_the_job_s_own_pace_leads_where_both_runs_have_unrecorded_steps():
+    import pandas as pd
+
+    def with_own_pace(parts, own_ms):
+        session, tables, findings = parts
+        timing = pd.DataFrame({"unrecorded_avg_ns": [own_ms * MS]}, index=["ProfileStep"])
+        return session, {**tables, "step_timing": timing}, findings
+
+    # recorded: 100 -> 62 ms (-38%); unrecorded, the job's own pace: 60 -> 50 ms (-17%)
+    c = compare(with_own_pace(_parts(sample_session(loader_ms=40)), 60),
+                with_own_pace(_parts(sample_session(loader_ms=2)), 50))
+    first = c.headline[0]
+    assert first.name == "step time, unrecorded steps (the job's own pace)"
+    assert (first.before, first.after) == (60 * MS, 50 * MS) and first.verdict == "better"
+    assert _named(c.headline, "mean step time (recorded steps)").relative == pytest.approx(-0.38)
