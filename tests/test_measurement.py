@@ -213,6 +213,38 @@ def test_loader_workers_are_sampled_and_named(tmp_path):
     assert loader["top_function"].startswith("tokenize (") and loader["workers_busy"] > 0.5
     worker_rows = tables["python_hotspots"][tables["python_hotspots"]["role"] == "loader worker"]
     assert "tokenize" in set(worker_rows["function"])
+    # its busiest lines are the loop's: def tokenize is line 6, the loop body lines 8-9
+    assert set(int(n) for n in loader["top_lines"].split(",")) <= {7, 8, 9, 10}
+    assert loader["top_caller"] == ""  # called by __getitem__, where the loader calls in
+
+
+def test_loading_names_the_caller_of_its_busiest_function(tmp_path):
+    script = write(tmp_path, "caller.py", """
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+
+        def pieces(word):
+            out = []
+            for i in range(len(word)):
+                out.append(word[:i + 1])
+            return out
+
+        def tokenize(n):
+            return sum(len(pieces(str(i) * 40)) for i in range(300 + n % 5))
+
+        class Texts(Dataset):
+            def __len__(self):
+                return 8 * 10
+            def __getitem__(self, i):
+                return torch.tensor([float(tokenize(i))])
+
+        for x in DataLoader(Texts(), batch_size=8):
+            (x * 2).sum()
+    """)
+    session = collect_script(script, [], gpu=False).session
+    loader = compute_tables(session, ["dataloaders"])["dataloaders"].iloc[0]
+    assert loader["top_function"].startswith("pieces (")
+    assert loader["top_caller"].startswith("tokenize (") and loader["top_caller_share"] > loader["top_function_share"]
 
 
 # -- Python Hotspots ----------------------------------------------------------------------------

@@ -26,7 +26,7 @@ def _loader_samples(f: Facts) -> pd.DataFrame:
     with their innermost user frame and whether they waited."""
     samples, _ = samples_in_steps(f)
     if not len(samples):
-        return pd.DataFrame(columns=["role", "pid", "weight", "label", "waiting"])
+        return pd.DataFrame(columns=["role", "pid", "weight", "label", "waiting", "line", "callers"])
     role = text(samples["category"])
     phase = text(samples["phase"])
     loading = (role == "loader worker") | ((role == "main") & (phase == "Dataloader"))
@@ -45,7 +45,28 @@ def _loader_samples(f: Facts) -> pd.DataFrame:
         "weight": (samples["end_ns"] - samples["start_ns"]).to_numpy().astype(np.float64),
         "label": label,
         "waiting": facts["waiting"].to_numpy(),
+        "line": facts["line"].to_numpy(),
+        # The user frames that led there, outermost first, for naming the caller.
+        "callers": facts["user_stack"].astype(str).to_numpy(),
     })
+
+
+_ENTRY_POINTS = ("__getitem__", "__getitems__", "__iter__", "__next__")  # where torch's loader calls in
+_COMPREHENSIONS = ("<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>")
+
+
+def _caller(samples: pd.DataFrame) -> str:
+    """The user frame that most often calls the samples' innermost user function, as
+    "function (file:line)"; empty where that function is where the loader calls in (a
+    Dataset's __getitem__: its caller is torch, and above that the training loop)."""
+    chains = samples.groupby("callers")["weight"].sum().sort_values(ascending=False)
+    if not len(chains):
+        return ""
+    # Outermost first; a comprehension's frame is part of the function around it.
+    frames = [f for f in str(chains.index[0]).split(" > ") if f.split(" (")[0] not in _COMPREHENSIONS]
+    if len(frames) < 2 or any(frame.split(" (")[0] in _ENTRY_POINTS for frame in frames[-2:]):
+        return ""
+    return frames[-2]
 
 
 @table(
@@ -83,7 +104,12 @@ def _loader_samples(f: Facts) -> pd.DataFrame:
                         "waiting for work (NaN without workers or samples).",
         "top_function": "The user's function (code the loader calls: a Dataset, a collate function) where "
                         "loading spent most of its sampled working time, with its file.",
-        "top_function_share": "Its share of loading's sampled working time.",
+        "top_function_share": "Its share of loading's sampled working time (its own lines, not the functions it "
+                              "calls).",
+        "top_lines": "Its busiest lines, busiest first (comma-separated line numbers).",
+        "top_caller": "The user function that calls it (most often), with its file and line; empty where "
+                      "either is where the loader calls in (a Dataset's __getitem__).",
+        "top_caller_share": "The caller's share of loading's sampled working time, including what it calls.",
     },
 )
 def dataloaders_table(f: Facts) -> pd.DataFrame | None:
@@ -116,7 +142,8 @@ def dataloaders_table(f: Facts) -> pd.DataFrame | None:
             "collate_avg_ns": collate_avg, "fetch_cpu_share": cpu_share,
             "machinery_avg_ns": read_avg - fetch_avg if not workers else read_avg,
             "items_per_batch": items / fetches if fetches and not workers else np.nan,
-            "workers_busy": np.nan, "top_function": "", "top_function_share": np.nan,
+            "workers_busy": np.nan, "top_function": "", "top_function_share": np.nan, "top_lines": "",
+            "top_caller": "", "top_caller_share": np.nan,
         }
     out = pd.DataFrame.from_dict(rows, orient="index")
     out["batch_size"] = pd.to_numeric(out["batch_size"], errors="coerce")
@@ -132,6 +159,18 @@ def dataloaders_table(f: Facts) -> pd.DataFrame | None:
         by_label = working.groupby("label")["weight"].sum().sort_values(ascending=False)
         by_label = by_label[by_label.index != NO_USER_FRAME]
         if len(by_label) and working["weight"].sum() > 0:
-            out.at[first, "top_function"] = str(by_label.index[0])
-            out.at[first, "top_function_share"] = float(by_label.iloc[0] / working["weight"].sum())
+            total = working["weight"].sum()
+            top = str(by_label.index[0])
+            out.at[first, "top_function"] = top
+            out.at[first, "top_function_share"] = float(by_label.iloc[0] / total)
+            mine = working[working["label"] == top]
+            lines = mine.groupby("line")["weight"].sum().sort_values(ascending=False)
+            out.at[first, "top_lines"] = ", ".join(str(int(n)) for n in lines.index[:3] if n >= 0)
+            caller = _caller(mine)
+            if caller:
+                # The caller's inclusive share: every working sample with it on the stack.
+                name = caller.rpartition(":")[0]
+                out.at[first, "top_caller"] = caller
+                out.at[first, "top_caller_share"] = float(
+                    working.loc[working["callers"].str.contains(name, regex=False), "weight"].sum() / total)
     return out

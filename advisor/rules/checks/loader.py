@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from advisor.findings import Finding
+from advisor.findings import Evidence, Finding
 from advisor.rules.checks.common import (
     ms,
     pct,
@@ -89,7 +89,17 @@ def _share(ctx: RuleContext) -> tuple[float, float, str, list[Any]] | None:
 def _hotspot(loader: pd.Series | None) -> str:
     if loader is None or not loader.get("top_function"):
         return ""
-    return f"{pct(float(loader['top_function_share']))} of loading is in {loader['top_function']}"
+    lines = str(loader.get("top_lines") or "")
+    where = str(loader["top_function"])
+    if lines:
+        where = where[:-1] + f", line{'s' if ',' in lines else ''} {lines})" if where.endswith(")") else \
+            f"{where} (lines {lines})"
+    text = f"{pct(float(loader['top_function_share']))} of loading is in {where}"
+    caller = str(loader.get("top_caller") or "")
+    if caller:
+        text += (f", called from {caller}, which with what it calls takes "
+                 f"{pct(float(loader['top_caller_share']))}")
+    return text
 
 
 @register("dataloader-starvation")
@@ -157,6 +167,11 @@ def check(ctx: RuleContext) -> list[Finding]:
         if hotspot:
             message += f" {hotspot[0].upper()}{hotspot[1:]}." if not hotspot[0].isdigit() else f" {hotspot}."
             evidence.append(row_evidence("dataloaders", loaders, key, "top_function"))
+            function, _, file = str(loader["top_function"]).rstrip(")").partition(" (")
+            busiest = str(loader.get("top_lines") or "").split(",")[0].strip()
+            if file and busiest.isdigit():
+                evidence.append(Evidence(kind="source_line", file=file, line=int(busiest), function=function,
+                                         name=function, note="the busiest line of loading's busiest function"))
         cpu_share = 1.0 if math.isnan(cpu_share) else max(cpu_share, 0.0)
         # Workers that mostly wait can outnumber the cores; CPU-bound ones cannot usefully.
         cap = (max(1, math.floor(job_cores / max(cpu_share, 0.25))) if not math.isnan(job_cores)
