@@ -128,7 +128,7 @@ CASES = (
         "gpu_odd_gemm", "examples/odd_gemm.py", ("--steps", "10"),
         "An fp16 MLP on a GPU whose GEMMs have no size a multiple of 8 (batch 60, layers 1000 -> 1023 "
         "-> 1030 -> 10). The advisor must name the misaligned layers and their padded sizes.",
-        must=("tensor-core-misalignment",), must_not=("dataloader-starvation", "sync-memcpy-stall"),
+        must=("tensor-core-misalignment", "below-roofline"), must_not=("dataloader-starvation", "sync-memcpy-stall"),
     ),
     CaseSpec(
         "gpu_aligned_gemm", "examples/aligned_gemm.py", ("--steps", "10"),
@@ -140,8 +140,9 @@ CASES = (
         "gpu_small_batch", "examples/small_batch.py", ("--steps", "10"),
         "Twelve residual blocks trained 4 samples at a time on a GPU: a few hundred kernels a step, "
         "each shorter than its launch, so the GPU idles while the host launches. The advisor must "
-        "report low GPU utilisation with the idle time under 'launching'.",
-        must=("low-gpu-utilization",), must_not=("dataloader-starvation", "sync-memcpy-stall"),
+        "name launch overhead as the cause, with low GPU utilisation under it and the idle time under "
+        "'launching'.",
+        must=("launch-bound", "low-gpu-utilization"), must_not=("dataloader-starvation", "sync-memcpy-stall"),
         expect=({"table": "gpu_idle", "row": "launching", "column": "share_of_idle", "at_least": 0.5,
                  "why": "the host is launching kernels for most of the time the GPU idles."},),
     ),

@@ -129,7 +129,8 @@ def test_inferred_phases_get_a_track_of_their_own(tmp_path):
     assert [f.rule for f in run_rules(again, compute_tables(again)).findings] == [f.rule for f in findings]
     # The pageable copies the sync finding cites are marked where they ran.
     marks = [e for e in doc["traceEvents"] if e["ph"] == "i"]
-    assert len(marks) == 3 and all(e["name"].startswith("advisor 2: ") for e in marks)
+    rank = [f.rule for f in findings].index("sync-memcpy-stall") + 1
+    assert len(marks) == 3 and all(e["name"].startswith(f"advisor {rank}: ") for e in marks)
 
 
 def test_an_empty_session_writes_an_empty_trace(tmp_path):

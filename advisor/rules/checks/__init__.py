@@ -6,6 +6,7 @@ from advisor.rules.checks import (  # noqa: F401
     collection,
     host_bound,
     host_sync,
+    launch_bound,
     loader,
     roofline,
     tensor_cores,

@@ -29,6 +29,18 @@ def check(ctx: RuleContext) -> list[Finding]:
     target_efficiency = ctx.threshold("target_efficiency")
     rows = table[table["measured_ns"].notna() & table["ideal_ns"].notna() & (table["ideal_ns"] > 0)
                  & (table["measured_ns"] > 0)]
+    # No kernel takes less than a launch floor (a few microseconds from launch to
+    # completion): an op is judged against max(flops / peak, bytes / bandwidth, the
+    # floor), and one that runs within a few floors of it is launch-bound, not below its
+    # roofline (the launch-bound rule's), and would only crowd out the ops worth fixing.
+    if len(rows):
+        calls = rows["calls"].clip(lower=1).astype(float)
+        floor_ns = ctx.threshold("launch_floor_us") * 1e3
+        on_gpu = rows["unit"].ne("cpu")
+        ideal = rows["ideal_ns"].where(~on_gpu, rows["ideal_ns"].clip(lower=floor_ns * calls))
+        rows = rows.assign(ideal_ns=ideal, efficiency=ideal / rows["measured_ns"])
+        tiny = on_gpu & (rows["measured_ns"] / calls < ctx.threshold("launch_floors_tiny") * floor_ns)
+        rows = rows[~tiny]
     rows = rows[rows["efficiency"] < target_efficiency]
     if not len(rows):
         return []

@@ -1,0 +1,85 @@
+"""launch-bound: the GPU waits while the host dispatches work, kernel by kernel.
+
+Every kernel costs the host an operator's dispatch and a launch call, microseconds each
+(tens where shapes and stacks are recorded); a kernel that runs for less than that leaves
+the GPU idle until the next one arrives. The gpu_idle table's "launching" row is the GPU's
+idle time while the host sat in an operator or a CUDA call; the step_gpu table says how
+many kernels a step launches and how many of them run under 10 us. Where that idle time
+is a real share of the step, the cause is the number of launches, and the fixes are the
+ones that cut it: capturing the step in a CUDA graph (one launch replays them all),
+torch.compile (fewer, fused kernels; mode="reduce-overhead" adds the graph), fused or
+foreach optimizers, larger batches (the same launches do more work).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from advisor.findings import Finding
+from advisor.rules.checks.common import ms, pct, row_evidence, saving, severity_by_share, value
+from advisor.rules.registry import RuleContext, register
+
+
+@register("launch-bound")
+def check(ctx: RuleContext) -> list[Finding]:
+    idle, balance = ctx.table("gpu_idle"), ctx.table("step_gpu")
+    if not ctx.gpu_measured or idle is None or not len(idle) or balance is None or not len(balance):
+        return []
+    steps = max(ctx.step_count, 1)
+    launching = float(value(idle, "launching", "idle_ns", 0.0) or 0.0) / steps
+    step = ctx.mean_step_ns or 0.0
+    if not step:
+        return []
+    share = launching / step
+    if share < ctx.threshold("launch_share") or launching < ctx.threshold("min_saving_ms") * 1e6:
+        return []
+    row = "mean" if "mean" in balance.index else "window"
+    kernels = float(value(balance, row, "kernels", 0.0) or 0.0)
+    short = float(value(balance, row, "short_kernels", 0.0) or 0.0)
+    launches = float(value(balance, row, "launches", 0.0) or 0.0)
+    busy = float(value(balance, row, "gpu_busy_ns", 0.0) or 0.0)
+    if not kernels:
+        return []
+    short_share = short / kernels
+    host_per_launch = launching / launches if launches else float("nan")
+    gap = max(step - busy, 0.0) / kernels
+    message = (f"The GPU idles {ms(launching)} per step ({pct(share)} of the step) while the host is inside "
+               f"operators and CUDA calls, dispatching work: {kernels:.0f} kernels a step, {short:.0f} of them "
+               f"({pct(short_share)}) shorter than 10 us, from {launches:.0f} launch calls; the GPU is busy "
+               f"{ms(busy)} of the {ms(step)} step, and the mean gap between kernels is {ms(gap)}, about "
+               f"{gap / (busy / kernels):.1f} times a kernel's mean run time.")
+    advice = ["capture the step in a CUDA graph, or let torch.compile(model, mode=\"reduce-overhead\") do it "
+              "(one replay launches every kernel)",
+              "torch.compile without graphs still fuses elementwise chains into fewer kernels",
+              "use foreach or fused optimizers (torch.optim.AdamW(..., fused=True)) where the optimizer step "
+              "launches a kernel per parameter",
+              "raise the batch size: the same launches then do more work each"]
+    evidence = [
+        row_evidence("gpu_idle", idle, "launching", "idle_ns", "GPU idle while the host dispatched work"),
+        row_evidence("step_gpu", balance, row, "kernels"),
+        row_evidence("step_gpu", balance, row, "short_kernels", "kernels under 10 us"),
+        row_evidence("step_gpu", balance, row, "launches"),
+        row_evidence("step_gpu", balance, row, "gpu_busy_ns"),
+    ]
+    metrics: dict[str, Any] = {"idle_launching_ns_per_step": launching, "share": share, "kernels": kernels,
+                               "short_kernels": short, "launches": launches, "gap_ns": gap,
+                               "host_ns_per_launch": host_per_launch}
+    # Graph replay leaves a launch per graph and what cannot be captured (host syncs,
+    # data-dependent shapes, collectives outside the graph): the point keeps a share of
+    # the idle time, the range runs from half of it to all of it.
+    kept = ctx.threshold("kept_after_graphs")
+    return [Finding(
+        rule=ctx.spec.id,
+        title=ctx.spec.title,
+        severity=severity_by_share(ctx, share),
+        confidence=0.7,
+        saving=saving(ctx, launching * (1 - kept),
+                      "the GPU's idle time while the host dispatched work, less what a CUDA graph cannot "
+                      "capture", low_ns=launching * 0.5, high_ns=launching,
+                      remains=f"The step keeps the GPU's own {ms(busy)} of work, the host's time outside operators "
+                              "(Python, data, waits), and whatever the graph or compiler cannot capture."),
+        message=message,
+        recommendation="Cut the number of launches: " + "; ".join(advice) + ".",
+        evidence=[e for e in evidence if e is not None],
+        metrics=metrics,
+    )]
