@@ -118,7 +118,7 @@ def _innermost_containing(op_starts: np.ndarray, op_ends: np.ndarray, op_ids: np
     return result
 
 
-def _parents_of_sorted(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def parents_of_sorted(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Position of each interval's innermost enclosing interval (-1 for none), for
     intervals sorted by start, outer first. A stack walk: one pass, in Python, but only
     over ops, which are a minority of a trace's events."""
@@ -151,7 +151,7 @@ def _link_ops(ev: pd.DataFrame) -> None:
         op_rows = np.flatnonzero(is_op & on_thread)  # already sorted by (start, -end)
         starts = starts_all[op_rows]
         ends = ends_all[op_rows]
-        parents = _parents_of_sorted(starts, ends)
+        parents = parents_of_sorted(starts, ends)
         outer = parents < 0
         parent_op[op_rows] = np.where(parents >= 0, op_rows[np.maximum(parents, 0)], -1)
         # top_op: the latest outermost op at or before each op.
@@ -216,7 +216,7 @@ def _link_gpu(ev: pd.DataFrame) -> None:
     ev["top_op"] = top_op
 
 
-def _main_thread(ev: pd.DataFrame) -> tuple[int, int] | None:
+def main_thread(ev: pd.DataFrame) -> tuple[int, int] | None:
     """The thread that runs the loop: the one with the steps, else the one with most ops."""
     kind = text(ev["kind"])
     steps = np.flatnonzero(kind == "step")
@@ -384,7 +384,7 @@ def _python_stacks(ev: pd.DataFrame, *, blocking_calls_only: bool = False) -> No
             continue
         f_start = starts_all[frames]
         f_end = ends_all[frames]
-        parents = _parents_of_sorted(f_start, f_end)
+        parents = parents_of_sorted(f_start, f_end)
         targets = np.flatnonzero(wanted & (thread_key == key))
         inner = _innermost_containing(f_start, f_end, np.arange(len(frames)), parents, starts_all[targets])
         for target, pos in zip(targets, inner):
@@ -438,7 +438,7 @@ def attribute(events: pd.DataFrame, *, sync_ranges_only: bool = False) -> pd.Dat
     ops outside those ranges (an optimizer reading its step counter) then get no source
     line from the Python frames, so they are not charged to the user's code."""
     ev = _sorted(classify_names(conform_events(events)))
-    main = _main_thread(ev)
+    main = main_thread(ev)
     kind = text(ev["kind"])
     if main is not None and not (kind == "phase").any() and (kind == "step").any():
         inferred = _infer_phases(ev, main)

@@ -19,6 +19,8 @@ One module per table (or pair of tables), registered with ``@table`` in ``_regis
     distributed, perf        the Paddle profiler's summary tables
     host_sync, gpu_idle      the host's waits on the GPU, and the GPU's idle time by what
                              the host was doing (for the rules)
+    gpu_idle_host            the idle time no operator explains, by the Python function or
+                             range the host was in, inside the model's phases or outside
     step_gpu                 per step, the GPU's work against the host's: busy time, short
                              kernels, launches, the GPU's tail after the last launch
     roofline, ceilings       op costs against the target's ceilings (roofline_ceilings)
@@ -49,6 +51,7 @@ from advisor.tables import (  # noqa: F401  (importing a module registers its ta
     device,
     distributed,
     gpu_idle,
+    gpu_idle_host,
     host_sync,
     kernel,
     memory,
@@ -84,6 +87,7 @@ _ORDER = (
     "python_hotspots",
     "host_sync",
     "gpu_idle",
+    "gpu_idle_host",
     "step_gpu",
     "roofline",
     "roofline_ceilings",

@@ -9,6 +9,7 @@ host calls, say) is reused by another. It only reads the session; the relation c
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 from functools import cached_property
 from typing import Any
@@ -55,6 +56,24 @@ def decode(codes, labels: np.ndarray, missing: str = "") -> np.ndarray:
     return out
 
 
+# Packages whose frames are never the user's, for traces that write paths relative to
+# sys.path ("transformers/models/bert/modeling_bert.py"), where no site-packages says so.
+_LIBRARY_PACKAGES = frozenset(sys.stdlib_module_names) | {
+    "torch", "torchvision", "torchaudio", "torchtext", "transformers", "accelerate", "diffusers", "timm",
+    "huggingface_hub", "tokenizers", "datasets", "lightning", "pytorch_lightning", "apex", "deepspeed",
+    "triton", "einops", "numpy", "pandas", "PIL", "tqdm", "safetensors", "peft", "xformers", "flash_attn",
+    "megatron", "fairscale", "jax", "tensorflow", "sklearn", "scipy", "cv2", "albumentations", "typing_extensions",
+}
+
+
+def is_library_file(file: str) -> bool:
+    """Is ``file`` (a frame's path, absolute or relative to sys.path) library code?"""
+    if _LIBRARY_FRAME.search(file):
+        return True
+    head = file.lstrip("./").split("/", 1)[0]
+    return head.removesuffix(".py") in _LIBRARY_PACKAGES
+
+
 def user_frame(call_stack: str) -> str:
     """The innermost frame of ``call_stack`` that is not library code, as "file:line".
 
@@ -63,7 +82,7 @@ def user_frame(call_stack: str) -> str:
     """
     for frame in str(call_stack).split(";"):
         match = _FRAME.match(frame)
-        if match and not _LIBRARY_FRAME.search(match["file"]):
+        if match and not is_library_file(match["file"]):
             return f"{match['file']}:{match['line']}"
     return ""
 

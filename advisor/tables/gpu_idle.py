@@ -5,12 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from advisor.session import GPU_KINDS
-from advisor.session import intervals as iv
 from advisor.tables._facts import Facts
 from advisor.tables._registry import table, with_notes
-from advisor.tables.device import HOST_BUSY_KINDS
-from advisor.tables.host_sync import blocking_calls
+from advisor.tables.gpu_idle_host import idle_by_host_state
 
 
 @table(
@@ -21,8 +18,8 @@ from advisor.tables.host_sync import blocking_calls
         "split by what the host was doing: in a Dataloader phase (data loading), in a "
         "blocking call of the host_sync table (blocking sync), in an operator or CUDA API call "
         "(launching: the host is dispatching work but none has reached the GPU), or none of "
-        "these (other: Python, or outside the recorded ranges). Where several apply, the "
-        "first in that order takes the time. Empty when the GPU was not measured."
+        "these (other: Python, or outside the recorded ranges; the gpu_idle_host table says "
+        "where). Where several apply, the first in that order takes the time. Empty when the GPU was not measured."
     ),
     key="data loading, blocking sync, launching, other",
     columns={
@@ -37,21 +34,9 @@ def gpu_idle_table(f: Facts) -> pd.DataFrame | None:
         return with_notes(None, f.gpu_not_measured_note)
     if f.window_ns <= 0:
         return None
-    lo, hi = f.window
-    idle = iv.subtract(([lo], [hi]), f.busy(*GPU_KINDS))
-    phases = f.phases
-    states = (
-        ("data loading", phases[phases["phase_name"].to_numpy() == "Dataloader"]),
-        ("blocking sync", blocking_calls(f)),
-        ("launching", f.busy(*HOST_BUSY_KINDS)),
-    )
-    totals = {}
-    remaining = idle
-    for name, spans in states:
-        busy = iv.as_intervals(spans)
-        totals[name] = iv.intersection_length(remaining, busy)
-        remaining = iv.subtract(remaining, busy)
-    totals["other"] = remaining.length
+    split = idle_by_host_state(f)
+    idle = split["idle"]
+    totals = {name: split[name].length for name in ("data loading", "blocking sync", "launching", "other")}
     out = pd.DataFrame({"idle_ns": pd.Series(totals, dtype="int64")})
     out["share_of_idle"] = f.ratio(out["idle_ns"], idle.length)
     out["share_of_window"] = f.ratio(out["idle_ns"], f.window_ns)

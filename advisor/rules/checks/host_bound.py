@@ -4,7 +4,8 @@ Work a script does in Python outside the model (a per-sample augmentation, build
 batch by hand, per-step bookkeeping) runs between the model's phases while nothing else
 can: on a CPU the step is that much longer, on a GPU the device idles. The stack samples
 (the python_hotspots table) name the user's functions that take the time outside every
-phase; data loading has its own rule (dataloader-starvation), the model's own ops are
+phase; on a trace, which has no samples, the gpu_idle_host table names the Python functions
+or ranges the host was in while the GPU idled outside every phase; data loading has its own rule (dataloader-starvation), the model's own ops are
 not this rule's.
 """
 
@@ -15,13 +16,14 @@ from typing import Any
 from advisor.findings import Evidence, Finding
 from advisor.rules.checks.common import ms, pct, row_evidence, saving, severity_by_share
 from advisor.rules.registry import RuleContext, register
+from advisor.tables.gpu_idle_host import NOTHING, REST
 
 
 @register("host-bound")
 def check(ctx: RuleContext) -> list[Finding]:
     hotspots = ctx.table("python_hotspots")
     if hotspots is None or not len(hotspots) or "other_ns" not in hotspots.columns:
-        return []
+        return _from_gpu_idle(ctx)
     main = hotspots[(hotspots["role"] == "main") & (hotspots["function"] != "")]
     outside = main["other_ns"].astype(float) * (1.0 - main["waiting_share"].fillna(0).astype(float))
     outside = outside[outside > 0].sort_values(ascending=False)
@@ -80,4 +82,63 @@ def check(ctx: RuleContext) -> list[Finding]:
         recommendation=recommendation,
         evidence=[e for e in evidence if e is not None],
         metrics=metrics,
+    )]
+
+
+def _from_gpu_idle(ctx: RuleContext) -> list[Finding]:
+    """A trace has no stack samples, but where the GPU was measured the gpu_idle_host
+    table says what the host ran, outside the model's phases, while the GPU idled."""
+    host = ctx.table("gpu_idle_host")
+    step = ctx.mean_step_ns
+    if host is None or not len(host) or not step:
+        return []
+    steps = max(ctx.step_count, 1)
+    outside = (host["outside_model_ns"].astype(float) / steps).sort_values(ascending=False)
+    outside = outside[outside > 0]
+    total = float(outside.sum())
+    share = total / step
+    if not len(outside) or share < ctx.threshold("host_share") or total < ctx.threshold("min_saving_ms") * 1e6:
+        return []
+    named = outside[(outside >= ctx.threshold("min_line_share") * step) & (outside.index != REST)]
+    named = named.head(int(ctx.threshold("max_listed")))
+    if not len(named):
+        named = outside.head(1)
+    parts, evidence = [], []
+    for key, ns in named.items():
+        source, line = host.at[key, "source"], str(host.at[key, "user_line"] or "")
+        where = {"python": "in", "range": "in the range", "none": "in"}.get(str(source), "in")
+        parts.append(f"{where} {key}{f' (called from {line})' if line and line not in key else ''}: {ms(ns)} per step "
+                     f"({pct(ns / step)})")
+        evidence.append(row_evidence("gpu_idle_host", host, key, "outside_model_ns",
+                                     "GPU idle, the host outside the model's phases and every operator"))
+        file, _, number = line.rpartition(":")
+        if file and number.isdigit():
+            evidence.append(Evidence(kind="source_line", file=file, line=int(number), name=str(key),
+                                     note=f"{ms(ns)} per step of GPU idle time under this line"))
+    unrecorded = NOTHING in named.index
+    named_ns = float(named.sum())
+    message = (f"The GPU idles {ms(total)} of each {ms(step)} step ({pct(share)}) while the host runs work outside "
+               "the model's phases (data loading, forward, backward, optimizer) and outside every operator: "
+               + "; ".join(parts) + ".")
+    if unrecorded:
+        message += (" No Python function or range covers the time marked as not recorded: profile with "
+                    "with_stack=True (or advisor diagnose train.py) to name the functions.")
+    recommendation = ("Take this host work off the step's critical path: batch it with tensor ops, move it into a "
+                      "Dataset so DataLoader workers run it, do it every N steps (logging, metrics, checkpoints), "
+                      "or compute it once before training if it does not change.")
+    return [Finding(
+        rule=ctx.spec.id,
+        title=ctx.spec.title,
+        severity=severity_by_share(ctx, share),
+        confidence=0.6,
+        saving=saving(ctx, named_ns, "the GPU's idle time per step under the named host work outside the model; at "
+                                     "most all of the idle time outside the model's phases",
+                      low_ns=named_ns * ctx.threshold("saving_low_share"), high_ns=total,
+                      remains="The step keeps the model's own work on the GPU and what the host work costs once "
+                              "batched, overlapped or done less often."),
+        message=message,
+        recommendation=recommendation,
+        evidence=[e for e in evidence if e is not None],
+        metrics={"host_ns_per_step": total, "share": share,
+                 "ranges": [{"name": str(k), "ns_per_step": float(v)} for k, v in named.items()]},
     )]

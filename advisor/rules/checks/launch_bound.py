@@ -3,7 +3,9 @@
 Every kernel costs the host an operator's dispatch and a launch call, microseconds each
 (tens where shapes and stacks are recorded); a kernel that runs for less than that leaves
 the GPU idle until the next one arrives. The gpu_idle table's "launching" row is the GPU's
-idle time while the host sat in an operator or a CUDA call; the step_gpu table says how
+idle time while the host sat in an operator or a CUDA call, and the gpu_idle_host table's
+in-model time is the Python it ran between operators inside the model (module calls,
+argument handling): both are the price of dispatching op by op. The step_gpu table says how
 many kernels a step launches and how many of them run under 10 us. Where that idle time
 is a real share of the step, the cause is the number of launches, and the fixes are the
 ones that cut it: capturing the step in a CUDA graph (one launch replays them all),
@@ -18,6 +20,7 @@ from typing import Any
 from advisor.findings import Finding
 from advisor.rules.checks.common import ms, pct, row_evidence, saving, severity_by_share, value
 from advisor.rules.registry import RuleContext, register
+from advisor.tables.gpu_idle_host import REST
 
 
 @register("launch-bound")
@@ -26,7 +29,14 @@ def check(ctx: RuleContext) -> list[Finding]:
     if not ctx.gpu_measured or idle is None or not len(idle) or balance is None or not len(balance):
         return []
     steps = max(ctx.step_count, 1)
-    launching = float(value(idle, "launching", "idle_ns", 0.0) or 0.0) / steps
+    in_ops = float(value(idle, "launching", "idle_ns", 0.0) or 0.0) / steps
+    # Python the host runs between operators inside the model's phases is the other half
+    # of eager dispatch (module calls, argument handling): graphs and compilation remove
+    # it with the launches.
+    host = ctx.table("gpu_idle_host")
+    between = host[(host["source"] != "none") & (host["in_model_ns"] > 0)] if host is not None and len(host) else None
+    in_python = float(between["in_model_ns"].sum()) / steps if between is not None else 0.0
+    launching = in_ops + in_python
     step = ctx.mean_step_ns or 0.0
     if not step:
         return []
@@ -43,8 +53,13 @@ def check(ctx: RuleContext) -> list[Finding]:
     short_share = short / kernels
     host_per_launch = launching / launches if launches else float("nan")
     gap = max(step - busy, 0.0) / kernels
-    message = (f"The GPU idles {ms(launching)} per step ({pct(share)} of the step) while the host is inside "
-               f"operators and CUDA calls, dispatching work: {kernels:.0f} kernels a step, {short:.0f} of them "
+    where = "while the host is inside operators and CUDA calls, dispatching work"
+    if in_python >= 0.05 * launching and between is not None:
+        named = between[between.index != REST].sort_values("in_model_ns", ascending=False).head(3)
+        where = (f"while the host dispatches work: {ms(in_ops)} inside operators and CUDA calls, {ms(in_python)} in "
+                 "Python between them inside the model (most under " + ", ".join(_short(n) for n in named.index) + ")")
+    message = (f"The GPU idles {ms(launching)} per step ({pct(share)} of the step) {where}: "
+               f"{kernels:.0f} kernels a step, {short:.0f} of them "
                f"({pct(short_share)}) shorter than 10 us, from {launches:.0f} launch calls; the GPU is busy "
                f"{ms(busy)} of the {ms(step)} step, and the mean gap between kernels is {ms(gap)}, about "
                f"{gap / (busy / kernels):.1f} times a kernel's mean run time.")
@@ -61,7 +76,12 @@ def check(ctx: RuleContext) -> list[Finding]:
         row_evidence("step_gpu", balance, row, "launches"),
         row_evidence("step_gpu", balance, row, "gpu_busy_ns"),
     ]
-    metrics: dict[str, Any] = {"idle_launching_ns_per_step": launching, "share": share, "kernels": kernels,
+    if in_python and between is not None:
+        top = between[between.index != REST]["in_model_ns"].idxmax() if (between.index != REST).any() else REST
+        evidence.append(row_evidence("gpu_idle_host", host, top, "in_model_ns",
+                                     "GPU idle while the host ran this Python between operators"))
+    metrics: dict[str, Any] = {"idle_launching_ns_per_step": launching, "idle_in_ops_ns_per_step": in_ops,
+                               "idle_python_ns_per_step": in_python, "share": share, "kernels": kernels,
                                "short_kernels": short, "launches": launches, "gap_ns": gap,
                                "host_ns_per_launch": host_per_launch}
     # Graph replay leaves a launch per graph and what cannot be captured (host syncs,
@@ -83,3 +103,12 @@ def check(ctx: RuleContext) -> list[Finding]:
         evidence=[e for e in evidence if e is not None],
         metrics=metrics,
     )]
+
+
+def _short(frame: str) -> str:
+    """A Python frame "dir/file.py(12): fn" as "fn (file.py:12)"; other names as they are."""
+    head, sep, function = frame.partition("): ")
+    if not sep or "(" not in head:
+        return frame
+    path, _, line = head.rpartition("(")
+    return f"{function} ({path.rsplit('/', 1)[-1]}:{line})"
