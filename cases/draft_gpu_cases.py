@@ -146,6 +146,37 @@ CASES = (
         expect=({"table": "gpu_idle", "row": "launching", "column": "share_of_idle", "at_least": 0.5,
                  "why": "the host is launching kernels for most of the time the GPU idles."},),
     ),
+    CaseSpec(
+        "gpu_per_parameter_optimizer", "examples/per_parameter_optimizer.py", ("--steps", "10"),
+        "Thirty Linear + LayerNorm blocks (122 parameters) trained with SGD(foreach=False) and "
+        "zero_grad(set_to_none=False) on a GPU: each step updates and zeroes the parameters one at a "
+        "time, a few kernels each. The advisor must name both, from the optimizer table.",
+        must=("optimizer-not-fused", "grad-zeroing-memsets"), must_not=("dataloader-starvation",),
+        expect=({"table": "optimizer", "row": "Optimizer.step#SGD.step", "column": "ops_per_step", "at_least": 240,
+                 "why": "single-tensor SGD with momentum and weight decay runs two or more operators per parameter."},
+                {"table": "optimizer", "row": "Optimizer.zero_grad#SGD.zero_grad", "column": "zero_ops_per_step",
+                 "at_least": 122, "why": "one aten::zero_ per parameter."}),
+    ),
+    CaseSpec(
+        "gpu_per_parameter_optimizer_fixed", "examples/per_parameter_optimizer.py", ("--steps", "10", "--fixed"),
+        "The fixed twin of gpu_per_parameter_optimizer: SGD(foreach=True) and zero_grad(set_to_none=True). "
+        "Neither optimizer finding may fire.",
+        must_not=("optimizer-not-fused", "grad-zeroing-memsets"),
+    ),
+    CaseSpec(
+        "gpu_host_made_tensors", "examples/host_made_tensors.py", ("--steps", "10"),
+        "A denoising MLP on a GPU that draws its noise with torch.randn(shape).to(device) and its "
+        "positions with torch.arange(n).to(device) every step: both made in host memory and copied "
+        "from pageable memory. The advisor must name both lines.",
+        must=("cpu-tensor-copied-each-step",), must_not=("dataloader-starvation",),
+        source_lines=("# planted: made on the host", "# planted: the same positions"),
+    ),
+    CaseSpec(
+        "gpu_host_made_tensors_fixed", "examples/host_made_tensors.py", ("--steps", "10", "--fixed"),
+        "The fixed twin of gpu_host_made_tensors: noise and positions made on the device. No copy "
+        "finding may fire.",
+        must_not=("cpu-tensor-copied-each-step", "sync-memcpy-stall"),
+    ),
 )
 
 
@@ -210,11 +241,15 @@ def draft_case(spec: CaseSpec, known_rules: set[str]) -> tuple[dict[str, Any], l
         where = "must" if rule in spec.must else "must_not"
         comments.append(f"{rule} is not a rule yet: add it to {where} when it exists.")
     expect = [dict(e) for e in spec.expect]
-    if spec.source_lines and "sync-memcpy-stall" in must:
+    # The planted lines belong to the first rule here that names source lines.
+    why_of = {"sync-memcpy-stall": "waits for the GPU, once per step.",
+              "cpu-tensor-copied-each-step": "makes a tensor on the host and copies it to the GPU, once per step."}
+    rule = next((r for r in why_of if r in must), None)
+    if spec.source_lines and rule:
         lines = (REPO / spec.script).read_text().splitlines()
         for number in find_lines(REPO / spec.script, spec.source_lines):
-            expect.append({"finding": "sync-memcpy-stall", "source_line": f"{spec.script}:{number}",
-                           "why": f"`{lines[number - 1].split('#')[0].strip()}` waits for the GPU, once per step."})
+            expect.append({"finding": rule, "source_line": f"{spec.script}:{number}",
+                           "why": f"`{lines[number - 1].split('#')[0].strip()}` {why_of[rule]}"})
     content: dict[str, Any] = {"description": spec.description, "command": spec.command, "must": must,
                                "must_not": must_not}
     if expect:

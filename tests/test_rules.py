@@ -46,13 +46,16 @@ def test_resnet_num_workers_4_has_no_loader_problem():
     assert tables["model"].loc["Dataloader", "cpu_ratio"] < 0.02
     assert "dataloader-starvation" not in {f.rule for f in _all(result.findings)}
     # What is left: the host dispatching 1,478 kernels a step (the GPU idles 24.6 ms a
-    # step inside operators and 2.1 ms in the optimizer's Python between them), then the
-    # pageable input copy, with the line that makes it.
-    top, second = result.findings[:2]
+    # step inside operators and 2.1 ms in the optimizer's Python between them), a third of
+    # them from the single-tensor SGD step, then the pageable input copy, with the line
+    # that makes it, and the zeroed gradients.
+    top, optimizer, copy, zeroing = result.findings[:4]
     assert top.rule == "launch-bound" and top.saving.high_ms_per_step == pytest.approx(26.7, abs=0.2)
     assert top.metrics["idle_in_ops_ns_per_step"] == pytest.approx(24.6e6, abs=0.2e6)
-    assert second.rule == "sync-memcpy-stall"
-    lines = [(e.file, e.line) for e in second.evidence if e.kind == "source_line"]
+    assert optimizer.rule == "optimizer-not-fused" and optimizer.metrics["ops_per_step"] == 484
+    assert zeroing.rule == "grad-zeroing-memsets"
+    assert copy.rule == "sync-memcpy-stall"
+    lines = [(e.file, e.line) for e in copy.evidence if e.kind == "source_line"]
     assert ("resnet50_profiler_api.py", 44) in lines
 
 

@@ -21,6 +21,8 @@ One module per table (or pair of tables), registered with ``@table`` in ``_regis
                              the host was doing (for the rules)
     gpu_idle_host            the idle time no operator explains, by the Python function or
                              range the host was in, inside the model's phases or outside
+    optimizer                each optimizer's step and zero_grad: cost and implementation
+    fresh_copies             host tensors made right before their copy to the GPU
     step_gpu                 per step, the GPU's work against the host's: busy time, short
                              kernels, launches, the GPU's tail after the last launch
     roofline, ceilings       op costs against the target's ceilings (roofline_ceilings)
@@ -50,6 +52,7 @@ from advisor.tables import (  # noqa: F401  (importing a module registers its ta
     dataloaders,
     device,
     distributed,
+    fresh_copies,
     gpu_idle,
     gpu_idle_host,
     host_sync,
@@ -57,6 +60,7 @@ from advisor.tables import (  # noqa: F401  (importing a module registers its ta
     memory,
     model,
     operator,
+    optimizer,
     overview,
     perf,
     python_hotspots,
@@ -89,6 +93,8 @@ _ORDER = (
     "gpu_idle",
     "gpu_idle_host",
     "step_gpu",
+    "optimizer",
+    "fresh_copies",
     "roofline",
     "roofline_ceilings",
     "step_phases",

@@ -48,7 +48,7 @@ def pageable(frame: pd.DataFrame) -> np.ndarray:
     ).to_numpy()
 
 
-def _sources(f: Facts, rows: np.ndarray) -> np.ndarray:
+def source_lines(f: Facts, rows: np.ndarray) -> np.ndarray:
     """The user's source line "file:line" for each event row, from its own call stack or
     the nearest enclosing operator's; "" where none is recorded. (ancestors() is given the
     rows themselves, so the walk looks at each row before its parents.)"""
@@ -114,7 +114,7 @@ def _blocking_calls(f: Facts) -> pd.DataFrame:
         items = to_host_ops[to_host_ops["name"].isin(ITEM_OPS).to_numpy()]
         parent = items["parent_op"].to_numpy()
         inner = (parent >= 0) & is_to_host[np.maximum(parent, 0)]
-        users = _sources(f, items["id"].to_numpy()) != ""
+        users = source_lines(f, items["id"].to_numpy()) != ""
         keep = ~inner & users
         op_ids = np.concatenate([op_ids, items["id"].to_numpy()[keep]])
         op_reason = np.concatenate([op_reason, np.full(int(keep.sum()), TO_HOST, dtype=object)])
@@ -129,7 +129,7 @@ def _blocking_calls(f: Facts) -> pd.DataFrame:
             "end_ns": ev["end_ns"].to_numpy()[rows],
         }
     )
-    out["source"] = _sources(f, rows)
+    out["source"] = source_lines(f, rows)
     return out.sort_values("start_ns", kind="stable").reset_index(drop=True)
 
 

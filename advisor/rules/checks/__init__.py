@@ -4,10 +4,12 @@ findings; thresholds come from the rule's spec in rules/builtin.yaml."""
 
 from advisor.rules.checks import (  # noqa: F401
     collection,
+    fresh_copies,
     host_bound,
     host_sync,
     launch_bound,
     loader,
+    optimizer,
     roofline,
     tensor_cores,
     utilization,

@@ -1,0 +1,114 @@
+"""The optimizer table and the rules that read it (optimizer-not-fused,
+grad-zeroing-memsets): hand-made sessions with known answers, and the real traces."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import shared_trace
+from test_tables import Trace
+
+from advisor.importers import load
+from advisor.rules import run_rules
+from advisor.tables import compute_tables
+
+MS = 1_000_000
+STEP = "Optimizer.step#SGD.step"
+ZERO = "Optimizer.zero_grad#SGD.zero_grad"
+
+
+def optimizer_session(*, params: int = 40, foreach: bool = False, set_to_none: bool = False, gpu: bool = True,
+                      gemm_ms: float = 4.5):
+    """Two 20 ms steps: zero_grad (1-3 ms), a forward matmul, then the optimizer step
+    (10-18 ms). Single-tensor: two ops per parameter, each launching a 5 us kernel."""
+    t = Trace()
+    for number, base in ((1, 0.0), (2, 20.0)):
+        t.step(number, base, base + 20)
+        t.phase("Optimization", base + 1, base + 3)
+        t.add(ZERO, "annotation", base + 1, base + 3)
+        if not set_to_none:
+            for i in range(params):
+                start = base + 1 + i * 2 / params
+                op = t.op("aten::zero_", start, start + 1.5 / params)
+                launch = t.call("cudaLaunchKernel", start + 0.5 / params, start + 1 / params, parent=op)
+                if gpu:
+                    t.gpu("FillFunctor", "kernel", start + 1 / params, start + 1 / params + 0.005, launch=launch)
+        t.phase("Forward", base + 3, base + 10)
+        mm = t.op("aten::mm", base + 4, base + 5)
+        launch = t.call("cudaLaunchKernel", base + 4.2, base + 4.4, parent=mm)
+        if gpu:
+            t.gpu("gemm", "kernel", base + 4.5, base + 4.5 + gemm_ms, launch=launch)
+        t.phase("Optimization", base + 10, base + 18)
+        t.add(STEP, "annotation", base + 10, base + 18)
+        names = ["aten::_foreach_mul_", "aten::_foreach_add_"] if foreach else ["aten::mul_", "aten::add_"] * params
+        for i, name in enumerate(names):
+            start = base + 10 + i * 8 / len(names)
+            op = t.op(name, start, start + 6 / len(names))
+            launch = t.call("cudaLaunchKernel", start + 1 / len(names), start + 2 / len(names), parent=op)
+            if gpu:
+                t.gpu("elementwise", "kernel", start + 2 / len(names), start + 2 / len(names) + 0.005, launch=launch)
+    return t.session(gpu_measured=gpu)
+
+
+def test_the_table_tells_the_implementations_apart_and_counts_per_step():
+    table = compute_tables(optimizer_session(), ["optimizer"])["optimizer"]
+    assert table.at[STEP, "implementation"] == "single-tensor" and table.at[STEP, "ops_per_step"] == 80
+    assert table.at[STEP, "kernels_per_step"] == 80 and table.at[STEP, "distinct_ops"] == 2
+    assert table.at[STEP, "op_host_per_step_ns"] == pytest.approx(80 * 6 / 80 * MS)
+    assert table.at[ZERO, "implementation"] == "zero_" and table.at[ZERO, "zero_ops_per_step"] == 40
+    fixed = compute_tables(optimizer_session(foreach=True, set_to_none=True), ["optimizer"])["optimizer"]
+    assert fixed.at[STEP, "implementation"] == "foreach" and fixed.at[STEP, "ops_per_step"] == 2
+    assert fixed.at[ZERO, "implementation"] == "set_to_none" and fixed.at[ZERO, "zero_ops_per_step"] == 0
+
+
+def _rules(session):
+    return {f.rule: f for f in run_rules(session, compute_tables(session)).findings}
+
+
+def test_single_tensor_steps_and_zeroed_gradients_on_a_gpu_are_named_with_their_fix():
+    found = _rules(optimizer_session())
+    step, zero = found["optimizer-not-fused"], found["grad-zeroing-memsets"]
+    assert "80 operators a step" in step.message and "foreach=True" in step.recommendation
+    # foreach keeps a quarter of the operators' 6 ms; at most it keeps one operator per kind.
+    assert step.saving.ms_per_step == pytest.approx(4.5)
+    assert step.saving.high_ms_per_step == pytest.approx(6 * (1 - 2 / 80))
+    assert "40 aten::zero_ calls" in zero.message and "set_to_none=True" in zero.recommendation
+    assert zero.saving.ms_per_step == pytest.approx(1.5)  # the zero_ ops' host time
+
+
+def test_the_fixed_twin_and_a_cpu_run_raise_neither():
+    assert not {"optimizer-not-fused", "grad-zeroing-memsets"} & set(_rules(optimizer_session(foreach=True,
+                                                                                              set_to_none=True)))
+    # On a CPU foreach is slower and fresh gradients cost allocations: no advice there.
+    assert not {"optimizer-not-fused", "grad-zeroing-memsets"} & set(_rules(optimizer_session(gpu=False)))
+
+
+def test_the_saving_is_capped_by_the_gpu_idle_time():
+    # The matmul keeps the GPU busy 15.4 ms of the 20 ms step: faster dispatch cannot
+    # shorten the step by more than the GPU's idle time.
+    session = optimizer_session(gemm_ms=15.4)
+    tables = compute_tables(session)
+    balance = tables["step_gpu"]
+    idle = balance.at["mean", "step_ns"] - balance.at["mean", "gpu_busy_ns"]
+    assert idle < 4.5 * MS
+    step = next(f for f in run_rules(session, tables).findings if f.rule == "optimizer-not-fused")
+    assert step.saving.ms_per_step * MS == pytest.approx(idle, abs=1e3)
+    assert step.saving.high_ms_per_step * MS == pytest.approx(idle, abs=1e3)
+
+
+def test_resnet_trace_single_tensor_sgd_and_zeroed_gradients():
+    session = load(shared_trace("resnet50_v100_num_workers_4.pt.trace.json.gz"))
+    tables = compute_tables(session)
+    table = tables["optimizer"]
+    assert table.at[STEP, "implementation"] == "single-tensor" and table.at[STEP, "ops_per_step"] == 484
+    assert table.at[ZERO, "zero_ops_per_step"] == 161  # one per parameter of ResNet-50
+    rules = {f.rule for f in run_rules(session, tables).findings}
+    assert {"optimizer-not-fused", "grad-zeroing-memsets"} <= rules
+
+
+def test_ddp_trace_foreach_sgd_with_set_to_none_is_left_alone():
+    session = load(shared_trace("ddp_cnn_a100_rank0.json.gz"))
+    tables = compute_tables(session)
+    table = tables["optimizer"]
+    assert table.at[STEP, "implementation"] == "foreach" and table.at[ZERO, "implementation"] == "set_to_none"
+    rules = {f.rule for f in run_rules(session, tables).findings}
+    assert not {"optimizer-not-fused", "grad-zeroing-memsets"} & rules
