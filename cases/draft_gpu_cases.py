@@ -177,6 +177,12 @@ CASES = (
         "finding may fire.",
         must_not=("cpu-tensor-copied-each-step", "sync-memcpy-stall"),
     ),
+    CaseSpec(
+        "gpu_conv_bias_bn", "examples/conv_bias_bn.py", ("--steps", "10"),
+        "A small CNN on a GPU whose three Conv2d layers keep bias=True before a BatchNorm2d each. The "
+        "advisor must name them, with a time from the GPU's memory bandwidth.",
+        must=("conv-bias-before-batchnorm",), must_not=("dataloader-starvation",),
+    ),
 )
 
 

@@ -23,6 +23,7 @@ One module per table (or pair of tables), registered with ``@table`` in ``_regis
                              range the host was in, inside the model's phases or outside
     optimizer                each optimizer's step and zero_grad: cost and implementation
     fresh_copies             host tensors made right before their copy to the GPU
+    conv_bias                convolutions whose bias the next batch norm cancels
     step_gpu                 per step, the GPU's work against the host's: busy time, short
                              kernels, launches, the GPU's tail after the last launch
     roofline, ceilings       op costs against the target's ceilings (roofline_ceilings)
@@ -49,6 +50,7 @@ from advisor.session import Session
 from advisor.tables import (  # noqa: F401  (importing a module registers its tables)
     ceilings,
     collection,
+    conv_bias,
     dataloaders,
     device,
     distributed,
@@ -95,6 +97,7 @@ _ORDER = (
     "step_gpu",
     "optimizer",
     "fresh_copies",
+    "conv_bias",
     "roofline",
     "roofline_ceilings",
     "step_phases",
