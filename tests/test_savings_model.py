@@ -141,3 +141,24 @@ def test_the_loader_saving_holds_on_the_resnet_pair():
     assert saving.low_ms_per_step <= measured <= saving.high_ms_per_step
     assert 0.67 <= saving.ms_per_step / measured <= 1.5
     assert "the GPU's own" in saving.remains and "once a step" in saving.remains
+
+
+def test_a_faster_gpu_saves_the_step_only_where_the_gpu_sets_the_pace():
+    from advisor.rules import RuleContext, builtin_specs
+    from advisor.rules.checks.common import gpu_speedup_cap
+
+    spec = next(s for s in builtin_specs() if s.id == "below-roofline")
+
+    def ctx(busy_ms: float, blocking_ms: float) -> RuleContext:
+        balance = pd.DataFrame({"step_ns": [100e6], "gpu_busy_ns": [busy_ms * 1e6], "blocking_ns": [blocking_ms * 1e6]},
+                               index=["mean"])
+        return RuleContext(tables={"step_gpu": balance}, spec=spec, step_count=5, mean_step_ns=100e6,
+                           window_ns=int(500e6), gpu_measured=True)
+
+    # GPU-bound (busy 97 of 100 ms): all 30 ms of GPU time saved comes off the step.
+    assert gpu_speedup_cap(ctx(97, 1), 30e6) == (30e6, "")
+    # Host-bound (the GPU idles 40 ms): only the 8 ms the host waits for the GPU.
+    capped, why = gpu_speedup_cap(ctx(60, 8), 30e6)
+    assert capped == 8e6 and "host sets the pace" in why
+    # A saving smaller than the waits is kept whole.
+    assert gpu_speedup_cap(ctx(60, 8), 5e6) == (5e6, "")

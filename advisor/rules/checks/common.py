@@ -61,3 +61,32 @@ def ms(ns: float) -> str:
 def pct(share: float) -> str:
     """A share for a finding's message ("39.6%")."""
     return format_ratio(share)
+
+
+# Below this share of the step idle, the GPU sets the step's pace.
+GPU_BOUND_IDLE_SHARE = 0.05
+
+
+def gpu_speedup_cap(ctx: RuleContext, gpu_saving_ns: float) -> tuple[float, str]:
+    """What doing the same GPU work in ``gpu_saving_ns`` less GPU time takes off a step,
+    and why, where that is less.
+
+    Where the GPU is busy nearly all the step, all of it. Where the GPU idles a real share
+    of the step the host sets the pace: the host's own work stays, and the step shrinks
+    only by the time the host spends waiting for the GPU (its blocking calls, from the
+    step_gpu table); the rest of the GPU time saved becomes idle time.
+    """
+    balance = ctx.table("step_gpu")
+    if not ctx.gpu_measured or balance is None or not len(balance):
+        return gpu_saving_ns, ""
+    row = "mean" if "mean" in balance.index else "window"
+    step, busy, blocking = (value(balance, row, c) for c in ("step_ns", "gpu_busy_ns", "blocking_ns"))
+    if step is None or busy is None:
+        return gpu_saving_ns, ""
+    idle = max(float(step) - float(busy), 0.0)
+    waits = float(blocking or 0.0)
+    if idle < GPU_BOUND_IDLE_SHARE * float(step) or gpu_saving_ns <= waits:
+        return gpu_saving_ns, ""
+    return waits, (f"The GPU idles {ms(idle)} of each {ms(float(step))} step, so the host sets the pace: faster GPU "
+                   f"work shortens the step only by the {ms(waits)} the host waits for the GPU, not by the "
+                   f"{ms(gpu_saving_ns)} of GPU time it saves (that becomes idle time until the host is faster).")

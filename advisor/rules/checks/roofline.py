@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from advisor.findings import Evidence, Finding
-from advisor.rules.checks.common import ms, pct, saving, severity_by_share
+from advisor.rules.checks.common import gpu_speedup_cap, ms, pct, saving, severity_by_share
 from advisor.rules.registry import RuleContext, register
 
 ADVICE = {
@@ -49,10 +49,12 @@ def check(ctx: RuleContext) -> list[Finding]:
     # efficiency), not down to the ideal itself, which no real kernel reaches.
     recoverable = (rows["measured_ns"] - rows["ideal_ns"] / target_efficiency).clip(lower=0)
     rows = rows.assign(recoverable_ns=recoverable).sort_values("recoverable_ns", ascending=False)
-    per_step = float(rows["recoverable_ns"].sum()) / steps
-    share = per_step / ctx.mean_step_ns if ctx.mean_step_ns else 0.0
-    if per_step / 1e6 < ctx.threshold("min_saving_ms") or share < ctx.threshold("min_share"):
+    gpu_time = float(rows["recoverable_ns"].sum()) / steps
+    if gpu_time / 1e6 < ctx.threshold("min_saving_ms") or (ctx.mean_step_ns and gpu_time / ctx.mean_step_ns
+                                                          < ctx.threshold("min_share")):
         return []
+    per_step, capped = gpu_speedup_cap(ctx, gpu_time)
+    share = per_step / ctx.mean_step_ns if ctx.mean_step_ns else 0.0
     listed = rows.head(int(ctx.threshold("max_listed")))
     target = str(listed["target"].iloc[0])
     lines = [
@@ -77,11 +79,11 @@ def check(ctx: RuleContext) -> list[Finding]:
             saving=saving(ctx, per_step, f"time above {pct(target_efficiency)} of the roofline on {target}, "
                                          "the efficiency a well-tuned kernel reaches"),
             message=(f"{len(rows)} op shapes run below {pct(target_efficiency)} of their roofline on {target}; "
-                     f"the ones losing most time: " + "; ".join(lines) + "."),
+                     f"the ones losing most time: " + "; ".join(lines) + "." + (f" {capped}" if capped else "")),
             recommendation=("Bring the slowest ops closer to the hardware: " + "; ".join(advice) + "."
                             if advice else "Profile the listed ops' kernels and look for better implementations."),
             evidence=evidence,
-            metrics={"recoverable_ns_per_step": per_step, "op_shapes": int(len(rows)),
+            metrics={"recoverable_ns_per_step": per_step, "gpu_time_ns_per_step": gpu_time, "op_shapes": int(len(rows)),
                      "worst": [{"key": str(k), "efficiency": float(r["efficiency"])} for k, r in listed.iterrows()]},
         )
     ]

@@ -9,7 +9,7 @@ import pandas as pd
 
 from advisor.findings import Evidence, Finding, Severity
 from advisor.knowledge import hardware as kb
-from advisor.rules.checks.common import ms, saving, severity_by_share
+from advisor.rules.checks.common import gpu_speedup_cap, ms, saving, severity_by_share
 from advisor.rules.registry import RuleContext, register
 
 HALF = ("fp16", "bf16", "fp8", "int8")
@@ -68,6 +68,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         # against another device (a CPU run with --gpu) is judged as it would run there
         # under autocast: fp16.
         judged = dtype if dtype in HALF else ("fp16" if not measured_here else "tf32")
+        if judged == "tf32" and kb.tensor_core_rule(profile, "tf32") is None:
+            judged = "fp16"  # no TF32 before Ampere (V100, T4): fp32 reaches tensor cores only under fp16 autocast
         rule = kb.tensor_core_rule(profile, judged)
         if rule is None or not row["flops"] or pd.isna(row["flops"]):
             continue
@@ -84,6 +86,9 @@ def check(ctx: RuleContext) -> list[Finding]:
         factor = 1.0
         for value in missing.values():
             factor *= _pad(value, rule.required_multiple) / value
+        # Padding to a multiple of 8 or 16 never changes how many 64-, 128- or 256-wide
+        # output tiles a GEMM needs, so tile and wave quantisation are the same before and
+        # after: the padded shape costs its extra work, and the gain is the faster path.
         fixed_ns = max(compute_ns * factor, memory_ns) / aligned_eff
         if measured_here:
             now_ns = float(row["measured_ns"])
@@ -92,6 +97,8 @@ def check(ctx: RuleContext) -> list[Finding]:
             now_ns = max(compute_ns, memory_ns) / misaligned_eff
             basis = (f"estimated on {profile.id} from the roofline: misaligned shapes at {misaligned_eff:.0%} "
                      f"and padded ones at {aligned_eff:.0%} of the {judged} tensor-core peak")
+        if not fp32_off_tensor_cores and now_ns - fixed_ns < ctx.threshold("min_shape_gain") * now_ns:
+            continue  # padding would not pay: the shape runs about as fast as its padded twin
         items.append({
             "key": key, "row": row, "missing": missing, "rule": rule, "judged": judged,
             "fp32": fp32_off_tensor_cores, "saving_ns": max(now_ns - fixed_ns, 0.0), "basis": basis,
@@ -99,7 +106,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     if not items:
         return []
     items.sort(key=lambda item: -item["saving_ns"])
-    per_step = sum(item["saving_ns"] for item in items) / steps
+    gpu_time = sum(item["saving_ns"] for item in items) / steps
+    per_step, capped = gpu_speedup_cap(ctx, gpu_time)
     share = per_step / ctx.mean_step_ns if ctx.mean_step_ns else 0.0
     lines, evidence = [], []
     for item in items[: int(ctx.threshold("max_listed"))]:
@@ -110,9 +118,9 @@ def check(ctx: RuleContext) -> list[Finding]:
                              for name, value in item["missing"].items())
             parts.append(f"not multiples of {rule.required_multiple} for {item['judged']}: pad {pads}")
         if item["fp32"]:
-            parts.append("fp32 on CUDA cores: TF32 (torch.backends.cuda.matmul.allow_tf32 = True) or "
-                         "bf16 autocast would use tensor cores")
-        lines.append(f"{_layer(row)}, {int(row['calls'])} calls: " + "; ".join(parts))
+            parts.append("fp32 on CUDA cores")
+        lines.append(f"{_layer(row)}, {int(row['calls'])} calls, {ms(item['saving_ns'] / steps)} of GPU time per "
+                     "step: " + "; ".join(parts))
         evidence.append(Evidence(kind="table_row", table="roofline", row=str(item["key"]), column="input_dims",
                                  value=str(row["input_dims"]), note="; ".join(parts)))
     misaligned = [i for i in items if i["missing"]]
@@ -122,7 +130,12 @@ def check(ctx: RuleContext) -> list[Finding]:
         advice.append("pad the listed feature / channel counts to the multiples shown (e.g. nn.Linear(1000, 1024) "
                       "and drop or ignore the extra outputs, vocabulary sizes rounded up to a multiple of 64, "
                       "batch sizes that are multiples of 8)")
-    if fp32:
+    if fp32 and all(i["judged"] == "fp16" for i in fp32):
+        advice.append("let fp32 matrix work use tensor cores with mixed precision: run forward and loss under "
+                      "torch.autocast(device_type='cuda', dtype=torch.float16) and scale the loss with "
+                      "torch.amp.GradScaler('cuda') (this GPU has no TF32 or bf16 tensor cores); "
+                      "channels_last (model.to(memory_format=torch.channels_last)) helps convolutions further")
+    elif fp32:
         advice.append("let fp32 matrix work use tensor cores: torch.set_float32_matmul_precision('high') (TF32) "
                       "or torch.autocast(device_type='cuda', dtype=torch.bfloat16)")
     where = f"on {profile.names[0]}" + ("" if all(bool(i["row"].get("measured_on_target")) for i in items)
@@ -134,13 +147,18 @@ def check(ctx: RuleContext) -> list[Finding]:
             severity=severity_by_share(ctx, share) if share else Severity.low,
             confidence=0.7 if all(bool(i["row"].get("measured_on_target")) for i in items) else 0.5,
             saving=saving(ctx, per_step, items[0]["basis"]),
-            message=(" and ".join(part for part in (
+            message=(f"{where[0].upper()}{where[1:]}, " + " and ".join(part for part in (
                          f"{len(misaligned)} GEMM/convolution shapes miss the tensor-core multiples" if misaligned else "",
-                         f"{len(fp32)} run fp32 matrix work on CUDA cores" if fp32 else "") if part)
-                     + f" {where}, costing an estimated {ms(per_step)} per step: " + "; ".join(lines) + "."),
+                         f"{len(fp32)} run fp32 matrix work on CUDA cores, which "
+                         + ("fp16 autocast would move to tensor cores (this GPU has no TF32)"
+                            if all(i["judged"] == "fp16" for i in fp32) else "TF32 or bf16 autocast would move to "
+                                                                             "tensor cores")
+                         if fp32 else "") if part)
+                     + f", costing an estimated {ms(gpu_time)} of GPU time per step: " + "; ".join(lines)
+                     + "." + (f" {capped}" if capped else "")),
             recommendation="Give tensor cores the shapes they need: " + "; ".join(advice) + ".",
             evidence=evidence,
             metrics={"misaligned": [str(i["key"]) for i in misaligned], "fp32_off_tensor_cores": [str(i["key"]) for i in fp32],
-                     "target": profile.id},
+                     "target": profile.id, "gpu_time_ns_per_step": gpu_time},
         )
     ]
