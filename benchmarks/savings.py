@@ -9,6 +9,9 @@ Every before/after pair the project has, each a real change an engineer would ma
                    times its own steps (the mean after two warm-up steps, which leaves out
                    start-up and the workers' start). Runs alternate before/after and the
                    median of --repeat differences is kept.
+                   The GPU pairs (pageable vs pinned copies, single-tensor vs foreach
+                   optimizer, zeroed vs dropped gradients, host-made vs device-made tensors,
+                   convolution bias before batch norm) run only where torch sees a GPU.
     trace pair     the ResNet-50 traces in ../shared/traces (num_workers=0, then 4; a V100,
                    recorded by torch.profiler): predicted from the first trace, measured as
                    the difference of their mean steps. Skipped where that folder is absent.
@@ -61,6 +64,7 @@ class ScriptPair:
     steps: int  # --steps for every run
     args: tuple[str, ...] = ()
     repeat_factor: int = 1  # more runs where a step is short and noisy
+    gpu: bool = False  # the problem exists only on a GPU: skipped where torch sees none
 
 
 def _workers(finding: dict) -> list[str]:
@@ -77,7 +81,24 @@ SCRIPT_PAIRS = (
                repeat_factor=3),
     ScriptPair("augment_loop", "augment_loop.py", "host-bound", lambda f: ["--vectorized"], 60),
     ScriptPair("per_sample_loop", "per_sample_loop.py", "host-bound", lambda f: ["--batched"], 100),
+    # GPU pairs: the fixed twins of the GPU cases.
+    ScriptPair("pageable_copies", "pageable_copies.py", "sync-memcpy-stall", lambda f: ["--pinned"], 60, gpu=True),
+    ScriptPair("per_parameter_optimizer", "per_parameter_optimizer.py", "optimizer-not-fused",
+               lambda f: ["--foreach"], 100, gpu=True),
+    ScriptPair("zeroed_gradients", "per_parameter_optimizer.py", "grad-zeroing-memsets",
+               lambda f: ["--set-to-none"], 100, gpu=True),
+    ScriptPair("host_made_tensors", "host_made_tensors.py", "cpu-tensor-copied-each-step", lambda f: ["--fixed"], 100,
+               gpu=True),
+    ScriptPair("conv_bias_bn", "conv_bias_bn.py", "conv-bias-before-batchnorm", lambda f: ["--fixed"], 100, gpu=True),
 )
+
+
+def gpu_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
 
 
 @dataclass
@@ -152,8 +173,11 @@ def per_step_ms(argv: list[str], steps: int, timeout_s: float) -> float:
 
 
 def run_script_pair(pair: ScriptPair, repeat: int, timeout_s: float) -> Result:
-    result = Result(pair.name, "script")
+    result = Result(pair.name, "script", rule=pair.rule)
     script = str(EXAMPLES / pair.script)
+    if pair.gpu and not gpu_available():
+        result.failed = "skipped: a GPU pair, and torch sees no GPU here"
+        return result
     try:
         report = diagnose([script, "--steps", str(pair.steps), *pair.args], timeout_s)
         finding = take_prediction(result, report, pair.rule)

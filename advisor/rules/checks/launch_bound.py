@@ -63,11 +63,11 @@ def check(ctx: RuleContext) -> list[Finding]:
                f"({pct(short_share)}) shorter than 10 us, from {launches:.0f} launch calls; the GPU is busy "
                f"{ms(busy)} of the {ms(step)} step, and the mean gap between kernels is {ms(gap)}, about "
                f"{gap / (busy / kernels):.1f} times a kernel's mean run time.")
-    advice = ["capture the step in a CUDA graph, or let torch.compile(model, mode=\"reduce-overhead\") do it "
-              "(one replay launches every kernel)",
+    advice = [("capture the step in a CUDA graph, or let torch.compile(model, mode=\"reduce-overhead\") do it "
+               "(one replay launches every kernel)"),
               "torch.compile without graphs still fuses elementwise chains into fewer kernels",
-              "use foreach or fused optimizers (torch.optim.AdamW(..., fused=True)) where the optimizer step "
-              "launches a kernel per parameter",
+              ("use foreach or fused optimizers (torch.optim.AdamW(..., fused=True)) where the optimizer step "
+               "launches a kernel per parameter"),
               "raise the batch size: the same launches then do more work each"]
     evidence = [
         row_evidence("gpu_idle", idle, "launching", "idle_ns", "GPU idle while the host dispatched work"),
