@@ -21,6 +21,7 @@ One module per table (or pair of tables), registered with ``@table`` in ``_regis
                              the host was doing (for the rules)
     gpu_idle_host            the idle time no operator explains, by the Python function or
                              range the host was in, inside the model's phases or outside
+    gpu_origin               GPU time by what started it: eager, CUDA graphs, Triton
     optimizer                each optimizer's step and zero_grad: cost and implementation
     fresh_copies             host tensors made right before their copy to the GPU
     conv_bias                convolutions whose bias the next batch norm cancels
@@ -57,6 +58,7 @@ from advisor.tables import (  # noqa: F401  (importing a module registers its ta
     fresh_copies,
     gpu_idle,
     gpu_idle_host,
+    gpu_origin,
     host_sync,
     kernel,
     memory,
@@ -95,6 +97,7 @@ _ORDER = (
     "gpu_idle",
     "gpu_idle_host",
     "step_gpu",
+    "gpu_origin",
     "optimizer",
     "fresh_copies",
     "conv_bias",

@@ -58,11 +58,15 @@ def check(ctx: RuleContext) -> list[Finding]:
         named = between[between.index != REST].sort_values("in_model_ns", ascending=False).head(3)
         where = (f"while the host dispatches work: {ms(in_ops)} inside operators and CUDA calls, {ms(in_python)} in "
                  "Python between them inside the model (most under " + ", ".join(_short(n) for n in named.index) + ")")
+    origin = ctx.table("gpu_origin")
+    graphs = float(value(origin, "CUDA graph replays", "share_of_gpu", 0.0) or 0.0)
+    already = (f" {pct(graphs)} of the GPU's time already comes from CUDA graph replays: the idle time is in what "
+               "runs outside them." if graphs >= 0.5 else "")
     message = (f"The GPU idles {ms(launching)} per step ({pct(share)} of the step) {where}: "
                f"{kernels:.0f} kernels a step, {short:.0f} of them "
                f"({pct(short_share)}) shorter than 10 us, from {launches:.0f} launch calls; the GPU is busy "
                f"{ms(busy)} of the {ms(step)} step, and the mean gap between kernels is {ms(gap)}, about "
-               f"{gap / (busy / kernels):.1f} times a kernel's mean run time.")
+               f"{gap / (busy / kernels):.1f} times a kernel's mean run time.{already}")
     advice = [("capture the step in a CUDA graph, or let torch.compile(model, mode=\"reduce-overhead\") do it "
                "(one replay launches every kernel)"),
               "torch.compile without graphs still fuses elementwise chains into fewer kernels",
@@ -83,7 +87,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     metrics: dict[str, Any] = {"idle_launching_ns_per_step": launching, "idle_in_ops_ns_per_step": in_ops,
                                "idle_python_ns_per_step": in_python, "share": share, "kernels": kernels,
                                "short_kernels": short, "launches": launches, "gap_ns": gap,
-                               "host_ns_per_launch": host_per_launch}
+                               "host_ns_per_launch": host_per_launch, "graph_share_of_gpu": graphs}
     # Graph replay leaves a launch per graph and what cannot be captured (host syncs,
     # data-dependent shapes, collectives outside the graph): the point keeps a share of
     # the idle time, the range runs from half of it to all of it.
