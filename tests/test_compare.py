@@ -172,3 +172,35 @@ def test_the_job_s_own_pace_leads_where_both_runs_have_unrecorded_steps():
     assert first.name == "step time, unrecorded steps (the job's own pace)"
     assert (first.before, first.after) == (60 * MS, 50 * MS) and first.verdict == "better"
     assert _named(c.headline, "mean step time (recorded steps)").relative == pytest.approx(-0.38)
+
+
+def _copies_session(copies_per_step: int):
+    """Two 20 ms steps, each a matmul of 8 ms on the GPU and ``copies_per_step`` device-to-
+    device copies of 0.1 ms each, launched by aten::copy_."""
+    from test_tables import Trace
+
+    t = Trace()
+    for number, base in ((1, 0.0), (2, 20.0)):
+        t.step(number, base, base + 20)
+        mm = t.op("aten::mm", base + 1, base + 2)
+        t.gpu("gemm", "kernel", base + 2, base + 10, launch=t.call("cudaLaunchKernel", base + 1.2, base + 1.4, parent=mm))
+        for i in range(copies_per_step):
+            start = base + 10 + i * 0.45
+            op = t.op("aten::copy_", start, start + 0.3)
+            call = t.call("cudaMemcpyAsync", start + 0.05, start + 0.1, parent=op)
+            t.gpu("Memcpy DtoD (Device -> Device)", "memcpy", start + 0.1, start + 0.2, launch=call,
+                  copy_kind="DtoD", src_memory="Device", dst_memory="Device", bytes=1_000_000)
+    return t.session()
+
+
+def test_copies_that_multiply_lead_the_comparison():
+    comparison = compare(_parts(_copies_session(1)), _parts(_copies_session(20)))
+    (copies, *others) = [m for m in comparison.multiplied if m.table == "memory"]
+    assert copies.key == "Memcpy DtoD (Device -> Device)" and copies.factor == pytest.approx(20)
+    assert copies.calls_before == 1 and copies.calls_after == 20
+    assert "20.0x" in copies.message and "1.0 -> 20.0 calls per step" in copies.message
+    text = comparison_text(comparison)
+    assert text.index("What multiplied") < text.index("Headline")
+    assert "What multiplied" in comparison_markdown(comparison)
+    # The same run against itself multiplies nothing.
+    assert compare(_parts(_copies_session(20)), _parts(_copies_session(20))).multiplied == []

@@ -132,6 +132,9 @@ def render_comparison_terminal(comparison: Comparison, console: Console) -> None
     for note in comparison.notes:
         parts.append(Text(f"  Note: {note}", style="yellow"))
     width = console.width
+    if comparison.multiplied:
+        parts += [Text(""), Text("What multiplied (look here first)", style="bold red")]
+        parts += [Text(f"  - {m.message}") for m in comparison.multiplied]
     parts += [Text(""), _changes_table("Headline", comparison.headline, width)]
     if comparison.phases:
         parts += [Text(""), _changes_table("Model Summary phases, mean per step", comparison.phases, width)]
@@ -171,6 +174,9 @@ def comparison_markdown(comparison: Comparison) -> str:
     lines.append("")
     for note in comparison.notes:
         lines += [f"> {md_escape(note)}", ""]
+    if comparison.multiplied:
+        lines += ["### What multiplied (look here first)", ""]
+        lines += [f"- {md_escape(m.message)}" for m in comparison.multiplied] + [""]
     lines += ["### Headline", ""] + _md_changes(comparison.headline)
     if comparison.phases:
         lines += ["### Model Summary phases, mean per step", ""] + _md_changes(comparison.phases, "phase")

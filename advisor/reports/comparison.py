@@ -23,8 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.findings import Finding
 from advisor.session import Session
+from advisor.units import format_ns
 
-__all__ = ["Change", "Comparison", "FindingChange", "RowChange", "Side", "compare"]
+__all__ = ["Change", "Comparison", "FindingChange", "Multiplied", "RowChange", "Side", "compare"]
 
 TOP_ROWS = 10
 # Moves smaller than this share of the before value, or than this many ns per step, are
@@ -84,6 +85,23 @@ class FindingChange(_Model):
     anchor: str = Field(default="", description="The evidence row that identifies it, e.g. host_sync[aten::to @ x.py:4].")
 
 
+class Multiplied(_Model):
+    """Work that multiplied between the two profiles: a row of the operator, kernel or
+    memory table whose time per step grew many times over (or appeared), by enough to
+    matter to the step."""
+
+    table: str
+    key: str
+    what: str = Field(description="What the figure is, in words.")
+    before_ns: float = Field(description="Per step (or per window), ns; 0 where the row is absent before.")
+    after_ns: float
+    calls_before: float | None = Field(default=None, description="Calls per step (or window) before.")
+    calls_after: float | None = None
+    factor: float | None = Field(default=None, description="after / before (null where it appeared).")
+    share_of_step: float | None = Field(default=None, description="The growth as a share of the after step.")
+    message: str
+
+
 class Side(_Model):
     """What one of the two profiles is."""
 
@@ -108,6 +126,8 @@ class Comparison(_Model):
                                                                    "then mean GPU time per step.")
     rows: list[RowChange] = Field(default_factory=list, description="The rows that moved most, per table and column.")
     findings: list[FindingChange] = Field(default_factory=list)
+    multiplied: list[Multiplied] = Field(default_factory=list,
+                                         description="Work that grew many times over: the regressions to look at first.")
     notes: list[str] = Field(default_factory=list)
 
 
@@ -245,6 +265,49 @@ def _rows(b: Triple, a: Triple, divisors: tuple[float, float], top: int) -> list
     return out
 
 
+# Work that grows this many times over, and by this much of the step (and at least
+# MULTIPLIED_MIN_NS per step), is a regression of its own, not one moved row among many.
+MULTIPLIED_FACTOR = 5.0
+MULTIPLIED_MIN_SHARE = 0.02
+MULTIPLIED_MIN_NS = 200_000
+MULTIPLIED_TABLES: tuple[tuple[str, str, str], ...] = (
+    ("memory", "gpu_total_ns", "GPU time of copies and sets"),
+    ("kernel", "gpu_total_ns", "GPU time of kernels"),
+    ("operator", "cpu_total_ns", "CPU time of top-level operators"),
+)
+
+
+def _multiplied(b: Triple, a: Triple, divisors: tuple[float, float], after_step: float | None) -> list[Multiplied]:
+    out: list[Multiplied] = []
+    floor = max(MULTIPLIED_MIN_NS, MULTIPLIED_MIN_SHARE * after_step) if after_step else MULTIPLIED_MIN_NS
+    for table, column, what in MULTIPLIED_TABLES:
+        fb, fa = b[1].get(table), a[1].get(table)
+        if fb is None or fa is None or column not in fb.columns or column not in fa.columns:
+            continue
+        if "level" in fb.columns:
+            fb = fb[fb["level"].astype(str) == "top"]
+            fa = fa[fa["level"].astype(str) == "top"]
+        before, after = _per(fb, column, divisors[0]), _per(fa, column, divisors[1])
+        calls_b = _per(fb, "calls", divisors[0]) if "calls" in fb.columns else {}
+        calls_a = _per(fa, "calls", divisors[1]) if "calls" in fa.columns else {}
+        for key, y in after.items():
+            x = before.get(key) or 0.0
+            if y - x < floor or (x and y < MULTIPLIED_FACTOR * x):
+                continue
+            factor = y / x if x else None
+            cb, ca = calls_b.get(key), calls_a.get(key)
+            calls = f" ({cb or 0:.1f} -> {ca:.1f} calls per {'step' if divisors != (1.0, 1.0) else 'window'})" \
+                if ca is not None else ""
+            grew = f"{factor:.1f}x" if factor else "new"
+            message = (f"{key}: {grew}, {what} {format_ns(x)} -> {format_ns(y)} per "
+                       f"{'step' if divisors != (1.0, 1.0) else 'window'}{calls}")
+            out.append(Multiplied(table=table, key=key, what=what, before_ns=x, after_ns=y,
+                                  calls_before=cb, calls_after=ca, factor=factor,
+                                  share_of_step=(y - x) / after_step if after_step else None, message=message))
+    out.sort(key=lambda m: -(m.after_ns - m.before_ns))
+    return out
+
+
 # -- findings ---------------------------------------------------------------------------------
 
 
@@ -337,5 +400,6 @@ def compare(before: Triple, after: Triple, *, top: int = TOP_ROWS) -> Comparison
         phases=_phases(before, after),
         rows=_rows(before, after, divisors, top),
         findings=_findings(before[2], after[2]),
+        multiplied=_multiplied(before, after, divisors, sides[1].mean_step_ns if per == "step" else None),
         notes=notes,
     )
