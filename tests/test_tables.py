@@ -319,12 +319,16 @@ def test_known_answers_userdefined_and_gpu_idle():
     row = user.loc["my_range"]
     assert (row["calls"], row["cpu_total_ns"], row["gpu_total_ns"]) == (1, 30 * MS, 15 * MS)
     idle = tables["gpu_idle"]
-    assert list(idle.index) == ["data loading", "blocking sync", "launching", "other"]
+    assert list(idle.index) == ["work queued", "data loading", "blocking sync", "launching", "other"]
+    # The first gemm was launched by 33 ms and starts at 35, MmBackward's kernel launched
+    # by 62 and starts at 65, on an idle GPU: after the 10 us a launch takes, the device
+    # held work it did not run.
+    assert idle.loc["work queued", "idle_ns"] == 2 * MS - 10_000 + 3 * MS - 10_000
     assert idle.loc["data loading", "idle_ns"] == 60 * MS
     # .to() 130..135 less its copy 132..133; .item() 150..152 less 150.6..150.7; the sync.
     assert idle.loc["blocking sync", "idle_ns"] == 4 * MS + 1_900_000 + 2 * MS
-    # linear 30..35 before its gemms; MmBackward 60..65 before its kernel.
-    assert idle.loc["launching", "idle_ns"] == 10 * MS
+    # linear 30..33.01 before its first gemm was queued; MmBackward 60..62.01 before its kernel was.
+    assert idle.loc["launching", "idle_ns"] == 3 * MS + 10_000 + 2 * MS + 10_000
     assert idle["idle_ns"].sum() == 200 * MS - 31_100_000
     assert idle["share_of_idle"].sum() == pytest.approx(1)
     assert idle.loc["other", "per_step_ns"] == idle.loc["other", "idle_ns"] / 2

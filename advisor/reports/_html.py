@@ -77,6 +77,7 @@ PHASES = (
 )
 GPU_STATES = (
     ("GPU busy", "busy_ns", "s-busy", "--c-busy"),
+    ("idle: work queued", "idle_work_queued_ns", "s-idle-queued", "--c-idle-queued"),
     ("idle: data loading", "idle_data_loading_ns", "s-idle-dl", "--c-idle-dl"),
     ("idle: blocking sync", "idle_blocking_sync_ns", "s-idle-sync", "--c-idle-sync"),
     ("idle: launching", "idle_launching_ns", "s-idle-launch", "--c-idle-launch"),

@@ -31,16 +31,36 @@ MAX_ROWS = 40
 REST = "(other ranges)"
 
 
+# A kernel starts a few microseconds after its launch call returns even on an idle GPU:
+# waiting longer than this with the launch done is waiting on the device, not the host.
+LAUNCH_LATENCY_NS = 10_000
+IDLE_STATES = ("work queued", "data loading", "blocking sync", "launching", "other")
+
+
+def queued_work(f: Facts) -> iv.Intervals:
+    """When GPU work had been launched (its call returned, plus the launch latency) but had
+    not started: the device held work it did not run (waiting on an event, another stream
+    or a peer), whatever the host did meanwhile."""
+    gpu = f.gpu
+    launch = gpu["launch"].to_numpy()
+    known = launch >= 0
+    if not known.any():
+        return iv.EMPTY
+    returned = f.events["end_ns"].to_numpy()[launch[known]] + LAUNCH_LATENCY_NS
+    return iv.union((returned, gpu["start_ns"].to_numpy()[known]))
+
+
 def idle_by_host_state(f: Facts) -> dict[str, iv.Intervals]:
-    """The GPU's idle time in the window, split by the first host state that covers it:
-    data loading, blocking sync, launching, and what is left ("other"). Worked out once
-    for gpu_idle and this table."""
+    """The GPU's idle time in the window, split by the first state that covers it: work
+    queued on the device, then the host's data loading, blocking sync, launching, and
+    what is left ("other"). Worked out once for gpu_idle, gpu_timeline and this table."""
 
     def compute() -> dict[str, iv.Intervals]:
         lo, hi = f.window
         remaining = iv.subtract(([lo], [hi]), f.busy(*GPU_KINDS))
         phases = f.phases
         states = (
+            ("work queued", queued_work(f)),
             ("data loading", phases[phases["phase_name"].to_numpy() == "Dataloader"]),
             ("blocking sync", blocking_calls(f)),
             ("launching", f.busy(*HOST_BUSY_KINDS)),

@@ -18,8 +18,7 @@ from advisor.session import GPU_KINDS
 from advisor.session import intervals as iv
 from advisor.tables._facts import MODEL_PHASES, Facts
 from advisor.tables._registry import table, with_notes
-from advisor.tables.device import HOST_BUSY_KINDS
-from advisor.tables.host_sync import blocking_calls
+from advisor.tables.gpu_idle_host import idle_by_host_state
 from advisor.tables.model import _per_step
 
 # Slices of the window in the GPU timeline: fine enough to see each step's idle gap in a
@@ -29,6 +28,7 @@ BUCKETS = 120
 PHASE_COLUMNS = {phase: f"{phase.lower()}_ns" for phase in (*MODEL_PHASES, "Others")}
 # The host states of the GPU Idle Breakdown, in its order of precedence, as column names.
 IDLE_COLUMNS = {
+    "work queued": "idle_work_queued_ns",
     "data loading": "idle_data_loading_ns",
     "blocking sync": "idle_blocking_sync_ns",
     "launching": "idle_launching_ns",
@@ -121,7 +121,7 @@ def per_bucket(spans: iv.Intervals, edges: np.ndarray) -> np.ndarray:
         f"The window cut into {BUCKETS} equal slices (fewer for a window shorter than that many "
         "ns): in each, the time some GPU work ran (kernels, copies or sets, on any device) and the "
         "idle time split by what the host was doing, with the GPU Idle Breakdown's definitions "
-        "and precedence (data loading, blocking sync, launching, other). busy_ns plus the idle "
+        "and precedence (work queued, data loading, blocking sync, launching, other). busy_ns plus the idle "
         "columns is the slice's length; each idle column sums over the rows to that row of the "
         "GPU Idle Breakdown. Empty when the GPU was not measured."
     ),
@@ -131,7 +131,8 @@ def per_bucket(spans: iv.Intervals, edges: np.ndarray) -> np.ndarray:
         "duration_ns": "Slice length, ns.",
         "busy_ns": "GPU busy time in the slice, ns.",
         "utilization": "busy_ns / duration_ns (0..1).",
-        **{column: f"GPU idle time in the slice with the host in {state}, ns." for state, column in IDLE_COLUMNS.items()},
+        **{column: f"GPU idle time in the slice in the state {state!r} (the GPU Idle Breakdown's), ns."
+           for state, column in IDLE_COLUMNS.items()},
         "step": "The step running at the slice's start (-1: none).",
     },
 )
@@ -144,7 +145,6 @@ def gpu_timeline_table(f: Facts) -> pd.DataFrame | None:
     count = int(min(BUCKETS, hi - lo))
     edges = lo + (np.arange(count + 1, dtype=np.int64) * (hi - lo)) // count
     busy = f.busy(*GPU_KINDS)
-    idle = iv.subtract(([lo], [hi]), busy)
     out = pd.DataFrame(
         {
             "offset_ns": edges[:-1] - lo,
@@ -153,18 +153,9 @@ def gpu_timeline_table(f: Facts) -> pd.DataFrame | None:
         }
     )
     out["utilization"] = f.ratio(out["busy_ns"], out["duration_ns"])
-    phases = f.phases
-    states = (
-        ("data loading", phases[phases["phase_name"].to_numpy() == "Dataloader"]),
-        ("blocking sync", blocking_calls(f)),
-        ("launching", f.busy(*HOST_BUSY_KINDS)),
-    )
-    remaining = idle
-    for state, spans in states:
-        held = iv.as_intervals(spans)
-        out[IDLE_COLUMNS[state]] = per_bucket(iv.intersect(remaining, held), edges)
-        remaining = iv.subtract(remaining, held)
-    out[IDLE_COLUMNS["other"]] = per_bucket(remaining, edges)
+    split = idle_by_host_state(f)
+    for state, column in IDLE_COLUMNS.items():
+        out[column] = per_bucket(split[state], edges)
     out["step"] = _step_at(f, edges[:-1])
     return out
 

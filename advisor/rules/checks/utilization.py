@@ -31,19 +31,24 @@ def check(ctx: RuleContext) -> list[Finding]:
             for reason, idle_row in idle.sort_values("idle_ns", ascending=False).iterrows():
                 if idle_row["idle_ns"] <= 0:
                     continue
-                breakdown.append(f"{reason} {pct(float(idle_row['share_of_idle']))}")
+                label = {"work queued": "work queued on the GPU", "data loading": "the host loading data",
+                         "blocking sync": "the host blocked on the GPU", "launching": "the host launching",
+                         "other": "the host elsewhere (Python, unrecorded)"}.get(str(reason), str(reason))
+                breakdown.append(f"{label} {pct(float(idle_row['share_of_idle']))}")
                 evidence.append(row_evidence("gpu_idle", idle, reason, "idle_ns", f"GPU idle while the host was in {reason}"))
         message = (
             f"{row.get('name', key)} is busy {pct(utilization)} of the {ms(row['window_ns'])} window "
             + (f"and idle {ms(per_step)} per step." if ctx.step_count else f"and idle {ms(idle_ns)} of it (no steps found).")
         )
         if breakdown:
-            message += " While it idles the host is in: " + ", ".join(breakdown) + "."
+            message += " While it idles: " + ", ".join(breakdown) + "."
         top_reason = str(idle["idle_ns"].idxmax()) if idle is not None and len(idle) and idle["idle_ns"].max() > 0 else ""
         advice = {
             "data loading": "fix the data loader first (see the data-loading finding)",
             "blocking sync": "remove host synchronisations from the loop first",
             "launching": "cut launch overhead: larger batches, fused or foreach optimizers, torch.compile, CUDA graphs",
+            "work queued": "look at what the GPU's queued work waits on (events, other streams, communication with "
+                           "peers): the host has already launched it",
         }.get(top_reason, "find what the host does between kernels (the timeline shows the gaps): "
                           "Python work, logging, checkpointing or communication waits")
         findings.append(
