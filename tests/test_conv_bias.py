@@ -53,6 +53,11 @@ def test_the_saving_is_three_passes_over_the_output_at_the_bandwidth():
     (finding,) = checks()["conv-bias-before-batchnorm"](ctx)
     assert finding.saving.ms_per_step == pytest.approx(3 * 2_097_152 / 1e11 * 1e3, rel=1e-3)
     assert "bias=False" in finding.recommendation and "Conv2d(3, 32, kernel 3x3)" in finding.message
+    # On a CPU oneDNN adds the bias inside the convolution: only the gradient's pass remains.
+    cpu = RuleContext(tables={"conv_bias": convs, "roofline_ceilings": ceilings.assign(unit="cpu")}, spec=spec,
+                      step_count=10, mean_step_ns=10 * MS, window_ns=100 * MS, gpu_measured=False)
+    (finding,) = checks()["conv-bias-before-batchnorm"](cpu)
+    assert finding.saving.ms_per_step == pytest.approx(2_097_152 / 1e11 * 1e3, abs=1e-4)
     unknown = RuleContext(tables={"conv_bias": convs}, spec=spec, step_count=10, mean_step_ns=10 * MS,
                           window_ns=100 * MS, gpu_measured=False)
     (finding,) = checks()["conv-bias-before-batchnorm"](unknown)

@@ -21,7 +21,8 @@ def spec(rule: str):
 
 def launch_context(*, launching_ms: float, kernels: int = 600, short: int = 500, gpu: bool = True,
                    step_ms: float = 10.0) -> RuleContext:
-    idle = pd.DataFrame({"idle_ns": [launching_ms * MS, 1 * MS]}, index=["launching", "other"])
+    idle = pd.DataFrame({"idle_ns": [launching_ms * MS, 1 * MS], "per_step_ns": [launching_ms * MS, 1 * MS]},
+                        index=["launching", "other"])
     balance = pd.DataFrame({"step_ns": [step_ms * MS], "gpu_busy_ns": [3 * MS], "kernels": [kernels],
                             "short_kernels": [short], "launches": [kernels + 10]}, index=["mean"])
     return RuleContext(tables={"gpu_idle": idle, "step_gpu": balance}, spec=spec("launch-bound"), step_count=1,
@@ -32,12 +33,19 @@ def test_many_short_kernels_with_the_gpu_idle_while_launching_is_launch_bound():
     (finding,) = checks()["launch-bound"](launch_context(launching_ms=5.0))
     assert finding.severity.value == "high"  # 50% of the step, over XProf's 15%
     assert "600 kernels a step, 500 of them (83.3%) shorter than 10 us" in finding.message
-    assert "CUDA graph" in finding.recommendation and "fused=True" in finding.recommendation
+    assert "CUDA graph" in finding.recommendation
+    # The optimizer advice only where the optimizer table shows a single-tensor step.
+    assert "fused=True" not in finding.recommendation
+    ctx = launch_context(launching_ms=5.0)
+    ctx.tables["optimizer"] = pd.DataFrame({"call": ["step"], "implementation": ["single-tensor"]},
+                                           index=["Optimizer.step#SGD.step"])
+    (with_optimizer,) = checks()["launch-bound"](ctx)
+    assert "fused=True" in with_optimizer.recommendation
     saving = finding.saving
     assert saving.low_ms_per_step == 2.5 and saving.high_ms_per_step == 5.0
     assert saving.ms_per_step == pytest.approx(5.0 * 0.75)
     cited = {(e.table, e.row, e.column) for e in finding.evidence}
-    assert ("gpu_idle", "launching", "idle_ns") in cited and ("step_gpu", "mean", "short_kernels") in cited
+    assert ("gpu_idle", "launching", "per_step_ns") in cited and ("step_gpu", "mean", "short_kernels") in cited
 
 
 def test_launch_idle_under_the_threshold_or_without_a_gpu_is_not_reported():

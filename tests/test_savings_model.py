@@ -149,16 +149,23 @@ def test_a_faster_gpu_saves_the_step_only_where_the_gpu_sets_the_pace():
 
     spec = next(s for s in builtin_specs() if s.id == "below-roofline")
 
-    def ctx(busy_ms: float, blocking_ms: float) -> RuleContext:
+    def ctx(busy_ms: float, blocking_ms: float, idle_blocked_ms: float = 0.0) -> RuleContext:
+        """Five 100 ms steps; per step the GPU busy ``busy_ms``, the host blocked
+        ``blocking_ms``, ``idle_blocked_ms`` of it with the GPU idle too."""
         balance = pd.DataFrame({"step_ns": [100e6], "gpu_busy_ns": [busy_ms * 1e6], "blocking_ns": [blocking_ms * 1e6]},
                                index=["mean"])
-        return RuleContext(tables={"step_gpu": balance}, spec=spec, step_count=5, mean_step_ns=100e6,
-                           window_ns=int(500e6), gpu_measured=True)
+        idle_ms = 100 - busy_ms
+        idle = pd.DataFrame({"idle_ns": [idle_blocked_ms * 5e6, (idle_ms - idle_blocked_ms) * 5e6]},
+                            index=["blocking sync", "launching"])
+        return RuleContext(tables={"step_gpu": balance, "gpu_idle": idle}, spec=spec, step_count=5,
+                           mean_step_ns=100e6, window_ns=int(500e6), gpu_measured=True)
 
     # GPU-bound (busy 97 of 100 ms): all 30 ms of GPU time saved comes off the step.
     assert gpu_speedup_cap(ctx(97, 1), 30e6) == (30e6, "")
     # Host-bound (the GPU idles 40 ms): only the 8 ms the host waits for the GPU.
     capped, why = gpu_speedup_cap(ctx(60, 8), 30e6)
     assert capped == 8e6 and "host sets the pace" in why
+    # Of those waits, the 5 ms the GPU idles too (a pageable copy being staged) do not shrink.
+    assert gpu_speedup_cap(ctx(60, 8, idle_blocked_ms=5), 30e6)[0] == 3e6
     # A saving smaller than the waits is kept whole.
     assert gpu_speedup_cap(ctx(60, 8), 5e6) == (5e6, "")

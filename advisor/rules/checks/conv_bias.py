@@ -30,14 +30,17 @@ def check(ctx: RuleContext) -> list[Finding]:
     if ceilings is not None and len(ceilings) and "peak_bytes_per_s" in ceilings.columns:
         bandwidth = float(ceilings["peak_bytes_per_s"].max())
     known = math.isfinite(bandwidth) and bandwidth > 0
+    # oneDNN on a CPU adds the bias inside the convolution: only its gradient costs a pass.
+    on_cpu = ceilings is not None and len(ceilings) and "unit" in ceilings.columns and (ceilings["unit"] == "cpu").all()
+    passes = 1 if on_cpu else PASSES
     per_step = convs["bytes_per_step"].astype(float).fillna(convs["output_bytes"].astype(float))
     moved = float(per_step.sum())
     calls = float(convs["calls_per_step"].astype(float).fillna(convs["calls"].astype(float)).sum())
-    point = PASSES * moved / bandwidth * 1e9 if known else 0.0
+    point = passes * moved / bandwidth * 1e9 if known else 0.0
     layers = ", ".join(str(row["layer"]) for _, row in convs.head(3).iterrows())
     more = f" and {len(convs) - 3} more shapes" if len(convs) > 3 else ""
     message = (f"{calls:.0f} convolution call{'s' if calls != 1 else ''} a step add a bias that the batch norm right "
-               f"after cancels: {layers}{more}. The bias costs {PASSES} passes over "
+               f"after cancels: {layers}{more}. The bias costs {passes} pass{'es' if passes > 1 else ''} over "
                f"{moved / 1e6:.1f} MB of output a step")
     message += (f", about {ms(point)} at the device's {bandwidth / 1e9:.0f} GB/s." if known else
                 "; this machine's memory bandwidth is not known (run `advisor calibrate`), so no time is put on it.")
@@ -50,17 +53,18 @@ def check(ctx: RuleContext) -> list[Finding]:
         title=ctx.spec.title,
         severity=ctx.spec.severity,
         confidence=0.8,
-        saving=saving(ctx, point, "three passes over each such convolution's output at the device's memory bandwidth "
-                                  "(adding the bias forward, summing its gradient backward)" if known else
+        saving=saving(ctx, point, f"{passes} pass{'es' if passes > 1 else ''} over each such convolution's output at "
+                                  "the device's memory bandwidth (adding the bias forward, on a GPU, and summing its "
+                                  "gradient backward)" if known else
                                   "not estimated: the memory bandwidth of this machine is unknown",
-                      low_ns=point / PASSES if known else None, high_ns=point if known else None,
+                      low_ns=point / passes if known else None, high_ns=point if known else None,
                       remains="The step keeps the convolutions and batch norms; the model computes the same "
                               "function (batch norm's own shift takes the bias's place)."),
         message=message,
         recommendation=("Build these convolutions with bias=False, e.g. nn.Conv2d(c_in, c_out, 3, padding=1, "
                         "bias=False) before nn.BatchNorm2d(c_out): batch norm's learned shift does the bias's job. "
-                        "A checkpoint trained with the bias loads with strict=False, or fold the bias into the "
-                        "batch norm's running mean."),
+                        "A checkpoint trained with the bias loads with strict=False once the bias is folded into "
+                        "the batch norm (running_mean -= bias), which keeps its outputs the same."),
         evidence=[e for e in evidence if e is not None],
         metrics={"calls_per_step": calls, "bytes_per_step": moved, "bandwidth_bytes_per_s": bandwidth if known else None},
     )]

@@ -83,13 +83,13 @@ def check(ctx: RuleContext) -> list[Finding]:
         basis = ("none: on this CPU run the calls wait for no device; on a GPU each would wait for all the "
                  "work queued before it")
     message = (
-        f"{int(in_loop['calls'].sum())} host-blocking calls "
-        + (f"in {ctx.step_count} steps " if ctx.step_count else "in the window (no steps found) ")
+        f"{_count(int(in_loop['calls'].sum()), 'host-blocking call')} "
+        + (f"in {_count(ctx.step_count, 'step')} " if ctx.step_count else "in the window (no steps found) ")
         + f"cost {ms(blocked_per_step)} per step ({pct(share)} of the step): " + "; ".join(lines) + "."
     )
     if not ctx.gpu_measured:
-        message = (f"{int(in_loop['calls'].sum())} calls "
-                   + (f"in {ctx.step_count} steps " if ctx.step_count else "in the window (no steps found) ")
+        message = (f"{_count(int(in_loop['calls'].sum()), 'call')} "
+                   + (f"in {_count(ctx.step_count, 'step')} " if ctx.step_count else "in the window (no steps found) ")
                    + "read tensors back to Python; on this CPU run they wait for nothing (" + ms(blocked_per_step)
                    + " per step in the calls themselves), but where the tensor is on a GPU each one waits for "
                    "the device to finish all the work queued before it: " + "; ".join(lines) + ".")
@@ -124,3 +124,8 @@ def check(ctx: RuleContext) -> list[Finding]:
             metrics={"blocked_ns_per_step": blocked_per_step, "blocked_share": share},
         )
     ]
+
+
+def _count(n: int, noun: str) -> str:
+    """ "1 step", "6 steps"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -15,10 +15,11 @@ foreach optimizers, larger batches (the same launches do more work).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from advisor.findings import Finding
-from advisor.rules.checks.common import ms, pct, row_evidence, saving, severity_by_share, value
+from advisor.rules.checks.common import gpu_idle_per_step, ms, pct, row_evidence, saving, severity_by_share, value
 from advisor.rules.registry import RuleContext, register
 from advisor.tables.gpu_idle_host import REST
 
@@ -47,17 +48,29 @@ def check(ctx: RuleContext) -> list[Finding]:
     kernels = float(value(balance, row, "kernels", 0.0) or 0.0)
     short = float(value(balance, row, "short_kernels", 0.0) or 0.0)
     launches = float(value(balance, row, "launches", 0.0) or 0.0)
-    busy = float(value(balance, row, "gpu_busy_ns", 0.0) or 0.0)
     if not kernels:
         return []
+    # The GPU's time in the step, whenever its work was launched (a step may run work
+    # queued in the one before): the step less its idle time.
+    idle_per_step = gpu_idle_per_step(ctx) or 0.0
+    busy = max(step - idle_per_step, 0.0)
     short_share = short / kernels
-    host_per_launch = launching / launches if launches else float("nan")
-    gap = max(step - busy, 0.0) / kernels
+    host_per_launch = in_ops / launches if launches else float("nan")
+    gap = idle_per_step / kernels
     where = "while the host is inside operators and CUDA calls, dispatching work"
     if in_python >= 0.05 * launching and between is not None:
         named = between[between.index != REST].sort_values("in_model_ns", ascending=False).head(3)
-        where = (f"while the host dispatches work: {ms(in_ops)} inside operators and CUDA calls, {ms(in_python)} in "
-                 "Python between them inside the model (most under " + ", ".join(_short(n) for n in named.index) + ")")
+        parts = [f"{_short(n)} {pct(float(named.at[n, 'in_model_ns']) / steps / in_python)}" for n in named.index]
+        kinds = set(named["source"])
+        what = "Python" if kinds == {"python"} else ("ranges" if kinds == {"range"} else "Python and ranges")
+        where = (f"while the host dispatches work: {ms(in_ops)} inside operators and CUDA calls, {ms(in_python)} "
+                 f"between them inside the step's forward, backward and optimizer phases (largest {what}: "
+                 + ", ".join(parts) + ")")
+    slow_host = ""
+    if host_per_launch > ctx.threshold("slow_launch_us") * 1e3:
+        slow_host = (f" Each launch costs the host {ms(host_per_launch)} of idle GPU time on average, where a few "
+                     "microseconds is usual: the host itself is slow here (CPU contention, profiling with stacks or "
+                     "shapes, hooks on every operator), which is worth ruling out first.")
     origin = ctx.table("gpu_origin")
     graphs = float(value(origin, "CUDA graph replays", "share_of_gpu", 0.0) or 0.0)
     already = (f" {pct(graphs)} of the GPU's time already comes from CUDA graph replays: the idle time is in what "
@@ -66,19 +79,20 @@ def check(ctx: RuleContext) -> list[Finding]:
                f"{kernels:.0f} kernels a step, {short:.0f} of them "
                f"({pct(short_share)}) shorter than 10 us, from {launches:.0f} launch calls; the GPU is busy "
                f"{ms(busy)} of the {ms(step)} step, and the mean gap between kernels is {ms(gap)}, about "
-               f"{gap / (busy / kernels):.1f} times a kernel's mean run time.{already}")
+               f"{gap / (busy / kernels):.1f} times a kernel's mean run time.{already}{slow_host}")
     advice = [("capture the step in a CUDA graph, or let torch.compile(model, mode=\"reduce-overhead\") do it "
                "(one replay launches every kernel)"),
-              "torch.compile without graphs still fuses elementwise chains into fewer kernels",
-              ("use foreach or fused optimizers (torch.optim.AdamW(..., fused=True)) where the optimizer step "
-               "launches a kernel per parameter"),
-              "raise the batch size: the same launches then do more work each"]
+              "torch.compile without graphs still fuses elementwise chains into fewer kernels"]
+    calls = ctx.table("optimizer")
+    if calls is not None and len(calls) and (calls["implementation"] == "single-tensor").any():
+        advice.append("use foreach or fused optimizers (torch.optim.AdamW(..., fused=True)): the optimizer step "
+                      "launches kernels parameter by parameter (see optimizer-not-fused)")
+    advice.append("raise the batch size: the same launches then do more work each")
     evidence = [
-        row_evidence("gpu_idle", idle, "launching", "idle_ns", "GPU idle while the host dispatched work"),
+        row_evidence("gpu_idle", idle, "launching", "per_step_ns", "GPU idle per step while the host dispatched work"),
         row_evidence("step_gpu", balance, row, "kernels"),
         row_evidence("step_gpu", balance, row, "short_kernels", "kernels under 10 us"),
         row_evidence("step_gpu", balance, row, "launches"),
-        row_evidence("step_gpu", balance, row, "gpu_busy_ns"),
     ]
     if in_python and between is not None:
         top = between[between.index != REST]["in_model_ns"].idxmax() if (between.index != REST).any() else REST
@@ -100,8 +114,9 @@ def check(ctx: RuleContext) -> list[Finding]:
         saving=saving(ctx, launching * (1 - kept),
                       "the GPU's idle time while the host dispatched work, less what a CUDA graph cannot "
                       "capture", low_ns=launching * 0.5, high_ns=launching,
-                      remains=f"The step keeps the GPU's own {ms(busy)} of work, the host's time outside operators "
-                              "(Python, data, waits), and whatever the graph or compiler cannot capture."),
+                      remains=f"The step keeps the GPU's own {ms(busy)} of work, the host's time outside what the "
+                              "graph or compiler captures (data loading, Python outside the phases, waits), and a "
+                              "launch per graph."),
         message=message,
         recommendation="Cut the number of launches: " + "; ".join(advice) + ".",
         evidence=[e for e in evidence if e is not None],
@@ -113,6 +128,6 @@ def _short(frame: str) -> str:
     """A Python frame "dir/file.py(12): fn" as "fn (file.py:12)"; other names as they are."""
     head, sep, function = frame.partition("): ")
     if not sep or "(" not in head:
-        return frame
+        return re.sub(r" of type object at 0x[0-9a-f]+| at 0x[0-9a-f]+", "", frame)
     path, _, line = head.rpartition("(")
     return f"{function} ({path.rsplit('/', 1)[-1]}:{line})"

@@ -74,7 +74,13 @@ def check(ctx: RuleContext) -> list[Finding]:
         if rule is None or not row["flops"] or pd.isna(row["flops"]):
             continue
         dims = _dims(row)
-        missing = {name: value for name, value in dims.items() if value % rule.required_multiple}
+        # A size below the multiple (K = 1 of an outer product, 3 classes) would be mostly
+        # padding: never worth it, never reported.
+        missing = {name: value for name, value in dims.items()
+                   if value % rule.required_multiple and value > rule.required_multiple}
+        per_call_ns = float(row["measured_ns"]) / max(float(row["calls"]), 1.0) if measured_here else math.inf
+        if row.get("tensor_core_kernels") == "yes" and per_call_ns < ctx.threshold("min_call_us") * 1e3:
+            continue  # on tensor cores already, and too short for its shape to matter: launch-bound's
         memory_ns = row["bytes"] / bandwidth * 1e9 if row["bytes"] and not pd.isna(row["bytes"]) else 0.0
         peak = kb.peak_flops(profile, judged, True)
         if not peak:
@@ -107,6 +113,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         return []
     items.sort(key=lambda item: -item["saving_ns"])
     gpu_time = sum(item["saving_ns"] for item in items) / steps
+    if gpu_time < ctx.threshold("min_saving_ms") * 1e6:
+        return []  # microseconds a step: not worth a reader's attention
     per_step, capped = gpu_speedup_cap(ctx, gpu_time)
     share = per_step / ctx.mean_step_ns if ctx.mean_step_ns else 0.0
     lines, evidence = [], []
@@ -119,8 +127,10 @@ def check(ctx: RuleContext) -> list[Finding]:
             parts.append(f"not multiples of {rule.required_multiple} for {item['judged']}: pad {pads}")
         if item["fp32"]:
             parts.append("fp32 on CUDA cores")
-        lines.append(f"{_layer(row)}, {int(row['calls'])} calls, {ms(item['saving_ns'] / steps)} of GPU time per "
-                     "step: " + "; ".join(parts))
+        measured = (f" of its {ms(float(row['measured_ns']) / steps)}" if bool(row.get("measured_on_target"))
+                    and not pd.isna(row["measured_ns"]) else "")
+        lines.append(f"{_layer(row)}, {int(row['calls'])} calls, {ms(item['saving_ns'] / steps)} recoverable per "
+                     f"step{measured}: " + "; ".join(parts))
         evidence.append(Evidence(kind="table_row", table="roofline", row=str(item["key"]), column="input_dims",
                                  value=str(row["input_dims"]), note="; ".join(parts)))
     misaligned = [i for i in items if i["missing"]]
@@ -143,13 +153,14 @@ def check(ctx: RuleContext) -> list[Finding]:
     return [
         Finding(
             rule=ctx.spec.id,
-            title=ctx.spec.title,
+            title=("fp32 matrix work runs without tensor cores" if fp32 and not misaligned else ctx.spec.title),
             severity=severity_by_share(ctx, share) if share else Severity.low,
             confidence=0.7 if all(bool(i["row"].get("measured_on_target")) for i in items) else 0.5,
             saving=saving(ctx, per_step, items[0]["basis"]),
             message=(f"{where[0].upper()}{where[1:]}, " + " and ".join(part for part in (
                          f"{len(misaligned)} GEMM/convolution shapes miss the tensor-core multiples" if misaligned else "",
-                         f"{len(fp32)} run fp32 matrix work on CUDA cores, which "
+                         f"{len(fp32)}{'' if misaligned else ' GEMM/convolution shapes'} run fp32 matrix work on "
+                         "CUDA cores, which "
                          + ("fp16 autocast would move to tensor cores (this GPU has no TF32)"
                             if all(i["judged"] == "fp16" for i in fp32) else "TF32 or bf16 autocast would move to "
                                                                              "tensor cores")
