@@ -138,6 +138,9 @@ def test_qwen_lists_the_ops_furthest_below_their_roofline():
     worst = [w["key"] for w in finding.metrics["worst"]]
     assert worst[0].startswith("aten::scaled_dot_product_attention")
     assert all(e.table == "roofline" and e.column == "efficiency" for e in finding.evidence)
+    # It already runs FlashAttention kernels: the advice is what is left beyond them.
+    assert "already runs FlashAttention" in finding.recommendation and "CUDNN_ATTENTION" in finding.recommendation
+    assert "recoverable" in finding.message
 
 
 def test_resnet50_forward_convolutions_cost_what_resnet50_costs():
