@@ -80,7 +80,7 @@ SCRIPT_PAIRS = (
     ScriptPair("in_memory_loop", "in_memory_loop.py", "dataloader-starvation", lambda f: ["--batched"], 2000,
                repeat_factor=3),
     ScriptPair("augment_loop", "augment_loop.py", "host-bound", lambda f: ["--vectorized"], 60),
-    ScriptPair("per_sample_loop", "per_sample_loop.py", "host-bound", lambda f: ["--batched"], 100),
+    ScriptPair("per_sample_loop", "per_sample_loop.py", "per-sample-model-calls", lambda f: ["--batched"], 100),
     # GPU pairs: the fixed twins of the GPU cases.
     ScriptPair("pageable_copies", "pageable_copies.py", "sync-memcpy-stall", lambda f: ["--pinned"], 60, gpu=True),
     ScriptPair("per_parameter_optimizer", "per_parameter_optimizer.py", "optimizer-not-fused",

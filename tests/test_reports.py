@@ -665,3 +665,18 @@ def test_report_from_computed_tables():
         assert len(report.tables[str(name)].rows) == len(frame)
     terminal_text(report)
     render_markdown(report)
+
+
+def test_rules_the_profile_could_not_judge_are_named_in_the_notes():
+    from report_samples import sample_parts
+
+    from advisor.reports import build_report as build
+
+    session, tables, findings = sample_parts()
+    report = build(session, tables, findings, skipped={"launch-bound": "needs a measured GPU",
+                                                       "optimizer-not-fused": "needs a measured GPU",
+                                                       "my-rule": "disabled"})
+    gpu = [n for n in report.notes if n.startswith("Rules that judge GPU work did not run")]
+    assert gpu == ["Rules that judge GPU work did not run, the GPU was not measured: launch-bound, "
+                   "optimizer-not-fused."]
+    assert not any("my-rule" in n for n in report.notes)  # the user's own choice needs no note

@@ -212,7 +212,7 @@ def _diagnose(args: argparse.Namespace) -> int:
         session.save(args.save)
         print(f"advisor: session saved to {args.save}", file=sys.stderr)
     tables, result = _analyse(session, chosen)
-    report = build_report(session, tables, result.findings, table_docs=TABLE_DOCS)
+    report = build_report(session, tables, result.findings, table_docs=TABLE_DOCS, skipped=result.skipped)
     with progress_bar("Rendering the report", show=None if args.format == "html" else False) as update:
         render(report, args.format, args.output, progress=update)
     if args.output:

@@ -191,8 +191,8 @@ def steps_text(report: Report) -> str:
     noun = "step" if steps.count == 1 else "steps"
     text = f"{steps.count} {noun}{span}, mean step {format_ns(steps.mean_step_ns)}"
     if steps.unrecorded_steps and steps.unrecorded_mean_step_ns is not None:
-        text += (f"; {format_ns(steps.unrecorded_mean_step_ns)} over {steps.unrecorded_steps} steps run without the "
-                 "profiler")
+        unrecorded = f"{steps.unrecorded_steps} step{'' if steps.unrecorded_steps == 1 else 's'}"
+        text += f"; {format_ns(steps.unrecorded_mean_step_ns)} a step over {unrecorded} run without the profiler"
         if steps.overhead_ratio is not None:
             text += f" (recording added {format_percent(steps.overhead_ratio * 100)})"
     return text

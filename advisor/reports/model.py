@@ -349,6 +349,7 @@ def build_report(
     findings: list[Finding],
     *,
     table_docs: Mapping[str, Any] | None = None,
+    skipped: Mapping[str, str] | None = None,
 ) -> Report:
     """Assemble the report from what the earlier stages produced; compute nothing new.
 
@@ -356,6 +357,8 @@ def build_report(
     NaN as null and numpy values as plain Python. ``findings`` keep the order given (the
     ranking is the rule engine's). ``table_docs`` (name -> {title, description, key,
     columns}) describes the tables; a frame's own ``attrs`` may carry the same.
+    ``skipped`` (rule id -> why, the engine's) puts the rules this profile could not
+    judge in the notes, so "No findings" never reads as "nothing to fix" for them.
     """
     summary = _session_summary(session, tables)
     return Report(
@@ -368,5 +371,22 @@ def build_report(
             for name, frame in tables.items()
         },
         metrics=dict(METRIC_DEFINITIONS),
-        notes=_notes(summary),
+        notes=_notes(summary) + _skipped_notes(skipped or {}),
     )
+
+
+# The engine's reasons for not running a rule that say something about the profile (not
+# the user's choices: disabled, preview, deprecated).
+_PROFILE_REASONS = {
+    "needs a measured GPU": "Rules that judge GPU work did not run, the GPU was not measured",
+    "needs steps, and the profile has none": "Rules that need training steps did not run, the profile has none",
+}
+
+
+def _skipped_notes(skipped: Mapping[str, str]) -> list[str]:
+    notes = []
+    for reason, lead in _PROFILE_REASONS.items():
+        rules = sorted(rule for rule, why in skipped.items() if why == reason)
+        if rules:
+            notes.append(f"{lead}: {', '.join(rules)}.")
+    return notes

@@ -11,6 +11,7 @@ from advisor.rules.checks import (  # noqa: F401
     launch_bound,
     loader,
     optimizer,
+    per_sample,
     roofline,
     tensor_cores,
     utilization,
