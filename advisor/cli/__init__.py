@@ -140,9 +140,10 @@ def _is_script(target: Path) -> bool:
     return target.suffix == ".py"
 
 
-def _session_for(args: argparse.Namespace):
+def _session_for(args: argparse.Namespace, *, steady: bool = True):
     """The Session for TARGET, and the script's exit code where a script ran, judged
-    against --gpu where given."""
+    against --gpu where given; with ``steady``, a start-up first step left out of its
+    window (advisor.session.startup)."""
     if args.gpu:
         from advisor.knowledge.hardware import gpu_profile
 
@@ -150,7 +151,13 @@ def _session_for(args: argparse.Namespace):
     session, exit_code = _collect_or_load(args)
     if args.gpu:
         session.meta = session.meta.model_copy(update={"target_gpu": profile.id})
-    return session, exit_code
+    return (_steady(session) if steady else session), exit_code
+
+
+def _steady(session):
+    from advisor.session.startup import leave_out_startup
+
+    return leave_out_startup(session)
 
 
 def _collect_or_load(args: argparse.Namespace):
@@ -207,10 +214,11 @@ def _diagnose(args: argparse.Namespace) -> int:
 
     # Rules and configuration first: a bad pack or config stops before a script runs.
     chosen, config = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
-    session, exit_code = _session_for(args)
-    if args.save:
+    session, exit_code = _session_for(args, steady=False)
+    if args.save:  # as recorded: the start-up step is left out on every reading, not in the file
         session.save(args.save)
         print(f"advisor: session saved to {args.save}", file=sys.stderr)
+    session = _steady(session)
     tables, result = _analyse(session, chosen)
     report = build_report(session, tables, result.findings, table_docs=TABLE_DOCS, skipped=result.skipped)
     with progress_bar("Rendering the report", show=None if args.format == "html" else False) as update:
