@@ -183,6 +183,19 @@ CASES = (
         "advisor must name them, with a time from the GPU's memory bandwidth.",
         must=("conv-bias-before-batchnorm",), must_not=("dataloader-starvation",),
     ),
+    CaseSpec(
+        "gpu_allreduce_after_backward", "examples/allreduce_after_backward.py", ("--steps", "10"),
+        "A 13-layer MLP on a GPU in a one-rank NCCL group that all-reduces each gradient by hand after "
+        "backward: 26 collectives a step with no computation left to hide them. The advisor must name "
+        "the communication that runs alone.",
+        must=("communication-not-overlapped",), must_not=("dataloader-starvation",),
+    ),
+    CaseSpec(
+        "gpu_allreduce_after_backward_ddp", "examples/allreduce_after_backward.py", ("--steps", "10", "--ddp"),
+        "The fixed twin of gpu_allreduce_after_backward: DistributedDataParallel all-reduces bucket by bucket "
+        "during backward. On one rank DDP skips the collectives, so none may be reported as exposed.",
+        must_not=("communication-not-overlapped",),
+    ),
 )
 
 

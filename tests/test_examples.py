@@ -48,6 +48,7 @@ RUNS = {
     "per_parameter_optimizer": ["per_parameter_optimizer.py", "--steps", "2"],
     "host_made_tensors": ["host_made_tensors.py", "--steps", "2"],
     "conv_bias_bn": ["conv_bias_bn.py", "--steps", "2"],
+    "allreduce_after_backward": ["allreduce_after_backward.py", "--steps", "2"],
     # scripts as users write them; three steps, so each times one step after its two warm-up steps
     "tokenize_dataset": ["tokenize_dataset.py", "--steps", "3", "--num-workers", "1"],
     "in_memory_loop": ["in_memory_loop.py", "--steps", "3"],
@@ -95,6 +96,7 @@ def test_example_runs_on_cpu(example_runs, name):
 
 @pytest.mark.parametrize("script", ["pageable_copies.py", "odd_gemm.py", "aligned_gemm.py", "small_batch.py",
                                     "per_parameter_optimizer.py", "host_made_tensors.py", "conv_bias_bn.py",
+                                    "allreduce_after_backward.py",
                                     *USERS_SCRIPTS])
 def test_example_says_what_is_planted_and_takes_the_common_options(script):
     module = load_module(EXAMPLES / script)

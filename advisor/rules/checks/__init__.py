@@ -4,6 +4,7 @@ findings; thresholds come from the rule's spec in rules/builtin.yaml."""
 
 from advisor.rules.checks import (  # noqa: F401
     collection,
+    communication,
     conv_bias,
     fresh_copies,
     host_bound,
