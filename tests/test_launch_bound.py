@@ -76,3 +76,13 @@ def test_eager_traces_with_an_idle_gpu_lead_with_launch_bound(name):
     assert top.rule == "launch-bound"
     assert "low-gpu-utilization" in [f.rule for f in top.explains]
     assert top.saving.low_ms_per_step <= top.saving.ms_per_step <= top.saving.high_ms_per_step
+
+
+def test_the_optimizer_s_share_of_the_idle_time_is_said_to_overlap():
+    ctx = launch_context(launching_ms=5.0)
+    ctx.tables["optimizer"] = pd.DataFrame(
+        {"call": ["zero_grad", "step"], "implementation": ["zero_", "foreach"], "gpu_idle_per_step_ns": [2 * MS, 3 * MS]},
+        index=["Optimizer.zero_grad#SGD.zero_grad", "Optimizer.step#SGD.step"])
+    (finding,) = checks()["launch-bound"](ctx)
+    assert ("2.00 ms of this idle time falls in the optimizer's per-parameter calls "
+            "(Optimizer.zero_grad#SGD.zero_grad 2.00 ms): grad-zeroing-memsets names that fix") in finding.message

@@ -84,6 +84,7 @@ def check(ctx: RuleContext) -> list[Finding]:
                "(one replay launches every kernel)"),
               "torch.compile without graphs still fuses elementwise chains into fewer kernels"]
     calls = ctx.table("optimizer")
+    message += _optimizer_share(calls, launching)
     if calls is not None and len(calls) and (calls["implementation"] == "single-tensor").any():
         advice.append("use foreach or fused optimizers (torch.optim.AdamW(..., fused=True)): the optimizer step "
                       "launches kernels parameter by parameter (see optimizer-not-fused)")
@@ -131,3 +132,22 @@ def _short(frame: str) -> str:
         return re.sub(r" of type object at 0x[0-9a-f]+| at 0x[0-9a-f]+", "", frame)
     path, _, line = head.rpartition("(")
     return f"{function} ({path.rsplit('/', 1)[-1]}:{line})"
+
+
+def _optimizer_share(calls, launching: float) -> str:
+    """Where the optimizer's per-parameter calls (a single-tensor step, zeroed gradients)
+    hold part of this idle time, say so: their own findings' savings are part of this one."""
+    if calls is None or not len(calls) or "gpu_idle_per_step_ns" not in calls.columns:
+        return ""
+    rules = {"single-tensor": "optimizer-not-fused", "zero_": "grad-zeroing-memsets"}
+    held = [(key, float(row["gpu_idle_per_step_ns"] or 0.0), rules[row["implementation"]])
+            for key, row in calls.iterrows() if row["implementation"] in rules]
+    held = [h for h in held if h[1] >= 0.05 * launching]
+    if not held:
+        return ""
+    total = sum(ns for _, ns, _ in held)
+    named = ", ".join(f"{key} {ms(ns)}" for key, ns, _ in held)
+    fixes = list(dict.fromkeys(rule for _, _, rule in held))
+    said = ("names that fix, and its saving is" if len(fixes) == 1 else "name those fixes, and their savings are")
+    return (f" {ms(total)} of this idle time falls in the optimizer's per-parameter calls ({named}): "
+            f"{' and '.join(fixes)} {said} part of this one, not added to it.")
