@@ -181,3 +181,15 @@ def grouped_union_length(groups, intervals) -> pd.Series:
         tails = np.append(heads[1:] - 1, len(s) - 1)
         np.add.at(out, c[heads], reach[tails] - s[heads])
     return pd.Series(out, index=pd.Index(labels), dtype="int64")
+
+
+def covered_before(spans: Intervals, points) -> np.ndarray:
+    """For a normalised interval set, the time it covers before each point (int64 ns)."""
+    points = np.asarray(points, dtype=np.int64)
+    if not len(spans):
+        return np.zeros(points.shape, dtype=np.int64)
+    lengths = spans.ends - spans.starts
+    before = np.concatenate([[0], np.cumsum(lengths)])
+    i = np.searchsorted(spans.starts, points, side="right") - 1
+    inside = np.clip(points - spans.starts[np.maximum(i, 0)], 0, lengths[np.maximum(i, 0)])
+    return np.where(i >= 0, before[np.maximum(i, 0)] + inside, 0)

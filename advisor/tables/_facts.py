@@ -19,7 +19,7 @@ import pandas as pd
 
 from advisor.session import GPU_KINDS, PHASES, Session
 from advisor.session import intervals as iv
-from advisor.session.attribute import name_matches
+from advisor.session.attribute import main_thread, name_matches
 
 MODEL_PHASES = tuple(p for p in PHASES if p != "Others")
 
@@ -175,6 +175,22 @@ class Facts:
     def gpu(self) -> pd.DataFrame:
         """GPU activity (kernels, copies, sets) of the profiled steps."""
         return self.of_kind(*GPU_KINDS)
+
+    @cached_property
+    def main_thread(self) -> tuple[int, int] | None:
+        """(pid, tid) of the thread that runs the loop (the attribution stage's choice)."""
+        return main_thread(self.events)
+
+    @cached_property
+    def main_ops(self) -> pd.DataFrame:
+        """The main thread's top-level operators, by start."""
+        ev = self.events
+        if self.main_thread is None:
+            return ev.iloc[0:0]
+        pid, tid = self.main_thread
+        mine = ((ev["kind"] == "op").to_numpy() & (ev["parent_op"].to_numpy() < 0)
+                & (ev["pid"].to_numpy() == pid) & (ev["tid"].to_numpy() == tid))
+        return ev[mine].sort_values("start_ns", kind="stable")
 
     @cached_property
     def phases(self) -> pd.DataFrame:

@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 
 from advisor.knowledge.costs._model import Args, Uncostable
-from advisor.session.attribute import main_thread
 from advisor.tables._facts import Facts
 from advisor.tables._registry import table
 
@@ -61,14 +60,10 @@ def conv_bias_table(f: Facts) -> pd.DataFrame:
     columns = ["layer", "calls", "calls_per_step", "channels", "output_bytes", "bytes_per_step", "example_event"]
     empty = pd.DataFrame({c: pd.Series(dtype="object" if c == "layer" else "float64")
                           for c in columns}).rename_axis("key")
-    ev = f.events
-    main = main_thread(ev)
-    if main is None or f.window_ns <= 0:
+    if f.main_thread is None or f.window_ns <= 0:
         return empty
     lo, hi = f.window
-    kind = ev["kind"].to_numpy()
-    top = ev[(kind == "op") & (ev["parent_op"].to_numpy() < 0) & (ev["pid"].to_numpy() == main[0])
-             & (ev["tid"].to_numpy() == main[1])].sort_values("start_ns", kind="stable")
+    top = f.main_ops
     # BatchNorm in training counts its batches first (num_batches_tracked += 1: an
     # aten::add_ on 0-dim tensors, between the convolution and the norm): skip those.
     dims = top["input_dims"].astype(str).to_numpy()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from advisor.session.attribute import main_thread
 from advisor.tables._facts import Facts
 from advisor.tables._registry import table, with_notes
 from advisor.tables.host_sync import source_lines
@@ -69,16 +68,13 @@ def fresh_copies_table(f: Facts) -> pd.DataFrame | None:
                "copy_per_step_ns", "pageable", "source", "example_event"]
     empty = pd.DataFrame({c: pd.Series(dtype="object") for c in columns}).rename_axis("key")
     ev = f.events
-    main = main_thread(ev)
     gpu = f.gpu
     uploads = gpu[(gpu["kind"] == "memcpy").to_numpy() & (gpu["copy_kind"] == "HtoD").to_numpy()
                   & (gpu["top_op"].to_numpy() >= 0)]
-    if main is None or not len(uploads) or f.window_ns <= 0:
+    if f.main_thread is None or not len(uploads) or f.window_ns <= 0:
         return empty
     lo, hi = f.window
-    kind = ev["kind"].to_numpy()
-    top = ev[(kind == "op") & (ev["parent_op"].to_numpy() < 0) & (ev["pid"].to_numpy() == main[0])
-             & (ev["tid"].to_numpy() == main[1])].sort_values("start_ns", kind="stable")
+    top = f.main_ops
     names = top["name"].astype(str).to_numpy()
     ids = top.index.to_numpy()
     starts_top, ends_top = top["start_ns"].to_numpy(), top["end_ns"].to_numpy()

@@ -18,7 +18,7 @@ import pandas as pd
 
 from advisor.session import GPU_KINDS
 from advisor.session import intervals as iv
-from advisor.session.attribute import main_thread, parents_of_sorted
+from advisor.session.attribute import parents_of_sorted
 from advisor.tables._facts import MODEL_PHASES, Facts, user_frame
 from advisor.tables._registry import table, with_notes
 from advisor.tables.device import HOST_BUSY_KINDS
@@ -76,25 +76,11 @@ def idle_by_host_state(f: Facts) -> dict[str, iv.Intervals]:
     return f.memo("idle_by_host_state", compute)
 
 
-def _cumulative(intervals: iv.Intervals):
-    """t -> length of ``intervals`` before t, vectorised (the intervals are normalised)."""
-    starts, ends = (np.asarray(a, dtype=np.int64) for a in intervals)
-    before = np.concatenate([[0], np.cumsum(ends - starts)])
-
-    def length_before(t: np.ndarray) -> np.ndarray:
-        i = np.searchsorted(starts, t, side="right") - 1
-        j = np.maximum(i, 0)
-        inside = np.clip(np.minimum(t, ends[j] if len(ends) else t) - (starts[j] if len(starts) else t), 0, None)
-        return np.where(i >= 0, before[j] + inside, 0)
-
-    return length_before
-
-
 def _main_thread_ranges(f: Facts) -> pd.DataFrame:
     """Python events and user ranges on the thread that runs the steps, sorted by start
     (outer first), with their parent positions."""
     ev = f.events
-    main = main_thread(ev)
+    main = f.main_thread
     if main is None:
         return ev.iloc[0:0].assign(parent=np.zeros(0, dtype=np.int64))
     pid, tid = main
@@ -108,9 +94,8 @@ def _main_thread_ranges(f: Facts) -> pd.DataFrame:
 
 def _self_time(ranges: pd.DataFrame, within: iv.Intervals) -> np.ndarray:
     """Each range's time inside ``within`` that none of its children covers."""
-    length_before = _cumulative(within)
-    inclusive = (length_before(ranges["end_ns"].to_numpy()) - length_before(ranges["start_ns"].to_numpy())).astype(
-        np.int64)
+    inclusive = (iv.covered_before(within, ranges["end_ns"].to_numpy())
+                 - iv.covered_before(within, ranges["start_ns"].to_numpy())).astype(np.int64)
     parents = ranges["parent"].to_numpy()
     children = np.zeros(len(ranges), dtype=np.int64)
     has_parent = parents >= 0

@@ -19,7 +19,6 @@ import pandas as pd
 
 from advisor.session import GPU_KINDS
 from advisor.session import intervals as iv
-from advisor.session.attribute import main_thread
 from advisor.tables._facts import Facts
 from advisor.tables._registry import table
 from advisor.tables.gpu_idle_host import idle_by_host_state
@@ -74,7 +73,7 @@ def optimizer_table(f: Facts) -> pd.DataFrame:
                "gpu_idle_per_step_ns"]
     empty = pd.DataFrame({c: pd.Series(dtype="object" if c in ("call", "implementation", "op_names") else "float64")
                           for c in columns}).rename_axis("key")
-    main = main_thread(ev)
+    main = f.main_thread
     if main is None or f.window_ns <= 0:
         return empty
     lo, hi = f.window
@@ -86,7 +85,7 @@ def optimizer_table(f: Facts) -> pd.DataFrame:
     if not len(ranges):
         return empty
     steps = max(len(f.steps), 1)
-    ops = ev[on_main & (kind == "op") & (ev["parent_op"].to_numpy() < 0)]
+    ops = f.main_ops
     op_starts = ops["start_ns"].to_numpy()
     gpu = ev[np.isin(kind, GPU_KINDS)]
     gpu_launch = gpu["launch"].to_numpy()

@@ -97,21 +97,9 @@ def step_phases_table(f: Facts) -> pd.DataFrame | None:
     return out
 
 
-def covered_before(spans: iv.Intervals, points: np.ndarray) -> np.ndarray:
-    """For a normalised interval set, the time it covers before each point (int64 ns)."""
-    points = np.asarray(points, dtype=np.int64)
-    if not len(spans):
-        return np.zeros(points.shape, dtype=np.int64)
-    lengths = spans.ends - spans.starts
-    before = np.concatenate([[0], np.cumsum(lengths)])
-    i = np.searchsorted(spans.starts, points, side="right") - 1
-    inside = np.clip(points - spans.starts[np.maximum(i, 0)], 0, lengths[np.maximum(i, 0)])
-    return np.where(i >= 0, before[np.maximum(i, 0)] + inside, 0)
-
-
 def per_bucket(spans: iv.Intervals, edges: np.ndarray) -> np.ndarray:
     """Time a normalised interval set covers in each bucket [edges[i], edges[i+1])."""
-    return np.diff(covered_before(spans, edges))
+    return np.diff(iv.covered_before(spans, edges))
 
 
 @table(

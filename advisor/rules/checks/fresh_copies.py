@@ -11,7 +11,7 @@ stay the same: that case is named too, with the advice to make it once.
 from __future__ import annotations
 
 from advisor.findings import Evidence, Finding
-from advisor.rules.checks.common import ms, pct, row_evidence, saving, severity_by_share, value
+from advisor.rules.checks.common import gpu_idle_per_step, ms, pct, row_evidence, saving, severity_by_share
 from advisor.rules.registry import RuleContext, register
 
 
@@ -24,10 +24,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     every = copies[copies["calls_per_step"].astype(float) >= ctx.threshold("min_calls_per_step")]
     if not len(every):
         return []
-    balance = ctx.table("step_gpu")
-    row = "mean" if balance is not None and "mean" in balance.index else "window"
-    busy, length = value(balance, row, "gpu_busy_ns"), value(balance, row, "step_ns")
-    idle = max(float(length) - float(busy), 0.0) if busy is not None and length is not None else None
+    idle = gpu_idle_per_step(ctx)
     make_cost = ctx.threshold("device_make_us") * 1e3
     host = float(every["host_per_step_ns"].sum())
     gpu = float(every["copy_per_step_ns"].sum())
