@@ -57,16 +57,24 @@ def summarise(case: Path, spec: dict, folder: Path) -> None:
     from advisor.rules import run_rules
     from advisor.tables import compute_tables
 
-    session = load(folder)
-    tables = compute_tables(session)
-    findings = run_rules(session, tables).findings
+    from advisor.job import is_job_dir
+    from advisor.job.diagnose import diagnose_saved_job
+
+    if is_job_dir(folder):  # a torchrun case: the job's findings, the lowest rank's tables
+        job, diagnosis = diagnose_saved_job(folder)
+        session = load(job.ranks[0].summary.source)
+        tables, findings = compute_tables(session), diagnosis.findings
+    else:
+        session = load(folder)
+        tables = compute_tables(session)
+        findings = run_rules(session, tables).findings
     fired: dict[str, object] = {}
     stack = list(findings)
     while stack:
         finding = stack.pop()
         fired.setdefault(finding.rule, finding)
         stack.extend(finding.explains)
-    size = sum(p.stat().st_size for p in folder.iterdir())
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     model = tables.get("model")
     share = model.loc["Dataloader", "cpu_ratio"] if model is not None and "Dataloader" in model.index else None
     print(f"   session {size / 1024:.0f} KiB, {len(session.events)} events; "

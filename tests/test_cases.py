@@ -28,6 +28,8 @@ import yaml
 from advisor.cli import main
 from advisor.findings import Finding
 from advisor.importers import load
+from advisor.job import is_job_dir
+from advisor.job.diagnose import diagnose_saved_job
 from advisor.session.startup import leave_out_startup
 from advisor.reports.schema import validate_report
 from advisor.rules import builtin_specs, run_rules
@@ -57,11 +59,23 @@ def flatten(findings: list[Finding]) -> list[Finding]:
     return out
 
 
+def is_job_case(name: str) -> bool:
+    return is_job_dir(CASES_DIR / name / "session")
+
+
 @functools.cache
 def evaluated(name: str):
     """(session, tables, every finding flattened) of a case, computed once per test run,
-    as `advisor diagnose` reads it (a start-up first step left out)."""
-    session = leave_out_startup(load(CASES_DIR / name / "session"))
+    as `advisor diagnose` reads it (a start-up first step left out). For a job (a torchrun
+    case, saved as job.json and a session per rank): the lowest rank's session, its tables
+    with the job's cross-rank tables, and the job's findings, merged across ranks."""
+    folder = CASES_DIR / name / "session"
+    if is_job_dir(folder):
+        job, diagnosis = diagnose_saved_job(folder)
+        assert diagnosis.errors == [], diagnosis.errors
+        session = leave_out_startup(load(job.ranks[0].summary.source))
+        return session, {**compute_tables(session), **diagnosis.tables}, flatten(diagnosis.findings)
+    session = leave_out_startup(load(folder))
     tables = compute_tables(session)
     result = run_rules(session, tables)
     assert result.errors == [], result.errors
@@ -122,7 +136,7 @@ def test_case_is_well_formed(name):
             assert "finding" in expectation and len(FINDING_TESTS & set(expectation)) == 1, expectation
             assert expectation["finding"] in must, "a figure of a finding the case does not demand"
     folder = CASES_DIR / name / "session"
-    size = sum(p.stat().st_size for p in folder.iterdir())
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     assert size < MAX_CASE_BYTES, f"{name} is {size} bytes: record fewer steps"
 
 
@@ -228,6 +242,10 @@ def test_diagnose_of_the_saved_session_is_a_valid_report(name, tmp_path, capsys)
     assert sorted(rules(report["findings"])) == sorted(f.rule for f in evaluated(name)[2])
     model = evaluated(name)[1]["model"]
     steps = model.loc["ProfileStep", "calls"] if "ProfileStep" in model.index else 0  # no steps, no Model Summary
+    if is_job_case(name):  # the job's steps are its ranks' fewest; its tables the cross-rank ones
+        assert report["session"]["steps"]["count"] <= steps and report["job"]["ranks"]
+        assert set(report["tables"]) >= {"ranks"}
+        return
     assert report["session"]["steps"]["count"] == steps
     assert set(report["tables"]) >= {"model", "perf", "host_sync"}
 

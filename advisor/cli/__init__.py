@@ -15,17 +15,20 @@ exit; the exit code of `diagnose SCRIPT` is the script's own, unless --fail-on t
 
 The commands live here and only drive the stages below (collect, tables, rules,
 reports): ``rules`` holds the `advisor rules` commands and the --rules / --config /
---preview options, ``doctor`` `advisor doctor`, ``progress`` the progress bars.
+--preview options, ``doctor`` `advisor doctor`, ``progress`` the progress bars, ``job``
+`advisor diagnose` on a job of many ranks (a folder of rank traces, torchrun).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
 from advisor._version import __version__
 from advisor.cli.doctor import add_doctor_parser, doctor_command
+from advisor.cli.job import add_job_options
 from advisor.cli.rules import (
     add_rule_options,
     add_rules_parser,
@@ -57,8 +60,9 @@ def _add_collection(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_target(parser: argparse.ArgumentParser, with_script_args: bool) -> None:
-    parser.add_argument("target", help="a training script (.py), a PyTorch profiler trace (.json / .json.gz) "
-                                       "or a saved session folder")
+    parser.add_argument("target", help="a training script (.py), a PyTorch profiler trace (.json / .json.gz), "
+                                       "a saved session folder, or a job: a folder of rank traces, several "
+                                       "traces, or a saved job folder")
     if with_script_args:
         parser.add_argument("script_args", nargs=argparse.REMAINDER,
                             help="arguments passed to the script, as python would")
@@ -92,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help=f"exit {FAIL_ON_EXIT} if a finding is at or above SEVERITY ({', '.join(SEVERITIES)})")
     add_rule_options(diagnose)
     _add_collection(diagnose)
+    add_job_options(diagnose)
     _add_target(diagnose, with_script_args=True)
 
     summary = sub.add_parser("summary", help="print the summary tables of a profile")
@@ -214,13 +219,26 @@ def _diagnose(args: argparse.Namespace) -> int:
 
     # Rules and configuration first: a bad pack or config stops before a script runs.
     chosen, config = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
-    session, exit_code = _session_for(args, steady=False)
-    if args.save:  # as recorded: the start-up step is left out on every reading, not in the file
-        session.save(args.save)
-        print(f"advisor: session saved to {args.save}", file=sys.stderr)
-    session = _steady(session)
-    tables, result = _analyse(session, chosen)
-    report = build_report(session, tables, result.findings, table_docs=TABLE_DOCS, skipped=result.skipped)
+    launched = _launch(args)
+    sources = launched.sources if launched is not None else _job_sources(args)
+    if sources is not None:
+        from advisor.cli.job import job_report, read_job
+
+        _job, diagnosis = read_job(args, sources, chosen, say=_say, launch=launched)
+        report = job_report(diagnosis)
+        findings = diagnosis.findings
+        exit_code = launched.exit_code if launched is not None else None
+        if launched is not None and not args.save:
+            shutil.rmtree(launched.folder, ignore_errors=True)
+    else:
+        session, exit_code = _session_for(args, steady=False)
+        if args.save:  # as recorded: the start-up step is left out on every reading, not in the file
+            session.save(args.save)
+            print(f"advisor: session saved to {args.save}", file=sys.stderr)
+        session = _steady(session)
+        tables, result = _analyse(session, chosen)
+        report = build_report(session, tables, result.findings, table_docs=TABLE_DOCS, skipped=result.skipped)
+        findings = result.findings
     with progress_bar("Rendering the report", show=None if args.format == "html" else False) as update:
         render(report, args.format, args.output, progress=update)
     if args.output:
@@ -233,11 +251,49 @@ def _diagnose(args: argparse.Namespace) -> int:
             return max([SEVERITIES.index(f.severity.value) for f in findings]
                        + [worst(f.explains) for f in findings] + [-1])
 
-        if worst(result.findings) >= threshold:
+        if worst(findings) >= threshold:
             asked = "--fail-on" if args.fail_on else f"fail_on in {config.source}"
             print(f"advisor: findings at or above '{fail_on}': failing as asked by {asked}", file=sys.stderr)
             return FAIL_ON_EXIT
     return exit_code if exit_code is not None else 0
+
+
+def _launch(args: argparse.Namespace):
+    """Run a torchrun launch with every rank under the collector, or None where the target
+    is not a launcher."""
+    from advisor.job.launch import is_launcher, launch
+
+    if not is_launcher(args.target, args.script_args):
+        return None
+    if args.workers is not None and args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if args.save:
+        from advisor.cli.job import check_save_dir
+
+        check_save_dir(args.save)
+    if args.event_budget is not None and args.event_budget < 1:
+        raise UsageError("--event-budget must be at least 1")
+    options = {"steps": args.steps, "collector": args.collector, "with_stack": args.with_stack,
+               "event_budget": args.event_budget}
+    return launch(args.target, args.script_args, options=options, save=args.save, say=_say)
+
+
+def _job_sources(args: argparse.Namespace) -> list[Path] | None:
+    """One source per rank where the target is a job (a folder of rank traces, a saved
+    job, several traces), else None."""
+    from advisor.job import job_sources
+
+    target = Path(args.target)
+    if _is_script(target):
+        return None
+    sources = job_sources([target, *(Path(a) for a in args.script_args)])
+    if sources is not None and (args.steps is not None or args.event_budget is not None or args.with_stack):
+        raise UsageError("--steps, --event-budget and --with-stack choose what a script records; a job's traces "
+                         "are read whole")
+    if sources is None and (args.workers is not None or args.dask):
+        raise UsageError("--workers and --dask are for a job of many ranks (a folder of rank traces, several "
+                         "traces, or torchrun)")
+    return sources
 
 
 def _analyse(session, chosen):
@@ -313,6 +369,10 @@ def _options_after_target(parser: argparse.ArgumentParser, argv: list[str],
     """For a trace or session target, words after it are advisor's own options
     (`advisor diagnose trace.json --format json`); only a script takes arguments."""
     if getattr(args, "target", None) is None:
+        return args
+    from advisor.job.launch import is_launcher
+
+    if is_launcher(args.target, args.script_args or []):
         return args
     if _is_script(Path(args.target)):
         # argparse drops a "--" that follows the script; python would pass it on.

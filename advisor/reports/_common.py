@@ -219,6 +219,26 @@ def command_text(report: Report) -> str | None:
     return text
 
 
+# The ranks table's columns a person reads first, in order (those with a value on some rank).
+RANK_COLUMNS = ["step_mean_ns", "gpu_utilization", "comm_ns", "wait_ns", "last_share", "dataloader_share"]
+COLLECTIVE_COLUMNS = ["calls_per_step", "time_ns", "skew_mean_ns", "last_rank", "last_rank_share"]
+
+
+def job_text(report: Report) -> str:
+    """``2 of 4 ranks (missing 2, 3); rank 1 ended with exit code 1`` for a job's header."""
+    job = report.job
+    if job is None:
+        return ""
+    text = f"{len(job.ranks)} of {job.world_size} rank{'s' if job.world_size != 1 else ''}"
+    if job.missing_ranks:
+        text += f" (missing {', '.join(map(str, job.missing_ranks))})"
+    ended = [f"rank {r.rank} {r.ending or 'exited'} with exit code {r.exit_code}" for r in job.ranks
+             if r.exit_code not in (None, 0)]
+    if ended:
+        text += "; " + "; ".join(ended)
+    return text
+
+
 def other_notes(report: Report) -> list[str]:
     """The report's notes less the GPU one, which the header states already."""
     return [n for n in report.notes if not n.startswith("GPU not measured")]

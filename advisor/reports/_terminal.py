@@ -17,6 +17,8 @@ from rich.text import Text
 
 from advisor.findings import Finding, Severity
 from advisor.reports._common import (
+    COLLECTIVE_COLUMNS,
+    RANK_COLUMNS,
     cell_text,
     command_text,
     compact_columns,
@@ -24,6 +26,7 @@ from advisor.reports._common import (
     evidence_segments,
     find_table,
     gpu_text,
+    job_text,
     numeric_columns,
     other_notes,
     steps_text,
@@ -54,6 +57,8 @@ def _header(report: Report) -> RenderableType:
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
     grid.add_row("Source", Text(f"{session.source} ({session.source_format})"))
+    if report.job is not None:
+        grid.add_row("Job", Text(job_text(report)))
     command = command_text(report)
     if command:
         grid.add_row("Script", Text(command))
@@ -144,6 +149,14 @@ def _table(table: Table, *, columns: list[str], rows: int | None, width: int) ->
 
 def _tables(report: Report, width: int) -> list[RenderableType]:
     out: list[RenderableType] = []
+    if report.job is not None:
+        for name, columns, rows in (("ranks", RANK_COLUMNS, None), ("collectives", COLLECTIVE_COLUMNS, TOP_ROWS)):
+            table = report.tables.get(name)
+            if table is None or not table.rows:
+                continue
+            shown = [c for c in columns if any(r.get(c) is not None for r in table.rows)]
+            out.append(_table(table, columns=shown, rows=rows, width=width))
+        return out
     for canonical, limit, rows in (("model", 5, None), ("operator", 5, TOP_ROWS), ("kernel", 5, TOP_ROWS)):
         found = find_table(report, canonical)
         if found is None:

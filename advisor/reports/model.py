@@ -29,12 +29,15 @@ from advisor.session import CollectionGap, DeviceInfo, Session
 __all__ = [
     "METRIC_DEFINITIONS",
     "CollectorSummary",
+    "JobRank",
+    "JobSummary",
     "Report",
     "SessionSummary",
     "StepSummary",
     "Table",
     "TableColumn",
     "Window",
+    "build_job_report",
     "build_report",
     "to_python",
 ]
@@ -151,6 +154,30 @@ class Table(_Model):
         return None
 
 
+class JobRank(_Model):
+    """One rank of a job: where it came from and its own top findings."""
+
+    rank: int = Field(description="The rank number.")
+    rank_from: str = Field(description="How the number was found: distributedInfo, file name, launcher or "
+                                       "order given.")
+    source: str = Field(description="The rank's trace or saved session.")
+    steps: int = Field(default=0, description="Steps in the rank's window.")
+    mean_step_ns: float | None = Field(default=None, description="The rank's mean step, ns.")
+    findings: list[Finding] = Field(default_factory=list, description="The rank's own top findings (at most "
+                                                                      "three), ranked.")
+    exit_code: int | None = Field(default=None, description="The rank's exit code, where advisor ran it.")
+    ending: str | None = Field(default=None, description="How the rank's process ended, where advisor ran it.")
+
+
+class JobSummary(_Model):
+    """A job of many ranks: which ranks the report covers and which it lacks."""
+
+    world_size: int = Field(description="The job's number of ranks.")
+    ranks: list[JobRank] = Field(default_factory=list, description="The ranks read, in rank order.")
+    missing_ranks: list[int] = Field(default_factory=list, description="Ranks of the job with no profile.")
+    notes: list[str] = Field(default_factory=list, description="How ranks were numbered, what was left out.")
+
+
 class Report(_Model):
     """The whole report: what the JSON report holds and every renderer reads."""
 
@@ -168,6 +195,10 @@ class Report(_Model):
     notes: list[str] = Field(
         default_factory=list, description="Things a reader must know, e.g. 'GPU not measured: ...'."
     )
+    job: JobSummary | None = Field(default=None, title="Job", description="For a job of many ranks: its ranks; the "
+                                                             "findings are merged across ranks and the "
+                                                             "tables are the job's (ranks, collectives) "
+                                                             "and the rank tables the findings cite.")
 
 
 # -- conversion -----------------------------------------------------------------------------
@@ -390,3 +421,32 @@ def _skipped_notes(skipped: Mapping[str, str]) -> list[str]:
         if rules:
             notes.append(f"{lead}: {', '.join(rules)}.")
     return notes
+
+
+def build_job_report(
+    summary: SessionSummary,
+    tables: Mapping[str, pd.DataFrame],
+    findings: list[Finding],
+    job: JobSummary,
+    *,
+    rank_tables: Mapping[str, Table] | None = None,
+    table_docs: Mapping[str, Any] | None = None,
+    skipped: Mapping[str, str] | None = None,
+) -> Report:
+    """Assemble a job's report, as ``build_report`` does a session's: the job's summary and
+    cross-rank tables, the merged findings, the rank tables they cite (already tables,
+    copied as they are) and the job's ranks; computes nothing new."""
+    return Report(
+        advisor_version=__version__,
+        generated=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        session=summary,
+        findings=[Finding.model_validate(to_python(f.model_dump())) for f in findings],
+        tables={
+            **{str(name): table_from_frame(str(name), frame, _doc_for(str(name), frame, table_docs))
+               for name, frame in tables.items()},
+            **dict(rank_tables or {}),
+        },
+        metrics=dict(METRIC_DEFINITIONS),
+        notes=list(job.notes) + _notes(summary) + _skipped_notes(skipped or {}),
+        job=job,
+    )

@@ -32,6 +32,7 @@ _EXPORTS = {
     "EngineResult": "engine",
     "builtin_specs": "engine",
     "run_rules": "engine",
+    "run_job_rules": "engine",
     "Check": "registry",
     "RuleContext": "registry",
     "register": "registry",
@@ -49,6 +50,7 @@ __all__ = [
     "builtin_specs",
     "load_pack",
     "register",
+    "run_job_rules",
     "run_rules",
 ]
 

@@ -41,6 +41,7 @@ __all__ = [
     "cause_graph",
     "checks",
     "rank",
+    "run_job_rules",
     "run_rules",
     "session_facts",
 ]
@@ -147,6 +148,8 @@ def _why_not(spec: RuleSpec, disabled: set[str], enabled: set[str], preview: boo
         return "a preview rule (run it with --preview, or enable it)"
     if spec.lifecycle is Lifecycle.deprecated and spec.id not in enabled:
         return "deprecated (enable it to run it still)"
+    if Requirement.ranks in spec.requires and not facts.get("ranks"):
+        return "needs a job of two ranks or more"
     if Requirement.steps in spec.requires and not facts["step_count"]:
         return "needs steps, and the profile has none"
     if Requirement.gpu in spec.requires and not gpu_measured:
@@ -194,5 +197,39 @@ def run_rules(session: Session, tables: dict[str, pd.DataFrame], specs: list[Rul
             continue
         ran.append(spec.id)
         findings.extend(produced)
+    leading = frozenset(spec.id for spec in specs if spec.leads)
+    return EngineResult(findings=rank(findings, cause_graph(specs), leading), errors=errors, ran=ran, skipped=skipped)
+
+
+def run_job_rules(tables: dict[str, pd.DataFrame], rank_findings: list[Finding], *, ranks: int,
+                  step_count: int, mean_step_ns: float, gpu_measured: bool, specs: list[RuleSpec] | None = None,
+                  disabled: set[str] | None = None, enabled: set[str] | None = None,
+                  preview: bool = False) -> EngineResult:
+    """The rules that judge a whole job (``requires: [ranks]``) over its cross-rank tables,
+    ranked together with ``rank_findings`` (the single-rank findings, merged across ranks),
+    so a cause on one rank nests the symptoms it makes on the others."""
+    specs = builtin_specs() if specs is None else specs
+    registry = checks()
+    facts = {"step_count": step_count, "mean_step_ns": mean_step_ns, "window_ns": 0, "ranks": ranks}
+    findings: list[Finding] = list(rank_findings)
+    errors: list[str] = []
+    ran: list[str] = []
+    skipped: dict[str, str] = {}
+    for spec in specs:
+        if Requirement.ranks not in spec.requires:
+            continue
+        reason = _why_not(spec, disabled or set(), enabled or set(), preview, facts, gpu_measured)
+        check = None if reason else (run_data_rule if spec.is_data_rule else registry.get(spec.id))
+        if reason or check is None:
+            skipped[spec.id] = reason or "no check is registered for it"
+            continue
+        context = RuleContext(tables=tables, spec=spec, step_count=step_count, mean_step_ns=mean_step_ns,
+                              window_ns=0, gpu_measured=gpu_measured, facts=facts)
+        try:
+            findings.extend(check(context))
+        except Exception as exc:  # noqa: BLE001  (a broken rule must not take the others down)
+            errors.append(f"rule {spec.id} failed and was skipped: {type(exc).__name__}: {exc}")
+            continue
+        ran.append(spec.id)
     leading = frozenset(spec.id for spec in specs if spec.leads)
     return EngineResult(findings=rank(findings, cause_graph(specs), leading), errors=errors, ran=ran, skipped=skipped)

@@ -34,6 +34,8 @@ One module per table (or pair of tables), registered with ``@table`` in ``_regis
     python_hotspots          host time per line of the user's Python, from stack samples
     dataloaders              each DataLoader: how it makes batches, where a batch's time goes
     collection               what the profile does not cover, and why
+    job                      a job's cross-rank tables (ranks, collectives), from its ranks'
+                             figures and collective calls; not a session's (JOB_TABLE_DOCS)
 
 Shared work lives in private modules below them: ``_facts`` (what several tables need
 from one session, worked out once) and ``_op_costs`` (op calls and their costs). A new
@@ -76,8 +78,9 @@ from advisor.tables import (  # noqa: F401  (importing a module registers its ta
 )
 from advisor.tables._facts import Facts
 from advisor.tables._registry import SPECS, TableDoc, TableSpec
+from advisor.tables.job import JOB_TABLE_DOCS
 
-__all__ = ["TABLES", "TABLE_DOCS", "TableDoc", "TableSpec", "compute_tables", "table_names"]
+__all__ = ["JOB_TABLE_DOCS", "TABLES", "TABLE_DOCS", "TableDoc", "TableSpec", "compute_tables", "table_names"]
 
 _ORDER = (
     "device",

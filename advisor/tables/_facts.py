@@ -24,9 +24,12 @@ from advisor.session.attribute import main_thread, name_matches
 MODEL_PHASES = tuple(p for p in PHASES if p != "Others")
 
 # A host range or kernel counts as communication by these names (NCCL kernels, c10d ops,
-# torch's nccl:* record_function ranges).
+# torch's nccl:* and gloo:* record_function ranges).
 COMM_KERNEL = re.compile(r"nccl", re.IGNORECASE)
-COMM_HOST = re.compile(r"^(nccl:|c10d::|c10d:|record_param_comms$)|ProcessGroupNCCL")
+COMM_HOST = re.compile(r"^(nccl:|gloo:|c10d::|c10d:|record_param_comms$)|ProcessGroupNCCL|ProcessGroupGloo")
+# gloo runs a collective's work on its own threads, one gloo:* range per collective: on a
+# CPU job these ranges are the communication, as NCCL kernels are on a GPU.
+COMM_WORK_HOST = re.compile(r"^gloo:")
 
 # Frames that are library code, not the user's: skipped when naming a source line.
 _LIBRARY_FRAME = re.compile(
@@ -268,9 +271,15 @@ class Facts:
 
     @cached_property
     def comm_host(self) -> pd.DataFrame:
-        """Host ranges of collective communication (c10d ops, nccl:* ranges)."""
+        """Host ranges of collective communication (c10d ops, nccl:* and gloo:* ranges)."""
         host = self.of_kind("op", "annotation")
         return host[name_matches(host["name"], COMM_HOST)]
+
+    @cached_property
+    def comm_work_host(self) -> pd.DataFrame:
+        """The collectives' own work on the host: gloo's gloo:* ranges, on its threads."""
+        host = self.comm_host
+        return host[name_matches(host["name"], COMM_WORK_HOST)]
 
 
 def stats(keys, durations, *, prefix: str) -> pd.DataFrame:

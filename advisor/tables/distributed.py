@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from advisor.session import intervals as iv
-from advisor.tables._facts import Facts
+from advisor.session.attribute import name_matches
+from advisor.tables._facts import COMM_HOST, Facts
 from advisor.tables._registry import table, with_notes
 
 
@@ -13,9 +14,11 @@ from advisor.tables._registry import table, with_notes
     "distributed",
     title="Distributed Summary",
     description=(
-        "For jobs that communicate (NCCL kernels, c10d or nccl: ranges, or distributed "
+        "For jobs that communicate (NCCL kernels, c10d, nccl: or gloo: ranges, or distributed "
         "metadata): communication is the union of the NCCL kernels, computation the union of "
-        "every other kernel, both inside the window; overlap is the time both ran. "
+        "every other kernel, both inside the window; overlap is the time both ran. On a CPU "
+        "job (gloo) communication is the union of gloo's gloo:* ranges on its own threads and "
+        "computation the main thread's top-level operators. "
         "Communication not overlapped is the time collectives ran with no computation beside "
         "them, the part that overlap could still hide. Empty when there is no communication."
     ),
@@ -32,11 +35,18 @@ def distributed_table(f: Facts) -> pd.DataFrame | None:
     distributed = f.meta.distributed is not None and f.meta.distributed.world_size > 1
     if not (len(comm_kernels) or len(f.comm_host) or distributed):
         return None
-    if not f.gpu_measured:
+    if f.gpu_measured and (len(comm_kernels) or not len(f.comm_work_host)):
+        computation_kernels = gpu[(gpu["kind"] == "kernel").to_numpy() & ~f.comm_kernels]
+        comm = f.union_in_window(comm_kernels)
+        comp = f.union_in_window(computation_kernels)
+    elif len(f.comm_work_host):
+        # A CPU job: gloo works on its own threads while the main thread computes (or waits).
+        ops = f.main_ops
+        computation = ops[~name_matches(ops["name"], COMM_HOST)]
+        comm = f.union_in_window(f.comm_work_host)
+        comp = f.union_in_window(computation)
+    else:
         return with_notes(None, f.gpu_not_measured_note + " (communication and overlap need GPU kernels)")
-    computation_kernels = gpu[(gpu["kind"] == "kernel").to_numpy() & ~f.comm_kernels]
-    comm = f.union_in_window(comm_kernels)
-    comp = f.union_in_window(computation_kernels)
     totals = {
         "ProfileStep": f.step_total_ns,
         "Communication": comm.length,

@@ -30,10 +30,13 @@ from advisor.tables.step_timing import job_steps, timed_frame
 MAX_ROWS = 200
 STACK_FRAMES = 6  # user frames kept in the ``stack`` column, innermost last
 _FRAME = re.compile(r"^\s*(?P<file>.+?)\((?P<line>-?\d+)\): (?P<function>.*)$")
-# Where a thread waits rather than works: a queue, a lock, a pipe, a sleep.
+# Where a thread waits rather than works: a queue, a lock, a pipe, a sleep, or a collective
+# (torch.distributed's calls block in C++ until every rank has arrived: communication, not
+# the host's own work).
 _WAITING = re.compile(
     r"(^|/)(queues|connection|selectors|threading|synchronize)\.py\(\d+\): "
     r"(get|_poll|poll|wait|select|_recv|_recv_bytes|recv_bytes|acquire)$"
+    r"|(^|/)torch/distributed/(distributed_c10d|c10d_logger)\.py\(\d+\): "
 )
 _FALLBACK_LIBRARY = re.compile(r"site-packages|dist-packages|(^|/)torch/|/lib/python\d|(^|/)advisor/")
 NO_USER_FRAME = "(no frame of the user's code)"

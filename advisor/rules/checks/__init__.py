@@ -14,6 +14,7 @@ from advisor.rules.checks import (  # noqa: F401
     optimizer,
     per_sample,
     roofline,
+    straggler,
     tensor_cores,
     utilization,
 )

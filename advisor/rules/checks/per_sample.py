@@ -25,6 +25,16 @@ def check(ctx: RuleContext) -> list[Finding]:
     calls = float(value(model, "Forward", "calls", 0.0) or 0.0) / steps
     if calls < ctx.threshold("min_forward_calls"):
         return []
+    # Per-sample training builds a backward graph per call: autograd's nodes per step
+    # follow the forward calls. Forward calls with a small graph behind them are passes
+    # that train nothing (an evaluation loop inside the step), another problem.
+    operators = ctx.table("operator")
+    backward = float(value(model, "Backward", "cpu_total_ns", 0.0) or 0.0)
+    if operators is not None and len(operators) and backward > 0 and "calls" in operators.columns:
+        autograd = operators.index.astype(str).str.startswith("autograd::engine::evaluate_function")
+        nodes = float(operators.loc[autograd, "calls"].sum()) / steps
+        if nodes < ctx.threshold("min_backward_nodes_per_call") * calls:
+            return []
     forward = float(value(model, "Forward", "cpu_ratio", 0.0) or 0.0)
     backward = float(value(model, "Backward", "cpu_ratio", 0.0) or 0.0)
     others = float(value(model, "Others", "cpu_ratio", 0.0) or 0.0)

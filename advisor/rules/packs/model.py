@@ -75,6 +75,7 @@ class Lifecycle(str, Enum):
 class Requirement(str, Enum):
     steps = "steps"
     gpu = "gpu"
+    ranks = "ranks"  # a job of two ranks or more: the rule reads the cross-rank tables
 
 
 class _Strict(BaseModel):
@@ -138,7 +139,9 @@ class RuleSpec(_Strict):
                                                      "(@name in expressions); users override them "
                                                      "in their config.")
     requires: list[Requirement] = Field(default_factory=list, title="Requires",
-                                        description="Run only on sessions with steps and/or a measured GPU.")
+                                        description="Run only on sessions with steps and/or a measured GPU; "
+                                                    "'ranks': only on a job of two ranks or more, "
+                                                    "reading its cross-rank tables.")
     leads: bool = Field(default=False, title="Leads the report",
                         description="A rule about the profile itself (what it does not cover): its findings "
                                     "come before all others whatever their saving.")

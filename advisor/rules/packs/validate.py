@@ -75,10 +75,11 @@ class PackInvalid(RulePackError):
 
 
 def table_columns() -> dict[str, list[str]]:
-    """Each summary table's columns as expressions see them (``key`` first)."""
-    from advisor.tables import TABLE_DOCS
+    """Each summary table's columns as expressions see them (``key`` first): a session's
+    tables and a job's cross-rank ones (read by rules that require ranks)."""
+    from advisor.tables import JOB_TABLE_DOCS, TABLE_DOCS
 
-    return {name: ["key", *doc.columns] for name, doc in TABLE_DOCS.items()}
+    return {name: ["key", *doc.columns] for name, doc in {**TABLE_DOCS, **JOB_TABLE_DOCS}.items()}
 
 
 def _not_a_table(name: str, tables: Iterable[str]) -> str:

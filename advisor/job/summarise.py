@@ -1,0 +1,93 @@
+"""One rank of a job, summarised where its data is.
+
+``summarise_rank`` is what a worker process (or a Dask worker) runs for each rank: it reads
+the rank's trace or saved session, computes its tables, runs the rules and returns a
+:class:`RankSummary`: the rank's report (tables and findings), the figures the job's
+`ranks` table needs, and the rank's collective calls in step order for the `collectives`
+table. The events never leave the worker; the summary is what travels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from advisor.errors import AdvisorError
+
+__all__ = ["RankSummary", "RuleChoice", "summarise_rank"]
+
+@dataclass(frozen=True)
+class RuleChoice:
+    """The rules chosen on the command line, as a worker needs them (picklable)."""
+
+    specs: list[Any] | None = None
+    disabled: frozenset[str] = frozenset()
+    enabled: frozenset[str] = frozenset()
+    preview: bool = False
+
+
+@dataclass
+class RankSummary:
+    """What one rank's worker sends back: small, whatever the size of the trace."""
+
+    source: str
+    rank: int | None = None  # from the trace's distributedInfo, where it has one
+    world_size: int | None = None
+    backend: str = ""
+    report: Any = None  # the rank's Report (advisor.reports.model.Report)
+    figures: dict[str, float | None] = field(default_factory=dict)
+    calls: pd.DataFrame | None = None
+    skipped: dict[str, str] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    error: str | None = None  # why the rank could not be read at all
+    saved_to: str | None = None
+
+
+def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: str | None = None,
+                   gpu: str | None = None) -> RankSummary:
+    """Read one rank (a trace file or saved session folder), compute its tables, run the
+    rules, and return its summary; a rank that cannot be read comes back with ``error``
+    set instead of raising, so one bad rank does not take the job's report down."""
+    from advisor.importers import load
+    from advisor.reports.model import build_report
+    from advisor.rules import run_rules
+    from advisor.session.startup import leave_out_startup
+    from advisor.tables import TABLE_DOCS, compute_tables
+    from advisor.tables._facts import Facts
+    from advisor.tables.job import collective_calls, rank_figures
+
+    choice = choice or RuleChoice()
+    try:
+        session = load(Path(source))
+    except AdvisorError as exc:
+        return RankSummary(source=source, error=str(exc))
+    except (OSError, ValueError, MemoryError) as exc:
+        return RankSummary(source=source, error=f"{source}: {type(exc).__name__}: {exc}")
+    saved = None
+    if save_to:
+        session.save(save_to)
+        saved = save_to
+    if gpu:
+        session.meta = session.meta.model_copy(update={"target_gpu": gpu})
+    session = leave_out_startup(session)
+    tables = compute_tables(session)
+    result = run_rules(session, tables, choice.specs, disabled=set(choice.disabled),
+                       enabled=set(choice.enabled), preview=choice.preview)
+    report = build_report(session, tables, result.findings, table_docs=TABLE_DOCS, skipped=result.skipped)
+    facts = Facts(session)
+    info = session.meta.distributed
+    return RankSummary(
+        source=source,
+        rank=info.rank if info is not None else None,
+        world_size=info.world_size if info is not None else None,
+        backend=info.backend if info is not None else "",
+        report=report,
+        figures=rank_figures(session, tables, facts),
+        calls=collective_calls(session, facts),
+        skipped=dict(result.skipped),
+        errors=list(result.errors),
+        saved_to=saved,
+    )
