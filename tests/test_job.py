@@ -80,7 +80,7 @@ def write_job(folder: Path, world: int, extra: dict[int, float], *, names: str =
 
 
 def advisor(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "advisor", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "advisor", *args], check=False, capture_output=True, text=True,
                           cwd=cwd or REPO, timeout=300)
 
 
@@ -258,3 +258,17 @@ def test_a_rank_that_crashes_loses_nothing_the_others_collected(tmp_path):
     assert endings[0][0] in ("interrupt", "exception", "normal")
     assert any("exited with code" in n for n in report["notes"])
     assert not list(tmp_path.glob("advisor-job-*"))
+
+
+def test_the_html_and_markdown_reports_open_on_the_job(tmp_path):
+    folder = write_job(tmp_path / "job", 3, {1: 4000.0})
+    html = advisor("diagnose", str(folder), "--format", "html", "-o", str(tmp_path / "r.html"))
+    assert html.returncode == 0, html.stderr
+    page = (tmp_path / "r.html").read_text()
+    job, findings = page.index('<section id="job">'), page.index('<section id="findings">')
+    assert job < findings and 'id="chart-ranks"' in page[job:findings]
+    assert page[job:findings].count("<h3>Rank ") == 3
+    assert '<section id="charts">' not in page  # a session's charts have no data in a job's report
+    markdown = advisor("diagnose", str(folder), "--format", "markdown")
+    assert "3 of 3 ranks" in markdown.stdout and "#### Ranks" in markdown.stdout
+    assert "**Rank 1**" in markdown.stdout and "#### Collectives" in markdown.stdout

@@ -30,6 +30,7 @@ from advisor.reports._common import (
     evidence_segments,
     find_table,
     gpu_text,
+    job_text,
     numeric_columns,
     other_notes,
     steps_text,
@@ -66,7 +67,8 @@ MAX_ROWS = 1000
 TOP_BARS = 20
 MAX_POINTS = 400
 # Tables shown open; the others start folded (a click on evidence opens its table).
-OPEN_TABLES = ("model", "perf", "device", "operator", "kernel", "memory", "gpu_idle", "host_sync")
+OPEN_TABLES = ("model", "perf", "device", "operator", "kernel", "memory", "gpu_idle", "host_sync", "ranks",
+               "collectives")
 
 PHASES = (
     ("Dataloader", "dataloader_ns", "s-dataloader", "--c-dataloader"),
@@ -185,6 +187,8 @@ def _key_figures(report: Report, anchors: Anchors) -> str:
 def _header(report: Report, anchors: Anchors) -> str:
     session = report.session
     rows = [("Source", f"{session.source} ({session.source_format})")]
+    if report.job is not None:
+        rows.append(("Job", job_text(report)))
     command = command_text(report)
     if command:
         rows.append(("Script", command))
@@ -342,6 +346,57 @@ def _step_chart(report: Report, anchors: Anchors) -> str:
     return _chart_card(title, description, legend + svg,
                        f"From the {_table_link(report, anchors, name)} table; x: step number.",
                        wide=True, chart_id="chart-steps")
+
+
+def _ranks_chart(report: Report, anchors: Anchors) -> str:
+    """A job's ranks side by side: each rank's mean step split into its host phases, with
+    the time it waited in collectives for the last rank marked."""
+    name = "ranks"
+    table = report.tables.get(name)
+    title = "Step time by rank"
+    description = ("Each rank's mean step split into the host's phases (stacked); the black tick is the time "
+                   "per step the rank waited in collectives for the last rank to arrive.")
+    if table is None or not table.rows:
+        return _chart_card(title, description, "<p>No ranks.</p>", "", wide=True, chart_id="chart-ranks")
+    rows = table.rows
+    overlay = [_num(r.get("wait_ns")) for r in rows]
+    tooltips = []
+    for r in rows:
+        parts = [f"{p} {format_ns(r.get(c))}" for p, c, _, _ in PHASES]
+        tooltips.append(f"{r['key']}: {format_ns(r.get('step_mean_ns'))} a step\n" + "\n".join(parts)
+                        + f"\nwaiting in collectives {format_ns(r.get('wait_ns'))}")
+    data = Columns(
+        labels=[str(r.get("rank")) for r in rows],
+        tooltips=tooltips,
+        hrefs=[anchors.row_id(name, r["key"]) for r in rows],
+        series=[Series(p, cls, [_num(r.get(c)) or 0.0 for r in rows]) for p, c, cls, _ in PHASES],
+        overlay=overlay if any(v is not None for v in overlay) else None,
+        label_every=max(1, math.ceil(len(rows) / 30)),
+    )
+    legend = _legend([(p, var) for p, _, _, var in PHASES],
+                     '<span class="line" style="--sw: var(--text)">waiting in collectives</span>')
+    svg = stacked_columns(data, label=f"{title}, {len(rows)} ranks", height=260)
+    return _chart_card(title, description, legend + svg,
+                       f"From the {_table_link(report, anchors, name)} table; x: rank.", wide=True,
+                       chart_id="chart-ranks")
+
+
+def _job(report: Report, anchors: Anchors) -> str:
+    """The job first: the ranks chart, then each rank's own top findings."""
+    job = report.job
+    if job is None:
+        return ""
+    items = []
+    for rank in job.ranks:
+        found = "".join(f"<li>{esc(f.title)} <code class=\"rule\">{esc(f.rule)}</code>: saves "
+                        f"{esc(format_saving(f.saving))}</li>" for f in rank.findings) or "<li>no findings</li>"
+        ended = f"; exit code {rank.exit_code} ({rank.ending})" if rank.exit_code not in (None, 0) else ""
+        source = f' <span class="mono">{esc(rank.source)}</span>' if rank.source else ""
+        items.append(f'<div class="card"><h3>Rank {rank.rank}{source}</h3>'
+                     f'<p class="desc">{rank.steps} steps, mean step {esc(format_ns(rank.mean_step_ns))}; '
+                     f"numbered by {esc(rank.rank_from)}{esc(ended)}</p><ul>{found}</ul></div>")
+    return ('<section id="job"><h2>The job</h2><div class="charts">' + _ranks_chart(report, anchors) + "</div>"
+            + '<div class="charts">' + "".join(items) + "</div></section>")
 
 
 def _gpu_chart(report: Report, anchors: Anchors) -> str:
@@ -624,7 +679,7 @@ def render_html(report: Report, *, progress: Progress | None = None) -> str:
     given, hears of each section rendered."""
     anchors = Anchors.of(report)
     cited = _cited_rows(report.findings)
-    total = 3 + len(CHARTS) + len(report.tables)
+    total = 3 + (len(CHARTS) if report.job is None else 0) + len(report.tables)
     done = 0
 
     def tick() -> None:
@@ -633,15 +688,17 @@ def render_html(report: Report, *, progress: Progress | None = None) -> str:
         if progress is not None:
             progress(done, total)
 
-    parts = [_header(report, anchors)]
+    parts = [_header(report, anchors), _job(report, anchors)]
     tick()
     parts.append(_findings(report, anchors))
     tick()
     charts = []
-    for chart in CHARTS:
+    for chart in CHARTS if report.job is None else ():  # a job's charts are its ranks', above
         charts.append(chart(report, anchors))
         tick()
-    parts.append('<section id="charts"><h2>Charts</h2><div class="charts">' + "".join(charts) + "</div></section>")
+    if charts:
+        parts.append('<section id="charts"><h2>Charts</h2><div class="charts">' + "".join(charts)
+                     + "</div></section>")
     tables = [('<section id="tables"><h2>Summary tables</h2>'
                '<p class="desc">Click a column to sort (numbers largest first); type to filter rows. '
                "Hover a value for its exact figure.</p>")]
@@ -656,8 +713,9 @@ def render_html(report: Report, *, progress: Progress | None = None) -> str:
     csp = (f"default-src 'none'; style-src 'unsafe-inline'; script-src {script_hash(SCRIPT)}; "
            "base-uri 'none'; form-action 'none'")
     title = f"advisor report: {report.session.source}"
-    nav = ('<nav><a href="#findings">Findings</a><a href="#charts">Charts</a><a href="#tables">Tables</a>'
-           '<a href="#definitions">Definitions</a></nav>')
+    nav = ('<nav>' + ('<a href="#job">Job</a>' if report.job is not None else "")
+           + '<a href="#findings">Findings</a>' + ('<a href="#charts">Charts</a>' if report.job is None else "")
+           + '<a href="#tables">Tables</a><a href="#definitions">Definitions</a></nav>')
     document = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',

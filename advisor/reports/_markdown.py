@@ -11,6 +11,8 @@ import re
 
 from advisor.findings import Finding
 from advisor.reports._common import (
+    COLLECTIVE_COLUMNS,
+    RANK_COLUMNS,
     cell_text,
     command_text,
     compact_columns,
@@ -18,6 +20,7 @@ from advisor.reports._common import (
     evidence_segments,
     find_table,
     gpu_text,
+    job_text,
     numeric_columns,
     steps_text,
 )
@@ -64,6 +67,7 @@ def _summary(report: Report) -> str:
     session = report.session
     parts = [
         f"{md_code(session.source)} ({md_escape(session.source_format)})",
+        *([md_escape(job_text(report))] if report.job is not None else []),
         md_escape(devices_text(report)),
         f"window {format_ns(session.window.duration_ns)}",
         md_escape(steps_text(report)),
@@ -139,9 +143,21 @@ def render_markdown(report: Report) -> str:
     for i, finding in enumerate(report.findings, 1):
         lines += _finding(str(i), finding, "")
 
-    # Model, Perf and Device whole; Operator and Kernel cut to their top rows and main columns.
-    sections = [("model", None), ("perf", None), ("device", None), ("operator", TOP_ROWS), ("kernel", TOP_ROWS)]
     tables = []
+    if report.job is not None:
+        # A job: the ranks and the collectives, then each rank's own top findings.
+        for name, columns in (("ranks", RANK_COLUMNS + ["top_finding"]), ("collectives", COLLECTIVE_COLUMNS)):
+            table = report.tables.get(name)
+            if table is not None and table.rows:
+                tables += _table(table, rows=None, columns=[c for c in columns
+                                                          if any(r.get(c) is not None for r in table.rows)])
+        for rank in report.job.ranks:
+            tables += [f"**Rank {rank.rank}** ({md_code(rank.source) if rank.source else 'not kept'}): "
+                       + ("; ".join(f"{md_escape(f.title)}, {format_saving(f.saving)}"
+                                    for f in rank.findings) or "no findings"), ""]
+    # Model, Perf and Device whole; Operator and Kernel cut to their top rows and main columns.
+    sections = [] if report.job is not None else [("model", None), ("perf", None), ("device", None),
+                                                  ("operator", TOP_ROWS), ("kernel", TOP_ROWS)]
     for canonical, rows in sections:
         found = find_table(report, canonical)
         if found is None or not found[1].rows:
