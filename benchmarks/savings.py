@@ -12,6 +12,10 @@ Every before/after pair the project has, each a real change an engineer would ma
                    The GPU pairs (pageable vs pinned copies, single-tensor vs foreach
                    optimizer, zeroed vs dropped gradients, host-made vs device-made tensors,
                    convolution bias before batch norm) run only where torch sees a GPU.
+    job pairs      two-rank jobs under torchrun (gloo on this CPU): a rank that validates
+                   every step (fix: every 50 steps) and gradients all-reduced by hand after
+                   backward (fix: DistributedDataParallel); predicted by `advisor diagnose
+                   torchrun ...`, measured from rank 0's own step time, plain torchrun.
     trace pair     the ResNet-50 traces in ../shared/traces (num_workers=0, then 4; a V100,
                    recorded by torch.profiler): predicted from the first trace, measured as
                    the difference of their mean steps. Skipped where that folder is absent.
@@ -65,6 +69,7 @@ class ScriptPair:
     args: tuple[str, ...] = ()
     repeat_factor: int = 1  # more runs where a step is short and noisy
     gpu: bool = False  # the problem exists only on a GPU: skipped where torch sees none
+    ranks: int = 0  # a job: run under torchrun with this many ranks (advisor diagnose torchrun ...)
 
 
 def _workers(finding: dict) -> list[str]:
@@ -90,6 +95,11 @@ SCRIPT_PAIRS = (
     ScriptPair("host_made_tensors", "host_made_tensors.py", "cpu-tensor-copied-each-step", lambda f: ["--fixed"], 100,
                gpu=True),
     ScriptPair("conv_bias_bn", "conv_bias_bn.py", "conv-bias-before-batchnorm", lambda f: ["--fixed"], 100, gpu=True),
+    # Job pairs: two ranks under torchrun (gloo on a CPU), diagnosed as `advisor diagnose torchrun ...`.
+    ScriptPair("ddp_straggler", "ddp_straggler.py", "straggler-rank", lambda f: ["--validate-every", "50"], 12,
+               ranks=2),
+    ScriptPair("allreduce_by_hand", "allreduce_after_backward.py", "communication-not-overlapped",
+               lambda f: ["--ddp"], 12, ranks=2),
 )
 
 
@@ -161,9 +171,12 @@ def take_prediction(result: Result, report: dict, rule: str) -> dict:
 STEP_TIME = re.compile(r"(?P<ms>\d+\.\d+) ms/step")
 
 
-def per_step_ms(argv: list[str], steps: int, timeout_s: float) -> float:
-    """Plain per-step time as the script reports it: its mean step after two warm-up steps."""
-    done = subprocess.run([sys.executable, *argv, "--steps", str(steps)], check=False, capture_output=True,
+def per_step_ms(argv: list[str], steps: int, timeout_s: float, ranks: int = 0) -> float:
+    """Plain per-step time as the script reports it: its mean step after two warm-up steps
+    (rank 0's, for a job run under torchrun)."""
+    launcher = [sys.executable] if not ranks else [sys.executable, "-m", "torch.distributed.run",
+                                                   f"--nproc-per-node={ranks}"]
+    done = subprocess.run([*launcher, *argv, "--steps", str(steps)], check=False, capture_output=True,
                           text=True, cwd=REPO, timeout=timeout_s)
     match = STEP_TIME.search(done.stdout)
     if done.returncode != 0 or match is None:
@@ -179,14 +192,15 @@ def run_script_pair(pair: ScriptPair, repeat: int, timeout_s: float) -> Result:
         result.failed = "skipped: a GPU pair, and torch sees no GPU here"
         return result
     try:
-        report = diagnose([script, "--steps", str(pair.steps), *pair.args], timeout_s)
+        launcher = ["torchrun", f"--nproc-per-node={pair.ranks}"] if pair.ranks else []
+        report = diagnose([*launcher, script, "--steps", str(pair.steps), *pair.args], timeout_s)
         finding = take_prediction(result, report, pair.rule)
         fix = pair.fix(finding)
         result.fix = " ".join(fix)
         befores, afters = [], []
         for _ in range(repeat * pair.repeat_factor):
-            befores.append(per_step_ms([script, *pair.args], pair.steps, timeout_s))
-            afters.append(per_step_ms([script, *pair.args, *fix], pair.steps, timeout_s))
+            befores.append(per_step_ms([script, *pair.args], pair.steps, timeout_s, pair.ranks))
+            afters.append(per_step_ms([script, *pair.args, *fix], pair.steps, timeout_s, pair.ranks))
             result.measured.append(befores[-1] - afters[-1])
         result.before_ms, result.after_ms = statistics.median(befores), statistics.median(afters)
     except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
