@@ -272,3 +272,15 @@ def test_the_html_and_markdown_reports_open_on_the_job(tmp_path):
     markdown = advisor("diagnose", str(folder), "--format", "markdown")
     assert "3 of 3 ranks" in markdown.stdout and "#### Ranks" in markdown.stdout
     assert "**Rank 1**" in markdown.stdout and "#### Collectives" in markdown.stdout
+
+
+def test_compare_takes_two_jobs(tmp_path):
+    before = write_job(tmp_path / "before", 2, {1: 4000.0})
+    after = write_job(tmp_path / "after", 2, {})
+    done = advisor("compare", str(before), str(after), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    comparison = json.loads(done.stdout)
+    gone = {f["rule"] for f in comparison["findings"] if f["status"] == "gone"}
+    assert "straggler-rank" in gone
+    waits = {r["key"]: r for r in comparison["rows"] if r["table"] == "ranks" and r["column"] == "wait_ns"}
+    assert waits["rank 0"]["before"] == pytest.approx(4.0e6, rel=0.02) and not waits["rank 0"]["after"]

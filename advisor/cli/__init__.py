@@ -338,7 +338,13 @@ def _compare(args: argparse.Namespace) -> int:
         if _is_script(Path(target)):
             raise UsageError(f"compare reads traces and saved sessions, and {target} is a script: "
                              f"run `advisor diagnose --save DIR {target}` first and compare DIR")
-        one = argparse.Namespace(**{**vars(args), "target": target, "script_args": [], "steps": None})
+        one = argparse.Namespace(**{**vars(args), "target": target, "script_args": [], "steps": None,
+                                    "event_budget": None, "with_stack": False, "workers": None, "dask": None,
+                                    "save": None})
+        job = _job_sources(one)
+        if job is not None:
+            sides.append(_job_side(one, job, chosen))
+            continue
         session, _ = _session_for(one)
         tables, result = _analyse(session, chosen)
         sides.append((session, tables, result.findings))
@@ -346,6 +352,20 @@ def _compare(args: argparse.Namespace) -> int:
     if args.output:
         print(f"advisor: comparison written to {args.output}", file=sys.stderr)
     return 0
+
+
+def _job_side(args: argparse.Namespace, sources: list[Path], chosen):
+    """One side of `compare` that is a job: the lowest rank's session and tables with the
+    job's cross-rank tables, and the job's findings (merged across ranks)."""
+    from advisor.cli.job import read_job
+    from advisor.importers import load
+    from advisor.tables import compute_tables
+
+    job, diagnosis = read_job(args, sources, chosen, say=_say)
+    for error in diagnosis.errors:
+        print(f"advisor: {error}", file=sys.stderr)
+    session = _steady(load(job.ranks[0].summary.source))
+    return session, {**compute_tables(session), **diagnosis.tables}, diagnosis.findings
 
 
 def _summary(args: argparse.Namespace) -> int:

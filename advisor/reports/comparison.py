@@ -41,7 +41,12 @@ ROW_TABLES: tuple[tuple[str, str, str], ...] = (
     ("memory", "gpu_total_ns", "GPU time of copies and sets"),
     ("host_sync", "host_total_ns", "host time blocked on the GPU"),
     ("gpu_idle", "idle_ns", "GPU idle time by what the host was doing"),
+    # A job's cross-rank tables, already per step.
+    ("ranks", "step_mean_ns", "each rank's mean step"),
+    ("ranks", "wait_ns", "time each rank waits in collectives for the last rank"),
+    ("collectives", "time_ns", "time in each collective"),
 )
+PER_STEP_TABLES = frozenset({"ranks", "collectives"})
 
 
 class _Model(BaseModel):
@@ -251,7 +256,8 @@ def _rows(b: Triple, a: Triple, divisors: tuple[float, float], top: int) -> list
         if "level" in fb.columns:  # operators: top-level rows only, which never double count
             fb = fb[fb["level"].astype(str) == "top"]
             fa = fa[fa["level"].astype(str) == "top"]
-        before, after = _per(fb, column, divisors[0]), _per(fa, column, divisors[1])
+        per = (1.0, 1.0) if table in PER_STEP_TABLES else divisors
+        before, after = _per(fb, column, per[0]), _per(fa, column, per[1])
         moved = []
         for key in set(before) | set(after):
             x, y = before.get(key), after.get(key)
