@@ -284,3 +284,16 @@ def test_compare_takes_two_jobs(tmp_path):
     assert "straggler-rank" in gone
     waits = {r["key"]: r for r in comparison["rows"] if r["table"] == "ranks" and r["column"] == "wait_ns"}
     assert waits["rank 0"]["before"] == pytest.approx(4.0e6, rel=0.02) and not waits["rank 0"]["after"]
+
+
+def test_ranks_a_script_spawns_itself_are_profiled_as_a_job(tmp_path):
+    pytest.importorskip("torch")
+    done = advisor("diagnose", "--format", "json", "-o", str(tmp_path / "r.json"), "--save", str(tmp_path / "job"),
+                   "examples/spawn_train.py", "--steps", "12")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "spawn_train: 12 steps on each of 2 ranks" in done.stdout
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [r["rank"] for r in report["job"]["ranks"]] == [0, 1]
+    assert all(r["steps"] >= 5 for r in report["job"]["ranks"])
+    assert "profile-incomplete" not in {f["rule"] for f in report["findings"]}
+    assert (tmp_path / "job" / "job.json").is_file()

@@ -153,7 +153,7 @@ def _session_for(args: argparse.Namespace, *, steady: bool = True):
         from advisor.knowledge.hardware import gpu_profile
 
         profile = gpu_profile(args.gpu)  # an unknown name is a UsageError before anything runs
-    session, exit_code = _collect_or_load(args)
+    session, exit_code, _ranks = _collect_or_load(args)
     if args.gpu:
         session.meta = session.meta.model_copy(update={"target_gpu": profile.id})
     return (_steady(session) if steady else session), exit_code
@@ -165,7 +165,10 @@ def _steady(session):
     return leave_out_startup(session)
 
 
-def _collect_or_load(args: argparse.Namespace):
+def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False):
+    """(session, exit code or None, the launch of the ranks the script spawned or None);
+    with ``spawned_ranks``, ranks the script starts with torch.multiprocessing.spawn are
+    profiled and saved, each its own session (advisor.collect.spawned)."""
     from advisor.importers import load
 
     target = Path(args.target)
@@ -180,9 +183,9 @@ def _collect_or_load(args: argparse.Namespace):
             raise UsageError("--event-budget must be at least 1")
         run = collect_script(target, script_args, gpu=args.collector == "auto", steps=steps,
                              with_stack=args.with_stack, say=_say,
-                             event_budget=args.event_budget or DEFAULT_EVENT_BUDGET)
+                             event_budget=args.event_budget or DEFAULT_EVENT_BUDGET, spawned_ranks=spawned_ranks)
         _say(f"{target.name} {_ended(run.run)}")
-        return run.session, run.exit_code
+        return run.session, run.exit_code, _spawned(run.run, [str(target), *script_args])
     if (getattr(args, "steps", None) is not None or getattr(args, "event_budget", None) is not None
             or getattr(args, "with_stack", False)):
         raise UsageError("--steps, --event-budget and --with-stack choose what a script records; a trace or "
@@ -192,7 +195,21 @@ def _collect_or_load(args: argparse.Namespace):
     from advisor.cli.progress import progress_bar
 
     with progress_bar(f"Reading {target.name}", unit="bytes") as update:
-        return load(target, progress=update), None
+        return load(target, progress=update), None, None
+
+
+def _spawned(run, command: list[str]):
+    """The ranks a script started with torch.multiprocessing.spawn, as a launch whose ranks
+    saved their sessions, or None where it started none (its folder is then removed)."""
+    from advisor.job.launch import Launch
+
+    folder = run.children_dir
+    if folder is None:
+        return None
+    found = Launch.from_folder(Path(folder), command=command, exit_code=run.exit_code)
+    if found is None:
+        shutil.rmtree(folder, ignore_errors=True)
+    return found
 
 
 def _say(line: str) -> None:
@@ -221,6 +238,17 @@ def _diagnose(args: argparse.Namespace) -> int:
     chosen, config = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
     launched = _launch(args)
     sources = launched.sources if launched is not None else _job_sources(args)
+    session = None
+    if sources is None and _is_script(Path(args.target)):
+        session, exit_code, launched = _collect_or_load(args, spawned_ranks=True)
+        if args.gpu:
+            from advisor.knowledge.hardware import gpu_profile
+
+            session.meta = session.meta.model_copy(update={"target_gpu": gpu_profile(args.gpu).id})
+        if launched is not None:  # the script spawned its ranks: they are the job
+            _say(f"the script started {len(launched.sources)} ranks with torch.multiprocessing.spawn; "
+                 "each was profiled")
+            sources = launched.sources
     if sources is not None:
         from advisor.cli.job import job_report, read_job
 
@@ -231,7 +259,8 @@ def _diagnose(args: argparse.Namespace) -> int:
         if launched is not None and not args.save:
             shutil.rmtree(launched.folder, ignore_errors=True)
     else:
-        session, exit_code = _session_for(args, steady=False)
+        if session is None:
+            session, exit_code = _session_for(args, steady=False)
         if args.save:  # as recorded: the start-up step is left out on every reading, not in the file
             session.save(args.save)
             print(f"advisor: session saved to {args.save}", file=sys.stderr)

@@ -10,6 +10,8 @@
     sampler         process and machine CPU use and RSS, sampled with psutil
     stacks          the main thread's and the DataLoader workers' Python stacks, sampled:
                     where host time goes in the user's own code
+    spawned         the ranks a script starts with torch.multiprocessing.spawn, each run
+                    under a collector of its own and saved as a rank of a job
     steps           the window of steps recorded (--steps), and the clock that times
                     every step, recorded or not
     assemble        from a run to a Session: events, samples, devices, what was not

@@ -108,7 +108,8 @@ def _gpu_not_measured(reason: str | None) -> str:
 def collect_script(script: Path, args: list[str], *, keep_trace: Path | None = None, gpu: bool = True,
                    steps: Any = "default", sample_interval_s: float | None = DEFAULT_INTERVAL_S,
                    stack_interval_s: float | None = STACK_INTERVAL_S, event_budget: int | None = DEFAULT_EVENT_BUDGET,
-                   with_stack: bool = False, say: Callable[[str], None] | None = None) -> CollectedRun:
+                   with_stack: bool = False, say: Callable[[str], None] | None = None,
+                   call: Callable[[], Any] | None = None, spawned_ranks: bool = False) -> CollectedRun:
     """Run ``script`` under the collectors and return its Session and exit code.
 
     Whatever the script did (raised, exited, was interrupted), the events collected up to
@@ -117,7 +118,7 @@ def collect_script(script: Path, args: list[str], *, keep_trace: Path | None = N
     """
     run = run_script(script, args, save_trace_to=keep_trace, gpu=gpu, steps=steps, with_stack=with_stack,
                      sample_interval_s=sample_interval_s, stack_interval_s=stack_interval_s,
-                     event_budget=event_budget, say=say)
+                     event_budget=event_budget, say=say, call=call, spawned_ranks=spawned_ranks)
     notes = list(run.notes)
     gaps = list(run.gaps)
     capture = run.gpu_capture

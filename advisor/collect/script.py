@@ -102,6 +102,9 @@ class ScriptRun:
     remove once read."""
     gpu_available: bool = False
     """Whether torch saw a CUDA device (a GPU left unmeasured is then a gap)."""
+    children_dir: Path | None = None
+    """Where the ranks the script started with torch.multiprocessing.spawn saved their
+    sessions (rank-N/, advisor.collect.spawned), where they were profiled; the caller's."""
 
     @property
     def profiled(self) -> bool:
@@ -127,6 +130,8 @@ def run_script(
     stack_interval_s: float | None = STACK_INTERVAL_S,
     event_budget: int | None = DEFAULT_EVENT_BUDGET,
     say: Callable[[str], None] | None = None,
+    call: Callable[[], Any] | None = None,
+    spawned_ranks: bool = False,
 ) -> ScriptRun:
     """Run ``script`` with ``args`` under the step/phase hooks and a collector.
 
@@ -147,12 +152,19 @@ def run_script(
     Without an importable torch the script still runs, unprofiled, and ``notes`` says so.
     ``say(line)`` hears of recording starting and stopping.
 
+    ``call``: run this function instead of the script (a rank that
+    torch.multiprocessing.spawn started, advisor.collect.spawned); ``script`` then names
+    where it came from. ``spawned_ranks``: ranks the script starts with
+    torch.multiprocessing.spawn run under the collector too, each saving its session in
+    ``children_dir``.
+
     Raises ScriptError only when the script cannot be started (missing, not a file,
     unreadable); whatever the script itself does ends up in the returned ScriptRun.
     """
     argv0 = os.fspath(script)
     path = Path(argv0)
-    _check_runnable(path)
+    if call is None:
+        _check_runnable(path)
     args = [str(a) for a in args]
     notes: list[str] = []
     gaps: list[CollectionGap] = []
@@ -165,6 +177,7 @@ def run_script(
 
     collector = None
     gpu_collector = None
+    children_dir: Path | None = None
     gpu_not_measured: str | None = None
     gpu_available = False
     torch, why_not = torch_hooks.import_torch()
@@ -183,10 +196,14 @@ def run_script(
         else:
             gpu_not_measured = "the host collector was asked for"
         in_parts = window is None and gpu_collector is None
+        if spawned_ranks:
+            children_dir = Path(tempfile.mkdtemp(prefix="advisor-ranks-"))
         collector = torch_hooks.HostCollector(
             torch, record_shapes=record_shapes, with_stack=with_stack, profiler=gpu_collector is None,
             listener=gpu_collector, window=window, event_budget=event_budget if in_parts else None,
-            parts_dir=work_dir / "parts" if in_parts else None, say=say)
+            parts_dir=work_dir / "parts" if in_parts else None, say=say,
+            ranks=(children_dir, {"steps": window, "gpu": gpu, "with_stack": with_stack, "event_budget": event_budget,
+                                  "script": argv0, "args": list(args)}) if children_dir is not None else None)
         try:
             collector.start()
         except Exception as exc:
@@ -201,13 +218,17 @@ def run_script(
     # it absolute. sys.path[0] is, as in Python, the script's folder with links resolved.
     file_name = argv0
     saved_argv, saved_path = sys.argv, sys.path[:]
-    sys.argv = [argv0, *args]
-    sys.path.insert(0, os.path.dirname(os.path.realpath(argv0)))
+    if call is None:
+        sys.argv = [argv0, *args]
+        sys.path.insert(0, os.path.dirname(os.path.realpath(argv0)))
     raised: BaseException | None = None
     sampler = _start_sampler(sampler, notes)
     start = time.perf_counter()
     try:
-        runpy.run_path(file_name, run_name="__main__")
+        if call is not None:
+            call()
+        else:
+            runpy.run_path(file_name, run_name="__main__")
         ending, exit_code, error = NORMAL, 0, None
     except SystemExit as exc:
         raised = exc
@@ -286,6 +307,7 @@ def run_script(
         window=window,
         work_dir=work_dir,
         gpu_available=gpu_available,
+        children_dir=children_dir,
     )
 
 

@@ -381,7 +381,7 @@ class HostCollector:
     def __init__(self, torch: Any, *, record_shapes: bool = True, with_stack: bool = True,
                  profiler: bool = True, listener: Any = None, step_source: str = "auto",
                  warmup: bool = False, window: StepWindow | None = None, event_budget: int | None = None,
-                 parts_dir: Path | None = None, say: Any = None):
+                 parts_dir: Path | None = None, say: Any = None, ranks: tuple[Path, dict] | None = None):
         """``profiler=False``: run the hooks and ranges without torch.profiler, for when the
         CUPTI collector runs (Kineto would take CUPTI over even with CPU activities only).
         ``listener`` (the CUPTI collector) is told of every step and range as it opens and
@@ -394,8 +394,12 @@ class HostCollector:
         from the window's first step and stops at its end; the steps after are timed only.
         Without one the whole run is recorded, in parts of ``PART_STEPS`` steps written to
         ``parts_dir`` where one is given, until ``event_budget`` events are written.
-        ``say(line)`` hears of recording starting and stopping, for the user."""
+        ``say(line)`` hears of recording starting and stopping, for the user.
+        ``ranks`` (a folder, the collection options): the processes the script starts with
+        torch.multiprocessing.spawn run their function under a collector of their own and
+        save their sessions there (advisor.collect.spawned)."""
         self._torch = torch
+        self._ranks = ranks
         self._record_shapes = record_shapes
         self._with_stack = with_stack
         self._use_profiler = profiler
@@ -669,6 +673,12 @@ class HostCollector:
         for owner in (cuda.Stream, cuda.Event):
             self._patch(owner, "synchronize", functools.partial(_wrap_host_sync, call="synchronize", method=""))
         self._patch(warnings, "showwarning", _wrap_showwarning, only_if_unchanged=True)
+        if self._ranks is not None:
+            spawn_mod = importlib.import_module("torch.multiprocessing.spawn")
+            if hasattr(spawn_mod, "start_processes"):
+                folder, options = self._ranks
+                self._patch(spawn_mod, "start_processes",
+                            functools.partial(_wrap_start_processes, folder=folder, options=options))
         distributed = importlib.import_module("torch.distributed")
         if getattr(distributed, "is_available", lambda: False)() and hasattr(distributed, "destroy_process_group"):
             self._patch(distributed, "destroy_process_group", _wrap_destroy_process_group)
@@ -949,6 +959,8 @@ class HostCollector:
             args = getattr(process, "_args", ()) or ()
             launcher = "torch.multiprocessing.spawn"
             target = args[0] if args and callable(args[0]) else target
+            if type(target).__name__ == "ProfiledRank":  # profiled in the child: a rank of the job
+                return
         name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or type(process).__name__
         module = getattr(target, "__module__", "") or ""
         for child in self._children:
@@ -1190,6 +1202,20 @@ def _wrap_profiler_start(original: Any) -> Any:
         return original(*args, **kwargs)
 
     return start
+
+
+def _wrap_start_processes(original: Callable[..., Any], *, folder: Path, options: dict) -> Callable[..., Any]:
+    """torch.multiprocessing.spawn's start_processes, each process's function run under a
+    collector of its own that saves the rank's session in ``folder``."""
+    from advisor.collect.spawned import ProfiledRank  # noqa: PLC0415
+
+    @functools.wraps(original)
+    def start_processes(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(fn, ProfiledRank):
+            fn = ProfiledRank(fn, str(folder), options)
+        return original(fn, *args, **kwargs)
+
+    return start_processes
 
 
 # How long destroy_process_group lets gloo's threads run before it joins them.

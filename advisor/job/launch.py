@@ -62,6 +62,22 @@ class Launch:
     world_size: int | None = None
 
     @classmethod
+    def from_folder(cls, folder: Path, *, command: list[str], exit_code: int | None) -> Launch | None:
+        """The ranks that saved a session in ``folder`` (rank-N/ with its launch.json), or
+        None where none did."""
+        found = cls(command=command, exit_code=exit_code, folder=folder)
+        for rank_dir in sorted(folder.glob("rank-*")):
+            ended_file = rank_dir / LAUNCH_FILE
+            if not ended_file.is_file():
+                continue
+            ended = json.loads(ended_file.read_text())
+            found.sources.append(rank_dir)
+            found.ranks.append(int(ended["rank"]))
+            found.endings[int(ended["rank"])] = ended
+            found.world_size = max(found.world_size or 0, int(ended.get("world_size") or 0))
+        return found if found.sources else None
+
+    @classmethod
     def from_manifest(cls, folder: Path, manifest: dict) -> Launch:
         """What a saved job's manifest (job.json) says of its launch: how each rank ended."""
         ranks = manifest["ranks"]
@@ -140,17 +156,7 @@ def launch(target: str, script_args: list[str], *, options: dict, save: Path | N
             exit_code = process.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
-    shown = [Path(target).name, *script_args]
-    found = Launch(command=shown, exit_code=exit_code, folder=folder)
-    for rank_dir in sorted(folder.glob("rank-*")):
-        ended_file = rank_dir / LAUNCH_FILE
-        if not ended_file.is_file():
-            continue
-        ended = json.loads(ended_file.read_text())
-        found.sources.append(rank_dir)
-        found.ranks.append(int(ended["rank"]))
-        found.endings[int(ended["rank"])] = ended
-        found.world_size = max(found.world_size or 0, int(ended.get("world_size") or 0))
-    if not found.sources:
+    found = Launch.from_folder(folder, command=[Path(target).name, *script_args], exit_code=exit_code)
+    if found is None:
         raise UsageError(f"the launched job saved no profile (the launcher exited with code {exit_code})")
     return found

@@ -1,0 +1,103 @@
+"""A job of many ranks: wall time and memory, in worker processes, on Dask, in one process.
+
+Synthesises R rank traces of E events each (benchmarks/synth.py; one trace written, the
+others linked to it, so each rank costs what one does), then summarises and diagnoses the
+job as `advisor diagnose DIR` does, each way in a fresh process:
+
+    one process    every rank read in the parent, one after another (no pool)
+    1 worker       a pool of one worker process
+    2 workers      a pool of two
+    Dask           a distributed.LocalCluster of two worker processes (--dask)
+
+For each it prints the wall time, the parent's own peak RSS (getrusage of the parent: its
+workers' memory is theirs) and each worker's peak RSS as the worker measured it after its
+last rank. The parent holds only summaries, so its peak must not grow with events per
+rank; run two sizes and compare.
+
+    python benchmarks/ranks.py                              # 64 ranks x 200 k events, then 8 ranks x 2 M
+    python benchmarks/ranks.py --config 8x200000 --config 8x2000000
+    python benchmarks/ranks.py --config 16x100000 --no-dask
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from synth import generate  # noqa: E402
+
+# Runs in a fresh process: summarise and diagnose the job, then say the peaks.
+_DRIVER = """
+import json, resource, sys
+from pathlib import Path
+from advisor.job import job_sources, order_ranks, summarise_job
+from advisor.job.diagnose import diagnose_job
+folder, workers, dask, pool = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] or None, sys.argv[4] == "pool"
+summaries = summarise_job(job_sources([folder]), workers=workers, dask_address=dask, always_pool=pool)
+job = order_ranks(summaries, source=str(folder))
+diagnosis = diagnose_job(job)
+peaks = {}
+for s in summaries:
+    peaks[s.worker_pid] = max(peaks.get(s.worker_pid, 0), s.worker_peak_rss_bytes)
+print(json.dumps({"ranks": len(job.ranks), "findings": [f.rule for f in diagnosis.findings],
+                  "parent_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "workers": peaks}))
+"""
+
+
+def run(folder: Path, workers: int, dask: str | None = None, *, pool: bool = True) -> dict:
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", _DRIVER, str(folder), str(workers), dask or "",
+                           "pool" if pool else "in-process"], check=False, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"ranks: the driver exited {done.returncode}: {done.stderr[-600:]}")
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out["seconds"] = seconds
+    return out
+
+
+def measure(ranks: int, events: int, root: Path, dask: bool) -> list[tuple[str, dict]]:
+    folder = root / f"job-{ranks}x{events}"
+    folder.mkdir()
+    written = generate(folder / "rank-0.json.gz", events)
+    for r in range(1, ranks):
+        (folder / f"rank-{r}.json.gz").symlink_to(folder / "rank-0.json.gz")
+    rows = [("one process", run(folder, 1, pool=False)), ("1 worker", run(folder, 1)), ("2 workers", run(folder, 2))]
+    if dask:
+        from distributed import LocalCluster
+
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+            rows.append(("Dask, 2 workers", run(folder, 1, cluster.scheduler_address)))
+    size = (folder / "rank-0.json.gz").stat().st_size
+    print(f"\n{ranks} ranks x {written:,} events ({size / 2**20:.1f} MiB gzipped per rank), {os.cpu_count()} cores")
+    print(f"{'how':18} {'seconds':>8} {'s/rank':>7} {'parent peak MiB':>16} {'worker peaks MiB':>28}")
+    for name, out in rows:
+        workers = sorted(v / 2**20 for v in out["workers"].values()) if name != "one process" else []
+        shown = ", ".join(f"{w:.0f}" for w in workers) or "-"
+        print(f"{name:18} {out['seconds']:8.1f} {out['seconds'] / ranks:7.2f} {out['parent_kib'] / 1024:16.0f} "
+              f"{shown:>28}")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", action="append", metavar="RANKSxEVENTS",
+                        help="ranks x events per rank (repeatable; default 64x200000 and 8x2000000)")
+    parser.add_argument("--no-dask", action="store_true", help="leave out the LocalCluster run")
+    args = parser.parse_args(argv)
+    configs = [tuple(int(x) for x in c.lower().split("x")) for c in (args.config or ["64x200000", "8x2000000"])]
+    with tempfile.TemporaryDirectory() as folder:
+        for ranks, events in configs:
+            measure(ranks, events, Path(folder), dask=not args.no_dask)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
