@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from synth import generate  # noqa: E402
+from synth import generate
 
 # Runs in a fresh process: summarise and diagnose the job, then say the peaks.
 _DRIVER = """

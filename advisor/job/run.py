@@ -57,15 +57,16 @@ def default_workers(n_ranks: int) -> int:
 
 def summarise_job(sources: list[Path], *, choice: RuleChoice | None = None, workers: int | None = None,
                   dask_address: str | None = None, save_dir: Path | None = None, gpu: str | None = None,
-                  say: Callable[[str], None] | None = None) -> list[RankSummary]:
-    """Each source's RankSummary, in the order given."""
+                  say: Callable[[str], None] | None = None, always_pool: bool = False) -> list[RankSummary]:
+    """Each source's RankSummary, in the order given: in this process where one worker is
+    asked for (unless ``always_pool``), else in a pool of worker processes."""
     say = say or (lambda _line: None)
     texts = [str(s) for s in sources]
     saves: list[str | None] = [str(save_dir / f"rank-source-{i}") if save_dir else None for i in range(len(texts))]
     if dask_address:
         return _on_dask(dask_address, texts, saves, choice, gpu, say)
     n = workers or default_workers(len(texts))
-    if n <= 1 or len(texts) == 1:
+    if (n <= 1 or len(texts) == 1) and not always_pool:
         out = []
         for i, (source, save) in enumerate(zip(texts, saves)):
             out.append(summarise_rank(source, choice=choice, save_to=save, gpu=gpu))

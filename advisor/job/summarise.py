@@ -9,6 +9,8 @@ table. The events never leave the worker; the summary is what travels.
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,8 @@ class RankSummary:
     errors: list[str] = field(default_factory=list)
     error: str | None = None  # why the rank could not be read at all
     saved_to: str | None = None
+    worker_pid: int = 0  # the process that summarised it, and that process's peak RSS then
+    worker_peak_rss_bytes: int = 0
 
 
 def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: str | None = None,
@@ -90,4 +94,16 @@ def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: st
         skipped=dict(result.skipped),
         errors=list(result.errors),
         saved_to=saved,
+        worker_pid=os.getpid(),
+        worker_peak_rss_bytes=_peak_rss_bytes(),
     )
+
+
+def _peak_rss_bytes() -> int:
+    """This process's peak RSS so far (0 where the platform does not say)."""
+    try:
+        import resource
+    except ImportError:
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, KiB on Linux
