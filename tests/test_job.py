@@ -297,3 +297,17 @@ def test_ranks_a_script_spawns_itself_are_profiled_as_a_job(tmp_path):
     assert all(r["steps"] >= 5 for r in report["job"]["ranks"])
     assert "profile-incomplete" not in {f["rule"] for f in report["findings"]}
     assert (tmp_path / "job" / "job.json").is_file()
+
+
+def test_a_rank_trace_with_record_param_comms_gives_process_groups_and_message_sizes(tmp_path):
+    trace = shared_trace("ddp_cnn_a100_rank0.json.gz")
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / trace.name).symlink_to(trace)
+    done = advisor("diagnose", str(tmp_path / "job"), "--format", "json")
+    report = json.loads(done.stdout)
+    assert report["job"]["world_size"] == 2 and report["job"]["missing_ranks"] == [1]
+    rows = {r["key"]: r for r in report["tables"]["collectives"]["rows"]}
+    assert set(rows) == {"all_reduce|default_pg", "broadcast|default_pg"}
+    # DDP's gradient buckets: 2 M to 8 M floats each (8 to 32 MB), five a step.
+    assert rows["all_reduce|default_pg"]["calls_per_step"] == 5
+    assert 8e6 <= rows["all_reduce|default_pg"]["bytes_per_call"] <= 32e6

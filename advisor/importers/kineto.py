@@ -86,7 +86,7 @@ _CARRIERS = {"op": 1, "python": 2, "gpu": 3}
 _CARRIER_OF_KIND = {"op": 1, "python": 2, **{kind: 3 for kind in _GPU_KINDS}}
 _CARRIED_BY = {
     **dict.fromkeys(("device", "stream", "bytes", "registers", "shared_memory", "grid", "block"), "gpu"),
-    **dict.fromkeys(("flops", "input_dims", "input_types", "input_strides", "concrete_inputs"), "op"),
+    **dict.fromkeys(("flops", "input_dims", "input_types", "input_strides", "concrete_inputs", "comm"), "op"),
     **dict.fromkeys(("python_id", "python_parent"), "python"),
 }
 _NAN = float("nan")
@@ -124,9 +124,24 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     concrete_inputs: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
     grid: msgspec.Raw = _NO_RAW
     block: msgspec.Raw = _NO_RAW
+    # A collective's record_param_comms: its process group and message (joined into the
+    # comm column, for the job's collectives table).
+    pg_name: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Process Group Name")
+    pg_desc: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Process Group Description")
+    msg_nelems: msgspec.Raw = msgspec.field(default=_NO_RAW, name="In msg nelems")
+    msg_dtype: msgspec.Raw = msgspec.field(default=_NO_RAW, name="dtype")
 
 
 _NO_ARGS = _Args()
+
+
+def _comm_raw(args: _Args) -> Any:
+    """[group name, group description, elements, dtype] as JSON where the event is a
+    collective's record (record_param_comms), else absent."""
+    if args.msg_nelems is _NO_RAW and args.pg_name is _NO_RAW:
+        return _NO_RAW
+    return b"[" + b",".join(b"null" if r is _NO_RAW else bytes(r)
+                            for r in (args.pg_name, args.pg_desc, args.msg_nelems, args.msg_dtype)) + b"]"
 
 
 class _Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
@@ -801,11 +816,11 @@ class _Columns:
     INTS = ("pid", "tid", "device", "stream", "correlation", "external_id", "bytes", "registers", "shared_memory",
             "python_id", "python_parent")
     TEXTS = ("name", "category", "call_stack", "input_dims", "input_types", "input_strides", "concrete_inputs",
-             "grid", "block")
+             "grid", "block", "comm")
     FIELDS = (
         "name", "category", "ts", "dur", "pid", "tid", "device", "stream", "correlation", "external_id", "bytes",
         "registers", "shared_memory", "python_id", "python_parent", "flops", "input_dims", "input_types",
-        "input_strides", "concrete_inputs", "call_stack", "grid", "block",
+        "input_strides", "concrete_inputs", "call_stack", "grid", "block", "comm",
     )
 
     def __init__(self, reader: _Reader):
@@ -817,7 +832,7 @@ class _Columns:
             field: _RawCodes(self.codes[field], present)
             for field, present in (("input_dims", bool), ("input_types", bool), ("input_strides", bool),
                                    ("concrete_inputs", _any_true), ("grid", lambda v: v is not None),
-                                   ("block", lambda v: v is not None))
+                                   ("block", lambda v: v is not None), ("comm", bool))
         }
         self.empty = {field: self.codes[field][""] for field in self.raw_codes}
         self.carrier = np.zeros(0, dtype="int8")  # by category code: a _CARRIERS code, 0, or -1 for no kind
@@ -885,7 +900,8 @@ class _Columns:
                             ("input_strides", [a.input_strides for a in op]),
                             ("concrete_inputs", [a.concrete_inputs for a in op]),
                             ("grid", [a.grid for a in gpu]),
-                            ("block", [a.block for a in gpu])):
+                            ("block", [a.block for a in gpu]),
+                            ("comm", [_comm_raw(a) for a in op])):
             table, empty = self.raw_codes[field], self.empty[field]
             parts[field].append(np.array([empty if r is absent else table[raw_bytes(r)] for r in raws],
                                          dtype="int32"))
@@ -1103,6 +1119,7 @@ def events_from_raw(raw: pd.DataFrame) -> pd.DataFrame:
         "input_types": _text_categories(raw["input_types"]),
         "input_strides": _text_categories(raw["input_strides"]),
         "concrete_inputs": _text_categories(raw["concrete_inputs"]),
+        "comm": _text_categories(raw["comm"]),
         "call_stack": raw["call_stack"],
         "bytes": raw["bytes"],
         "grid": _text_categories(raw["grid"]),

@@ -221,7 +221,7 @@ def command_text(report: Report) -> str | None:
 
 # The ranks table's columns a person reads first, in order (those with a value on some rank).
 RANK_COLUMNS = ["step_mean_ns", "gpu_utilization", "comm_ns", "wait_ns", "last_share", "dataloader_share"]
-COLLECTIVE_COLUMNS = ["calls_per_step", "time_ns", "skew_mean_ns", "last_rank", "last_rank_share"]
+COLLECTIVE_COLUMNS = ["calls_per_step", "bytes_per_call", "time_ns", "skew_mean_ns", "last_rank"]
 
 
 def job_text(report: Report) -> str:

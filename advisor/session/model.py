@@ -125,6 +125,7 @@ EVENT_COLUMNS: dict[str, tuple[str, Any]] = {
     "input_types": ("category", ""),
     "input_strides": ("category", ""),
     "concrete_inputs": ("category", ""),  # scalar arguments as recorded (stride, padding...)
+    "comm": ("category", ""),  # a collective's record: [group name, group description, elements, dtype] as JSON
     "call_stack": ("category", ""),  # "file(line): function;..." innermost first, as Kineto writes it
     "bytes": ("int64", -1),
     "copy_kind": ("category", ""),  # HtoD, DtoH, DtoD, HtoH, PtoP

@@ -18,6 +18,7 @@ waited for it. That holds whatever the ranks' clocks say, across hosts too.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -45,7 +46,12 @@ __all__ = [
 # One row per collective call in a step: which collective, in which process group, the
 # step number and the call's position among the same collective's calls in that step
 # (the same call on every rank, since ranks issue a group's collectives in one order).
-CALL_COLUMNS = ("collective", "group", "step", "seq", "start_ns", "duration_ns")
+CALL_COLUMNS = ("collective", "group", "step", "seq", "start_ns", "duration_ns", "bytes")
+
+# Element sizes of the dtypes record_param_comms names, in bytes.
+_DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
+                "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "Float8_e4m3fn": 1,
+                "Float8_e5m2": 1, "UInt32": 4, "UInt64": 8, "UInt16": 2}
 
 # NCCL kernel names, old and new: ncclKernel_AllReduce_RING_LL_Sum_float,
 # ncclDevKernel_AllGather_RING_LL, ncclDevKernel_SendRecv.
@@ -75,9 +81,15 @@ def collective_calls(session: Session, facts: Facts | None = None) -> pd.DataFra
     if f.gpu_measured and f.comm_kernels.any():
         rows = f.gpu[f.comm_kernels]
         names = [_kernel_collective(n) for n in rows["name"].astype(str)]
+        # The kernel's launching op is the collective's record_param_comms where the trace
+        # has one: its process group and message size.
+        parent = rows["parent_op"].to_numpy()
+        comm = np.where(parent >= 0, f.events["comm"].to_numpy()[np.clip(parent, 0, None)], "")
     else:
         rows = f.comm_work_host
         names = [str(n).split(":", 1)[1].strip() or "collective" for n in rows["name"].astype(str)]
+        comm = np.full(len(rows), "", dtype=object)
+    groups, sizes = _groups_and_bytes(comm)
     if not len(rows) or not len(steps):
         return pd.DataFrame({c: [] for c in CALL_COLUMNS})
     start = rows["start_ns"].to_numpy()
@@ -86,13 +98,38 @@ def collective_calls(session: Session, facts: Facts | None = None) -> pd.DataFra
     inside = (pos >= 0) & (start < s_end[np.clip(pos, 0, None)])
     calls = pd.DataFrame({
         "collective": np.asarray(names, dtype=object)[inside],
-        "group": "default",  # neither kernels nor gloo ranges name their process group
+        "group": groups[inside],
         "step": steps["step"].to_numpy()[pos[inside]],
         "start_ns": start[inside],
         "duration_ns": (rows["end_ns"].to_numpy() - start)[inside],
+        "bytes": sizes[inside],
     }).sort_values("start_ns", kind="stable")
     calls["seq"] = calls.groupby(["step", "collective", "group"]).cumcount()
     return calls[list(CALL_COLUMNS)].reset_index(drop=True)
+
+
+def _groups_and_bytes(comm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each call's process group ("default" where the trace names none) and message bytes
+    (NaN where unknown), from the comm column's JSON, parsed once per distinct text."""
+    parsed: dict[str, tuple[str, float]] = {}
+    groups = np.empty(len(comm), dtype=object)
+    sizes = np.full(len(comm), np.nan)
+    for i, text in enumerate(comm):
+        text = str(text)
+        if text not in parsed:
+            parsed[text] = _parse_comm(text)
+        groups[i], sizes[i] = parsed[text]
+    return groups, sizes
+
+
+def _parse_comm(text: str) -> tuple[str, float]:
+    try:
+        name, description, elements, dtype = json.loads(text) if text else (None, None, None, None)
+    except (ValueError, TypeError):
+        return "default", np.nan
+    group = str(description or name or "default")
+    size = _DTYPE_BYTES.get(str(dtype))
+    return group, float(elements) * size if isinstance(elements, (int, float)) and size else np.nan
 
 
 def _kernel_collective(name: str) -> str:
@@ -195,6 +232,8 @@ _DOCS = {
         "key": "collective|process group",
         "columns": {
             "calls_per_step": "Calls per step (mean over ranks).",
+            "bytes_per_call": "Median message size of a call, bytes (from record_param_comms; empty where the "
+                              "trace does not record it).",
             "time_ns": "Time in the collective per step, ns (mean over ranks).",
             "matched_calls": "Calls found on two ranks or more, which the skew figures cover.",
             "skew_mean_ns": "Mean over matched calls of the longest minus the shortest call, ns.",
@@ -284,6 +323,7 @@ def collectives_table(ranks: list[RankRow], matched: pd.DataFrame) -> pd.DataFra
     by = calls.groupby(["collective", "group"], sort=True)
     out = pd.DataFrame({
         "calls_per_step": by["per_step"].sum() / n_ranks,
+        "bytes_per_call": by["bytes"].median(),
         "time_ns": by["time_per_step"].sum() / n_ranks,
     })
     out["matched_calls"] = 0
