@@ -73,7 +73,7 @@ def measure(ranks: int, events: int, root: Path, dask: bool) -> list[tuple[str, 
     if dask:
         from distributed import LocalCluster
 
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
             rows.append(("Dask, 2 workers", run(folder, 1, cluster.scheduler_address)))
     size = (folder / "rank-0.json.gz").stat().st_size
     print(f"\n{ranks} ranks x {written:,} events ({size / 2**20:.1f} MiB gzipped per rank), {os.cpu_count()} cores")

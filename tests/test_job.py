@@ -154,7 +154,7 @@ def test_worker_processes_and_a_dask_cluster_give_the_same_summaries(tmp_path):
     sources = job_sources([folder])
     in_workers = summarise_job(sources, workers=2)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address=":0") as cluster:
         on_dask = summarise_job(sources, dask_address=cluster.scheduler_address)
     for a, b in zip(in_workers, on_dask, strict=True):
         assert isinstance(b, RankSummary) and b.error is None

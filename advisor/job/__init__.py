@@ -14,10 +14,24 @@
 The events of a rank never reach the parent process: only summaries travel.
 """
 
-from advisor.job.diagnose import JobDiagnosis, diagnose_job
-from advisor.job.inputs import is_job_dir, job_sources, rank_from_name
-from advisor.job.run import Job, JobRank, order_ranks, summarise_job
-from advisor.job.summarise import RankSummary, RuleChoice, summarise_rank
+from advisor._lazy import lazy_exports
+
+# Lazily: `advisor diagnose trace.json` asks whether its target is a job before it reads
+# anything, and must not pay for the job's tables and reports to learn that it is not.
+_EXPORTS = {
+    "JobDiagnosis": "diagnose",
+    "diagnose_job": "diagnose",
+    "is_job_dir": "inputs",
+    "job_sources": "inputs",
+    "rank_from_name": "inputs",
+    "Job": "run",
+    "JobRank": "run",
+    "order_ranks": "run",
+    "summarise_job": "run",
+    "RankSummary": "summarise",
+    "RuleChoice": "summarise",
+    "summarise_rank": "summarise",
+}
 
 __all__ = [
     "Job",
@@ -33,3 +47,5 @@ __all__ = [
     "summarise_job",
     "summarise_rank",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -101,9 +101,23 @@ def _walk(node: yaml.Node, path: Path_, out: Located) -> None:
             _walk(item, child, out)
 
 
+# libyaml's parser where PyYAML was built with it: the same nodes and marks, several
+# times faster (the built-in pack is read on every run).
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def read_yaml(text: str) -> Located:
     """Parse one YAML document; raises :class:`YamlSourceError` where it is not YAML."""
-    loader = yaml.SafeLoader(text)
+    try:
+        return _read(text, _LOADER)
+    except YamlSourceError:
+        if _LOADER is yaml.SafeLoader:
+            raise
+        return _read(text, yaml.SafeLoader)  # not YAML: PyYAML's own words for why, and where
+
+
+def _read(text: str, loader_class: type) -> Located:
+    loader = loader_class(text)
     try:
         root = loader.get_single_node()
         if root is None:
