@@ -53,8 +53,11 @@ print(json.dumps({"ranks": len(job.ranks), "findings": [f.rule for f in diagnosi
 
 def run(folder: Path, workers: int, dask: str | None = None, *, pool: bool = True) -> dict:
     started = time.perf_counter()
+    # Every rank read afresh: the ranks are links to one trace, which the session cache
+    # would otherwise serve after the first read.
     done = subprocess.run([sys.executable, "-c", _DRIVER, str(folder), str(workers), dask or "",
-                           "pool" if pool else "in-process"], check=False, capture_output=True, text=True)
+                           "pool" if pool else "in-process"], check=False, capture_output=True, text=True,
+                          env={**os.environ, "ADVISOR_NO_CACHE": "1"})
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"ranks: the driver exited {done.returncode}: {done.stderr[-600:]}")
@@ -73,6 +76,7 @@ def measure(ranks: int, events: int, root: Path, dask: bool) -> list[tuple[str, 
     if dask:
         from distributed import LocalCluster
 
+        os.environ["ADVISOR_NO_CACHE"] = "1"  # the cluster's workers read afresh too
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
             rows.append(("Dask, 2 workers", run(folder, 1, cluster.scheduler_address)))
     size = (folder / "rank-0.json.gz").stat().st_size

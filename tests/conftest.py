@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_TRACES = REPO.parent / "shared" / "traces"
+
+# The tests' session cache (advisor.importers.cache) is their own, not the user's
+# ~/.cache/advisor; advisor processes the tests start inherit it.
+_CACHE = tempfile.mkdtemp(prefix="advisor-test-cache-")
+os.environ["ADVISOR_CACHE_DIR"] = _CACHE
+os.environ.pop("ADVISOR_NO_CACHE", None)
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_CACHE, ignore_errors=True)
 
 
 def shared_trace(name: str) -> Path:

@@ -22,6 +22,7 @@ reports): ``rules`` holds the `advisor rules` commands and the --rules / --confi
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -57,6 +58,11 @@ def _add_collection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--collector", choices=["auto", "host"], default="auto",
                         help="for a script: 'auto' records the GPU with CUPTI where it can, 'host' "
                              "records the host side only (torch.profiler, CPU activities)")
+
+
+def _add_cache(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-cache", action="store_true",
+                        help="read traces afresh and keep nothing in the session cache (see README: The cache)")
 
 
 def _add_target(parser: argparse.ArgumentParser, with_script_args: bool) -> None:
@@ -97,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_rule_options(diagnose)
     _add_collection(diagnose)
     add_job_options(diagnose)
+    _add_cache(diagnose)
     _add_target(diagnose, with_script_args=True)
 
     summary = sub.add_parser("summary", help="print the summary tables of a profile")
@@ -107,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--format", "-f", default="terminal", choices=["terminal", "csv", "json"],
                          help="output format (default: terminal)")
     _add_collection(summary)
+    _add_cache(summary)
     _add_target(summary, with_script_args=True)
 
     calibrate = sub.add_parser("calibrate", help="measure this machine's peak matmul FLOP/s and memory bandwidth",
@@ -123,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the trace file to write (.json, or .json.gz to gzip it); required")
     add_rule_options(timeline)
     _add_collection(timeline)
+    _add_cache(timeline)
     _add_target(timeline, with_script_args=True)
 
     compare = sub.add_parser("compare", help="compare two profiles: step time, phases, moved rows, findings",
@@ -134,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("-o", "--output", type=Path, help="write the comparison to this file instead of stdout")
     compare.add_argument("--top", type=int, default=10, help="moved rows shown per table (default: 10)")
     compare.add_argument("--gpu", metavar="NAME", help="judge both profiles against this GPU from the knowledge base")
+    _add_cache(compare)
     add_rule_options(compare)
 
     add_rules_parser(sub)
@@ -463,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if getattr(args, "no_cache", False):  # the environment carries it to worker processes too
+        os.environ["ADVISOR_NO_CACHE"] = "1"
     try:
         if args.command == "diagnose":
             return _diagnose(args)

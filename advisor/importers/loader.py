@@ -1,7 +1,9 @@
 """Turn a path a user gives into a Session: a saved session folder or a trace file.
 
 ``load(path)`` is the one entry point; it decides by what the path is, not by its name,
-so a trace without the usual suffix still loads and a stray file gets one clear line.
+so a trace without the usual suffix still loads and a stray file gets one clear line. A
+trace's Session is kept in the cache (advisor.importers.cache) for the next command on
+the same file.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.errors import SessionError, TraceError
+from advisor.importers import cache
 from advisor.importers.advisor_metadata import read_trace_metadata
 from advisor.importers.kineto import events_from_raw, open_trace, read_events
 from advisor.session import (
@@ -37,7 +40,17 @@ def load(path: str | Path, *, progress: Callable[[int, int], None] | None = None
         if is_session_dir(target):
             return Session.load(target)
         raise SessionError(f"{target} is a directory but not an advisor session (it has no session.json)")
-    return load_kineto(target, progress=progress)
+    if not cache.enabled():
+        return load_kineto(target, progress=progress)
+    found = cache.cached(target)
+    if found is not None:
+        if progress is not None:
+            size = target.stat().st_size
+            progress(size, size)
+        return found
+    session = load_kineto(target, progress=progress)
+    cache.store(target, session)
+    return session
 
 
 def _device(record: dict[str, Any]) -> DeviceInfo:
