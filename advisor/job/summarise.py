@@ -64,6 +64,7 @@ def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: st
     from advisor.tables.job import collective_calls, rank_figures
 
     choice = choice or RuleChoice()
+    _register_plugin_checks(choice)
     try:
         session = load(Path(source))
     except AdvisorError as exc:
@@ -97,6 +98,19 @@ def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: st
         worker_pid=os.getpid(),
         worker_peak_rss_bytes=_peak_rss_bytes(),
     )
+
+
+def _register_plugin_checks(choice: RuleChoice) -> None:
+    """In a worker process, the Python checks of installed rule plugins are registered
+    only once their packages are imported; do so where a chosen rule needs one."""
+    if not choice.specs:
+        return
+    from advisor.rules.engine import checks
+    from advisor.rules.packs.catalog import plugin_packs
+
+    registered = checks()
+    if any(not spec.is_data_rule and spec.id not in registered for spec in choice.specs):
+        plugin_packs()
 
 
 def _peak_rss_bytes() -> int:
