@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -444,3 +445,16 @@ def test_usage_errors_are_one_line_too(argv):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("advisor: "), done.stderr
     assert "script_args" not in lines[0]
+
+
+def test_a_report_or_save_that_cannot_be_written_is_one_line(tmp_path, trace):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    done = advisor("diagnose", str(trace), "-o", str(blocker / "report.json"), cwd=tmp_path)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert done.stderr.strip().startswith("advisor: ") and done.stderr.count("\n") == 1
+    saved = tmp_path / "saved"
+    assert advisor("diagnose", str(trace), "--save", str(saved), "-f", "json", "-o", os.devnull,
+                   cwd=tmp_path).returncode == 0
+    again = advisor("diagnose", str(trace), "--save", str(saved), cwd=tmp_path)
+    assert again.returncode == 2 and "not empty" in again.stderr  # the first session is left as it was

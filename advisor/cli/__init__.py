@@ -246,6 +246,10 @@ def _diagnose(args: argparse.Namespace) -> int:
 
     # Rules and configuration first: a bad pack or config stops before a script runs.
     chosen, config = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
+    if args.save:  # never over another profile, and said before anything runs
+        from advisor.cli.job import check_save_dir
+
+        check_save_dir(args.save)
     launched = _launch(args)
     sources = launched.sources if launched is not None else _job_sources(args)
     session = None
@@ -496,8 +500,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("advisor: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
+    except MemoryError:
+        print("advisor: out of memory; a trace this large needs more (a job's ranks: --workers 1 holds one rank "
+              "at a time)", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a full disk, a folder that cannot be written: the OS's words, in one line
+        if isinstance(exc, BrokenPipeError):
+            return 0
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"advisor: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
     parser.error(f"unknown command {args.command}")
     return 2
 
