@@ -768,3 +768,25 @@ def test_rules_show_gives_the_configured_thresholds(tmp_path, monkeypatch, capsy
 def test_the_builtin_pack_validates_as_any_pack(capsys):
     assert main(["rules", "validate", str(REPO / "rules" / "builtin.yaml")]) == 0
     assert "rules/builtin.yaml: ok" in capsys.readouterr().out
+
+
+BOMB = "".join(f"{chr(97 + i)}: &{chr(97 + i)} [" + ", ".join([f"*{chr(96 + i)}" if i else '"lol"'] * 9) + "]\n"
+               for i in range(9))
+
+
+def test_a_yaml_bomb_is_refused_before_it_expands(tmp_path):
+    path = tmp_path / "bomb.yaml"
+    path.write_text(BOMB)  # nine anchors, each nine of the last: 9**9 values once expanded
+    done = subprocess.run([sys.executable, "-m", "advisor", "rules", "validate", str(path)], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert "anchors and aliases expand to more than" in done.stdout + done.stderr
+
+
+def test_a_python_tag_builds_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "tagged.yaml"
+    path.write_text('version: 1\nrules: !!python/object/apply:os.system ["touch owned"]\n')
+    pack, errors = _validate(path)
+    assert pack is None and "could not determine a constructor" in errors[0].message
+    assert not (tmp_path / "owned").exists()

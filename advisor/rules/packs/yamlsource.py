@@ -69,6 +69,29 @@ class Located:
         return first
 
 
+# Nodes a document may expand to, its aliases followed: a rule pack has a few thousand; a
+# chain of anchors that each repeat the last ("billion laughs") has billions, and reading
+# it as data would never end.
+MAX_EXPANDED_NODES = 200_000
+
+
+def _within_budget(root: yaml.Node) -> None:
+    seen = 0
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > MAX_EXPANDED_NODES:
+            raise YamlSourceError(node.start_mark.line + 1,
+                                  f"anchors and aliases expand to more than {MAX_EXPANDED_NODES:,} values; a rule "
+                                  "pack is far smaller (is this a YAML bomb?)")
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                stack.extend((key, value))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+
+
 def _scalar(node: yaml.Node, path: Path_, out: Located) -> None:
     if not isinstance(node, yaml.ScalarNode):
         return
@@ -122,6 +145,7 @@ def _read(text: str, loader_class: type) -> Located:
         root = loader.get_single_node()
         if root is None:
             return Located(data=None, lines={(): 1})
+        _within_budget(root)
         data = loader.construct_document(root)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
