@@ -4,6 +4,7 @@ cross-rank tables, straggler-rank, findings merged across ranks, saved jobs, bad
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -288,8 +289,12 @@ def test_compare_takes_two_jobs(tmp_path):
 
 def test_ranks_a_script_spawns_itself_are_profiled_as_a_job(tmp_path):
     pytest.importorskip("torch")
-    done = advisor("diagnose", "--format", "json", "-o", str(tmp_path / "r.json"), "--save", str(tmp_path / "job"),
-                   "examples/spawn_train.py", "--steps", "12")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    done = subprocess.run([sys.executable, "-m", "advisor", "diagnose", "--format", "json", "-o",
+                           str(tmp_path / "r.json"), "--save", str(tmp_path / "job"), "examples/spawn_train.py",
+                           "--steps", "12"], check=False, capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env={**os.environ, "TMPDIR": str(scratch)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert "spawn_train: 12 steps on each of 2 ranks" in done.stdout
     report = json.loads((tmp_path / "r.json").read_text())
@@ -297,6 +302,8 @@ def test_ranks_a_script_spawns_itself_are_profiled_as_a_job(tmp_path):
     assert all(r["steps"] >= 5 for r in report["job"]["ranks"])
     assert "profile-incomplete" not in {f["rule"] for f in report["findings"]}
     assert (tmp_path / "job" / "job.json").is_file()
+    assert not [p for p in scratch.iterdir() if p.name.startswith("advisor-")]  # the ranks' own folder is gone
+    assert all(r["source"].startswith(str(tmp_path / "job")) for r in report["job"]["ranks"])
 
 
 def test_a_rank_trace_with_record_param_comms_gives_process_groups_and_message_sizes(tmp_path):
@@ -311,3 +318,11 @@ def test_a_rank_trace_with_record_param_comms_gives_process_groups_and_message_s
     # DDP's gradient buckets: 2 M to 8 M floats each (8 to 32 MB), five a step.
     assert rows["all_reduce|default_pg"]["calls_per_step"] == 5
     assert 8e6 <= rows["all_reduce|default_pg"]["bytes_per_call"] <= 32e6
+
+
+def test_summary_of_a_job_prints_its_cross_rank_tables(tmp_path):
+    folder = write_job(tmp_path / "job", 2, {1: 3000.0})
+    done = advisor("summary", str(folder), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    tables = json.loads(done.stdout)
+    assert {"ranks", "collectives"} <= set(tables)

@@ -270,8 +270,8 @@ def _diagnose(args: argparse.Namespace) -> int:
         report = job_report(diagnosis)
         findings = diagnosis.findings
         exit_code = launched.exit_code if launched is not None else None
-        if launched is not None and not args.save:
-            shutil.rmtree(launched.folder, ignore_errors=True)
+        if launched is not None and (not args.save or Path(launched.folder).resolve() != args.save.resolve()):
+            shutil.rmtree(launched.folder, ignore_errors=True)  # the ranks' own folder; --save kept a copy
     else:
         if session is None:
             session, exit_code = _session_for(args, steady=False)
@@ -413,7 +413,21 @@ def _job_side(args: argparse.Namespace, sources: list[Path], chosen):
 
 def _summary(args: argparse.Namespace) -> int:
     from advisor.reports.summary import render_tables
-    from advisor.tables import TABLE_DOCS, compute_tables
+    from advisor.tables import JOB_TABLE_DOCS, TABLE_DOCS, compute_tables
+
+    if not _is_script(Path(args.target)):
+        job = _job_sources(argparse.Namespace(**{**vars(args), "workers": None, "dask": None}))
+        if job is not None:  # a job: its cross-rank tables (one rank's own: `advisor summary DIR/rank-N`)
+            from advisor.cli.job import read_job
+
+            chosen, _ = selection_for(args)
+            _, diagnosis = read_job(argparse.Namespace(**{**vars(args), "workers": None, "dask": None,
+                                                          "save": None}), job, chosen, say=_say)
+            text = render_tables(diagnosis.tables, table_docs=JOB_TABLE_DOCS, sort=args.sort, limit=args.limit,
+                                 fmt=args.format)
+            if text is not None:
+                sys.stdout.write(text if text.endswith("\n") else text + "\n")
+            return 0
 
     session, exit_code = _session_for(args)
     tables = compute_tables(session, names=args.table)

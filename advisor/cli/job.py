@@ -75,6 +75,8 @@ def read_job(args: argparse.Namespace, sources: list[Path], chosen, *, say, laun
             final = save / f"rank-{entry.rank}"
             if saved.resolve() != final.resolve():
                 shutil.move(str(saved), final)
+            if launch is not None:  # a launch's ranks were saved aside: point at the copies kept
+                entry.summary.source = str(final)
             entries.append({"rank": entry.rank, "rank_from": entry.rank_from, "session": final.name,
                             "source": entry.summary.source, "exit_code": entry.exit_code, "ending": entry.ending})
         write_manifest(save, entries, command=job.command,

@@ -143,7 +143,7 @@ def _show(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     from advisor.paths import rules_dir
-    from advisor.rules.engine import checks  # noqa: PLC0415
+    from advisor.rules.engine import checks
     from advisor.rules.packs.catalog import (
         BUILTIN_PACK,
         builtin_pack,

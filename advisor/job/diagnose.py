@@ -14,6 +14,7 @@ finding cites is in the report.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -125,18 +126,37 @@ def _job_summary(job: Job, reports, steps: int, gpu_measured: bool) -> SessionSu
         "dropped_records": sum(r.session.collector.dropped_records for r in reports),
         "gaps": [g for r in reports for g in r.session.collector.gaps],
     })
+    fewest = min(reports, key=lambda r: r.session.steps.count).session
     recorded = [r.session.steps.mean_step_ns for r in reports if r.session.steps.mean_step_ns]
     unrecorded = [r.session.steps.unrecorded_mean_step_ns for r in reports if r.session.steps.unrecorded_mean_step_ns]
     return first.model_copy(update={
         "source": job.source,
         "source_format": "job",
         "collector": collector,
-        "steps": StepSummary(count=steps, numbers=list(first.steps.numbers),
+        "steps": StepSummary(count=steps, numbers=list(fewest.steps.numbers),
                              mean_step_ns=sum(recorded) / len(recorded) if recorded else None,
                              unrecorded_steps=min(r.session.steps.unrecorded_steps for r in reports),
                              unrecorded_mean_step_ns=sum(unrecorded) / len(unrecorded) if unrecorded else None),
         "command": job.command,
+        "script_error": _first_cause(job, reports),
     })
+
+
+# Errors a rank raises because another rank died first: the knock-on, not the cause.
+_KNOCK_ON = re.compile(r"Connection closed by peer|Connection reset|Broken pipe|NCCL communicator was aborted|"
+                       r"ProcessGroup.*(abort|timed out)|Socket Timeout|KeyboardInterrupt|signal \d+", re.IGNORECASE)
+
+
+def _first_cause(job: Job, reports) -> str | None:
+    """How the job failed, in the words of the rank that caused it: a rank's own error
+    before another's knock-on error (a lost peer, an abort), else the lowest rank's."""
+    errors = [(e.rank, r.session.script_error) for e, r in zip(job.ranks, reports, strict=True)
+              if r.session.script_error]
+    if not errors:
+        return None
+    own = [(rank, error) for rank, error in errors if not _KNOCK_ON.search(error)]
+    rank, error = (own or errors)[0]
+    return f"rank {rank}: {error}"
 
 
 def _job_entries(job: Job) -> JobSummary:

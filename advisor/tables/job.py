@@ -164,7 +164,13 @@ def rank_figures(session: Session, tables: dict[str, pd.DataFrame],
         total = cell("model", phase, "cpu_total_ns")
         out[f"{phase.lower()}_ns"] = total / per if total is not None else None
     host_other, host_other_top = _host_outside_phases(facts or Facts(session))
-    out["host_other_ns"] = host_other / per if count else None
+    host_other = host_other / per if count else None
+    # Python that runs no operator (torch.save, logging, metrics in Python) shows only in
+    # the stack samples: the main thread's sampled time outside the phases, not waiting.
+    python_other, python_top = _python_outside_phases(tables.get("python_hotspots"))
+    if python_other is not None and (host_other is None or python_other > host_other):
+        host_other, host_other_top = python_other, python_top
+    out["host_other_ns"] = host_other
     out["host_other_top"] = host_other_top
     forward_calls = cell("model", "Forward", "calls")
     out["forward_calls"] = forward_calls / per if forward_calls is not None and count else None
@@ -206,7 +212,8 @@ _DOCS = {
             "compute_ns": "Computation per step, ns (GPU kernels, or the main thread's ops on a CPU job).",
             "comm_ns": "Communication per step, ns (NCCL kernels, or gloo's ranges).",
             "comm_alone_ns": "Communication per step with no computation beside it, ns.",
-            "wait_ns": "Time per step the rank waited in collectives for the last rank to arrive, ns.",
+            "wait_ns": "Time per step the rank waited in collectives for the last rank to arrive, ns (collectives "
+                       "that wait at once counted once).",
             "last_arrivals": "Collective calls at which this rank arrived last.",
             "last_share": "last_arrivals over the calls matched across ranks (0..1).",
             "dataloader_ns": "Host time per step in the data loader, ns.",
@@ -271,9 +278,23 @@ def matched_calls(ranks: list[RankRow]) -> pd.DataFrame:
     return calls.drop(columns="ranks_in_call")
 
 
+def _waited(matched: pd.DataFrame) -> pd.Series:
+    """Each rank's time spent waiting in collectives: the union, on its own clock, of the
+    first ``wait_ns`` of each of its calls (a call waits before the last rank arrives, then
+    runs). Collectives that run at once (DDP's buckets on gloo's threads) wait through the
+    same time, which a sum of their waits would count twice."""
+    if not len(matched):
+        return pd.Series(dtype="float64")
+    out = {}
+    for rank, calls in matched.groupby("rank"):
+        start = calls["start_ns"].to_numpy(dtype="int64")
+        out[rank] = float(iv.union(iv.as_intervals(start, start + calls["wait_ns"].to_numpy(dtype="int64"))).length)
+    return pd.Series(out, dtype="float64")
+
+
 def ranks_table(ranks: list[RankRow], matched: pd.DataFrame) -> pd.DataFrame:
     rows = []
-    waits = matched.groupby("rank")["wait_ns"].sum() if len(matched) else pd.Series(dtype="float64")
+    waits = _waited(matched)
     lasts = matched.groupby("rank")["is_last"].sum() if len(matched) else pd.Series(dtype="float64")
     counted = matched.groupby("rank").size() if len(matched) else pd.Series(dtype="float64")
     for entry in ranks:
@@ -351,6 +372,21 @@ def collectives_table(ranks: list[RankRow], matched: pd.DataFrame) -> pd.DataFra
     out.index = [f"{c}|{g}" for c, g in out.index]
     out.index.name = "key"
     return out.sort_values("time_ns", ascending=False)
+
+
+def _python_outside_phases(hotspots: pd.DataFrame | None) -> tuple[float | None, str | None]:
+    """Per step: the main thread's sampled Python time outside the phases, waits left out,
+    and the line that takes most of it."""
+    if hotspots is None or not len(hotspots) or "other_ns" not in hotspots.columns:
+        return None, None
+    main = hotspots[hotspots["role"].astype(str) == "main"]
+    if not len(main):
+        return None, None
+    busy = main["other_ns"].astype(float) * (1.0 - main["waiting_share"].astype(float).fillna(0.0))
+    if not busy.sum():
+        return 0.0, None
+    top = main.loc[busy.idxmax()]
+    return float(busy.sum()), f"{top['function']} ({top['file']}:{top['line']})"
 
 
 def _host_outside_phases(f: Facts) -> tuple[float, str | None]:
