@@ -102,14 +102,32 @@ def diagnose_job(job: Job, choice: RuleChoice | None = None, *, sources_kept: bo
     result = run_job_rules(tables, merged, ranks=len(job.ranks), step_count=steps, mean_step_ns=mean_step,
                            gpu_measured=gpu_measured, specs=choice.specs, disabled=set(choice.disabled),
                            enabled=set(choice.enabled), preview=choice.preview)
+    findings = _nest_under_stragglers(result.findings, len(job.ranks))
     errors = [f"rank {e.rank}: {error}" for e in job.ranks for error in e.summary.errors] + result.errors
     skipped = {}
     for e in job.ranks:
         skipped.update(e.summary.skipped)
     skipped.update(result.skipped)
-    return JobDiagnosis(tables=tables, rank_tables=cited, findings=result.findings,
+    return JobDiagnosis(tables=tables, rank_tables=cited, findings=findings,
                         summary=_job_summary(job, reports, steps, gpu_measured),
                         job=_job_entries(job), errors=errors, skipped=skipped)
+
+
+def _nest_under_stragglers(findings: list[Finding], n_ranks: int) -> list[Finding]:
+    """A finding that fires on the straggler alone is part of what it does differently:
+    shown under the straggler (its cause at the job's level), not ranked beside it."""
+    stragglers = {f.metrics.get("rank"): f for f in findings if f.rule == "straggler-rank"}
+    if n_ranks < 2 or not stragglers:
+        return findings
+    roots = []
+    for finding in findings:
+        only = finding.metrics.get("ranks")
+        owner = stragglers.get(only[0]) if isinstance(only, list) and len(only) == 1 else None
+        if owner is not None and finding is not owner:
+            owner.explains.append(finding)
+        else:
+            roots.append(finding)
+    return roots
 
 
 def _job_summary(job: Job, reports, steps: int, gpu_measured: bool) -> SessionSummary:
