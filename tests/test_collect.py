@@ -554,3 +554,20 @@ def test_examples_run_plainly():
         out, err = process.communicate(timeout=300)
         assert process.returncode == 0, err
         assert out.startswith(f"{name}: 2 steps")
+
+
+def test_starting_the_profiler_does_not_import_inductor():
+    """torch.profiler asks hasattr(torch, "_inductor"), which imports inductor and sympy
+    (a second or more); the collector starts it without that import."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\n"
+            "from advisor.collect import torch_hooks\n"
+            "from advisor.collect.steps import StepWindow\n"
+            "c = torch_hooks.HostCollector(torch, window=StepWindow())\n"
+            "c.start(); started = 'torch._inductor' in sys.modules; c.stop()\n"
+            "print(started, hasattr(torch, '_inductor'))\n")  # the lazy attribute works again after
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]

@@ -452,7 +452,7 @@ class HostCollector:
             raise RuntimeError("another advisor collector is already running in this process")
         if self._use_profiler:
             self._prof = self._new_profiler()
-            with _quiet_kineto():
+            with _quiet_kineto(), _inductor_left_alone(self._torch):
                 if self._warming or self._window is not None:
                     self._prof.prepare_trace()
                     self._recording_state = "prepared"
@@ -544,7 +544,7 @@ class HostCollector:
         self._prof = self._new_profiler()
         self._own_start = True
         try:
-            with _quiet_kineto():
+            with _quiet_kineto(), _inductor_left_alone(self._torch):
                 self._prof.start()
         finally:
             self._own_start = False
@@ -1377,6 +1377,32 @@ def _wrap_host_sync(original: Any, *, call: str, method: str) -> Any:
             collector.note_host_sync(call, target, caller, time.perf_counter_ns() - start)
 
     return host_sync
+
+
+@contextmanager
+def _inductor_left_alone(torch: Any) -> Iterator[None]:
+    """Start torch.profiler without importing torch._inductor.
+
+    torch.profiler's prepare_trace asks ``hasattr(torch, "_inductor")`` to read inductor's
+    CUDA-graph setting, and torch's lazy module attribute makes that question import
+    inductor (and sympy): 1.1 to 1.2 s and some 100 MB on this machine, most of what
+    advisor cost a small script. A script that compiled something has imported inductor
+    already and is asked as before; one that has not has no compiled CUDA graphs to note."""
+    lazy = torch.__dict__.get("__getattr__")
+    if "torch._inductor" in sys.modules or not callable(lazy):
+        yield
+        return
+
+    def getattr_without_inductor(name: str) -> Any:
+        if name == "_inductor":
+            raise AttributeError(name)
+        return lazy(name)
+
+    torch.__getattr__ = getattr_without_inductor
+    try:
+        yield
+    finally:
+        torch.__getattr__ = lazy
 
 
 @contextmanager
