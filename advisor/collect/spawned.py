@@ -18,6 +18,16 @@ from typing import Any
 LAUNCH_FILE = "launch.json"
 
 
+def save_rank(run: Any, folder: Path, *, rank: int, world_size: int, launcher: str, local_rank: int | None = None) -> None:
+    """Save a rank's collected run as ``folder`` (its session) with the launch.json that
+    says which rank it was and how it ended; what torchrun's ranks and spawned ones share."""
+    run.session.save(folder)
+    (folder / LAUNCH_FILE).write_text(json.dumps({
+        "rank": rank, "local_rank": rank if local_rank is None else local_rank, "world_size": world_size,
+        "exit_code": run.exit_code, "ending": run.run.ending, "launcher": launcher,
+    }))
+
+
 class ProfiledRank:
     """A spawned process's function, run under the collector; picklable as spawn needs."""
 
@@ -44,13 +54,8 @@ class ProfiledRank:
         run = collect_script(Path(options.get("script") or "spawned"), list(options.get("args") or []), gpu=options.get("gpu", True),
                              steps=options.get("steps", "default"), with_stack=bool(options.get("with_stack")),
                              event_budget=options.get("event_budget"), call=call)
-        folder = Path(self.folder) / f"rank-{index}"
-        run.session.save(folder)
-        (folder / LAUNCH_FILE).write_text(json.dumps({
-            "rank": index, "local_rank": index,
-            "world_size": int(os.environ.get("WORLD_SIZE", "0") or 0),
-            "exit_code": run.exit_code, "ending": run.run.ending, "launcher": "torch.multiprocessing.spawn",
-        }))
+        save_rank(run, Path(self.folder) / f"rank-{index}", rank=index,
+                  world_size=int(os.environ.get("WORLD_SIZE", "0") or 0), launcher="torch.multiprocessing.spawn")
         if raised:
             raise raised[0]
         return result[0] if result else None

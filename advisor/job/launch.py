@@ -21,8 +21,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from advisor.collect.spawned import LAUNCH_FILE
 from advisor.errors import UsageError
-from advisor.job.rank_main import LAUNCH_FILE, OPTIONS_ENV, SAVE_DIR_ENV
+from advisor.job.rank_main import OPTIONS_ENV, SAVE_DIR_ENV
 
 __all__ = ["Launch", "is_launcher", "launch"]
 

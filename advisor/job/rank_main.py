@@ -19,7 +19,6 @@ from pathlib import Path
 
 SAVE_DIR_ENV = "ADVISOR_RANK_SAVE_DIR"
 OPTIONS_ENV = "ADVISOR_RANK_OPTIONS"
-LAUNCH_FILE = "launch.json"
 
 
 def _interrupt(signum, _frame):
@@ -29,6 +28,7 @@ def _interrupt(signum, _frame):
 def main(argv: list[str] | None = None) -> int:
     from advisor.collect import collect_script
     from advisor.collect.script import DEFAULT_EVENT_BUDGET
+    from advisor.collect.spawned import save_rank
     from advisor.collect.steps import StepWindow
     from advisor.errors import AdvisorError
 
@@ -50,14 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     except AdvisorError as exc:
         print(f"advisor: rank {rank}: {exc}", file=sys.stderr)
         return 2
-    run.session.save(folder)
-    (folder / LAUNCH_FILE).write_text(json.dumps({
-        "rank": rank,
-        "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
-        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
-        "exit_code": run.exit_code,
-        "ending": run.run.ending,
-    }))
+    save_rank(run, folder, rank=rank, world_size=int(os.environ.get("WORLD_SIZE", "1")), launcher="torchrun",
+              local_rank=int(os.environ.get("LOCAL_RANK", "0")))
     return run.exit_code
 
 

@@ -325,27 +325,35 @@ def _step_chart(report: Report, anchors: Anchors) -> str:
     has_gpu = any(v is not None for v in overlay)
     if has_gpu:
         description += " The black tick is the GPU busy time of the work launched in the step."
-    tooltips = []
-    for r in rows:
-        parts = [f"{p} {format_ns(r.get(c))}" for p, c, _, _ in PHASES]
-        text = f"Step {r.get('step')}: {format_ns(r.get('duration_ns'))}\n" + "\n".join(parts)
-        if has_gpu:
-            text += f"\nGPU busy {format_ns(r.get('gpu_busy_ns'))}"
-        tooltips.append(text)
-    data = Columns(
-        labels=[str(r.get("step")) for r in rows],
-        tooltips=tooltips,
-        hrefs=[anchors.row_id(name, r["key"]) for r in rows],
-        series=[Series(p, cls, [_num(r.get(c)) or 0.0 for r in rows]) for p, c, cls, _ in PHASES],
-        overlay=overlay if has_gpu else None,
-        label_every=max(1, math.ceil(len(rows) / 30)),
-    )
+    data = _phase_columns(rows, name, anchors, labels=[str(r.get("step")) for r in rows],
+                          heads=[f"Step {r.get('step')}: {format_ns(r.get('duration_ns'))}" for r in rows],
+                          overlay=overlay if has_gpu else None, overlay_label="GPU busy")
     legend = _legend([(p, var) for p, _, _, var in PHASES],
                      '<span class="line" style="--sw: var(--text)">GPU busy</span>' if has_gpu else "")
     svg = stacked_columns(data, label=f"{title}, {len(rows)} steps", height=280)
     return _chart_card(title, description, legend + svg,
                        f"From the {_table_link(report, anchors, name)} table; x: step number.",
                        wide=True, chart_id="chart-steps")
+
+
+def _phase_columns(rows: list[dict[str, Any]], name: str, anchors: Anchors, *, labels: list[str],
+                   heads: list[str], overlay: list[float | None] | None, overlay_label: str) -> Columns:
+    """Stacked columns of the host phases (a step's, or a rank's mean step), one per row of
+    table ``name``, each linked to its row, with an optional tick per column."""
+    tooltips = []
+    for head, r, tick in zip(heads, rows, overlay or [None] * len(rows), strict=True):
+        text = head + "\n" + "\n".join(f"{p} {format_ns(r.get(c))}" for p, c, _, _ in PHASES)
+        if overlay is not None:
+            text += f"\n{overlay_label} {format_ns(tick)}"
+        tooltips.append(text)
+    return Columns(
+        labels=labels,
+        tooltips=tooltips,
+        hrefs=[anchors.row_id(name, r["key"]) for r in rows],
+        series=[Series(p, cls, [_num(r.get(c)) or 0.0 for r in rows]) for p, c, cls, _ in PHASES],
+        overlay=overlay,
+        label_every=max(1, math.ceil(len(rows) / 30)),
+    )
 
 
 def _ranks_chart(report: Report, anchors: Anchors) -> str:
@@ -360,19 +368,10 @@ def _ranks_chart(report: Report, anchors: Anchors) -> str:
         return _chart_card(title, description, "<p>No ranks.</p>", "", wide=True, chart_id="chart-ranks")
     rows = table.rows
     overlay = [_num(r.get("wait_ns")) for r in rows]
-    tooltips = []
-    for r in rows:
-        parts = [f"{p} {format_ns(r.get(c))}" for p, c, _, _ in PHASES]
-        tooltips.append(f"{r['key']}: {format_ns(r.get('step_mean_ns'))} a step\n" + "\n".join(parts)
-                        + f"\nwaiting in collectives {format_ns(r.get('wait_ns'))}")
-    data = Columns(
-        labels=[str(r.get("rank")) for r in rows],
-        tooltips=tooltips,
-        hrefs=[anchors.row_id(name, r["key"]) for r in rows],
-        series=[Series(p, cls, [_num(r.get(c)) or 0.0 for r in rows]) for p, c, cls, _ in PHASES],
-        overlay=overlay if any(v is not None for v in overlay) else None,
-        label_every=max(1, math.ceil(len(rows) / 30)),
-    )
+    data = _phase_columns(rows, name, anchors, labels=[str(r.get("rank")) for r in rows],
+                          heads=[f"{r['key']}: {format_ns(r.get('step_mean_ns'))} a step" for r in rows],
+                          overlay=overlay if any(v is not None for v in overlay) else None,
+                          overlay_label="waiting in collectives")
     legend = _legend([(p, var) for p, _, _, var in PHASES],
                      '<span class="line" style="--sw: var(--text)">waiting in collectives</span>')
     svg = stacked_columns(data, label=f"{title}, {len(rows)} ranks", height=260)
