@@ -240,10 +240,6 @@ def _ended(run) -> str:
 
 
 def _diagnose(args: argparse.Namespace) -> int:
-    from advisor.cli.progress import progress_bar
-    from advisor.reports import build_report, render
-    from advisor.tables import TABLE_DOCS
-
     # Rules and configuration first: a bad pack or config stops before a script runs.
     chosen, config = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
     if args.save:  # never over another profile, and said before anything runs
@@ -280,8 +276,14 @@ def _diagnose(args: argparse.Namespace) -> int:
             print(f"advisor: session saved to {args.save}", file=sys.stderr)
         session = _steady(session)
         tables, result = _analyse(session, chosen)
+        from advisor.reports import build_report
+        from advisor.tables import TABLE_DOCS
+
         report = build_report(session, tables, result.findings, table_docs=TABLE_DOCS, skipped=result.skipped)
         findings = result.findings
+    from advisor.cli.progress import progress_bar
+    from advisor.reports import render
+
     with progress_bar("Rendering the report", show=None if args.format == "html" else False) as update:
         render(report, args.format, args.output, progress=update)
     if args.output:

@@ -23,7 +23,11 @@ hands its events to ``assemble``; it analyses nothing (tables and rules do).
 
 from __future__ import annotations
 
-from advisor.collect.assemble import CollectedRun, collect_script
-from advisor.collect.script import ScriptRun, run_script
+from advisor._lazy import lazy_exports
+
+# Lazily: deciding whether a target is a launcher (advisor.job.launch, spawned) must not
+# load torch's hooks and pandas before a trace is read.
+_EXPORTS = {"CollectedRun": "assemble", "collect_script": "assemble", "ScriptRun": "script", "run_script": "script"}
 
 __all__ = ["CollectedRun", "ScriptRun", "collect_script", "run_script"]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -437,13 +437,18 @@ def knowledge() -> KnowledgeBase:
     return load_knowledge()
 
 
+# libyaml's safe loader where PyYAML was built with it: the knowledge files are read on
+# every diagnosis, and the pure-Python parser takes a tenth of a second over them.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _read_yaml(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise KnowledgeError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_LOADER)  # a safe loader, libyaml's where built
     except yaml.YAMLError as exc:
         raise KnowledgeError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
     if not isinstance(data, dict):

@@ -23,18 +23,24 @@ report validates against. Besides the report formats (``_terminal``, ``_json``,
 
 from __future__ import annotations
 
-from advisor.reports._html import render_html
-from advisor.reports._json import render_json
-from advisor.reports._markdown import render_markdown
-from advisor.reports._render import FORMATS, render
-from advisor.reports._terminal import render_terminal, terminal_text
-from advisor.reports.model import (
-    METRIC_DEFINITIONS,
-    Report,
-    Table,
-    TableColumn,
-    build_report,
-)
+from advisor._lazy import lazy_exports
+
+# Lazily: a command imports the renderer of the format it writes, and nothing of the
+# reports before its trace is read.
+_EXPORTS = {
+    "FORMATS": "_render",
+    "render": "_render",
+    "render_html": "_html",
+    "render_json": "_json",
+    "render_markdown": "_markdown",
+    "render_terminal": "_terminal",
+    "terminal_text": "_terminal",
+    "METRIC_DEFINITIONS": "model",
+    "Report": "model",
+    "Table": "model",
+    "TableColumn": "model",
+    "build_report": "model",
+}
 
 __all__ = [
     "FORMATS",
@@ -50,3 +56,4 @@ __all__ = [
     "render_terminal",
     "terminal_text",
 ]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -5,15 +5,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-
-from rich.console import Console
+from typing import TYPE_CHECKING
 
 from advisor.errors import UsageError
-from advisor.reports._html import render_html
-from advisor.reports._json import render_json
-from advisor.reports._markdown import render_markdown
-from advisor.reports._terminal import render_terminal, terminal_text
-from advisor.reports.model import Report
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from advisor.reports.model import Report
 
 __all__ = ["FORMATS", "render"]
 
@@ -34,16 +33,29 @@ def render(report: Report, fmt: str, out: Path | str | None = None, console: Con
     """
     if fmt not in FORMATS:
         raise UsageError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    # Each format's renderer is imported when it is asked for (the HTML one is the heaviest).
     if fmt == "terminal" and out is None:
+        from rich.console import Console
+
+        from advisor.reports._terminal import render_terminal
+
         render_terminal(report, console if console is not None else Console())
         return
     if fmt == "terminal":
+        from advisor.reports._terminal import terminal_text
+
         text = terminal_text(report, width=FILE_WIDTH)
     elif fmt == "json":
+        from advisor.reports._json import render_json
+
         text = render_json(report)
     elif fmt == "html":
+        from advisor.reports._html import render_html
+
         text = render_html(report, progress=progress)
     else:
+        from advisor.reports._markdown import render_markdown
+
         text = render_markdown(report)
     write_text(text, out, console, what="the report")
 

@@ -35,10 +35,10 @@ import io
 import tokenize
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "FUNCTIONS",
@@ -271,6 +271,11 @@ def check_expression(text: str, *, columns: Iterable[str], local_names: Iterable
 def evaluation_frame(table: pd.DataFrame) -> pd.DataFrame:
     """The table as expressions see it: ``key`` a column, numbers as numbers, text as
     pandas strings (so arithmetic on text fails instead of repeating it)."""
+    # pandas is imported where an expression is evaluated: checking a pack (`advisor rules
+    # list`, `validate`) needs none of it.
+    import numpy as np
+    import pandas as pd
+
     frame = table.reset_index()
     if "key" not in frame.columns:  # a table built without its index name
         frame = frame.rename(columns={frame.columns[0]: "key"})
@@ -291,6 +296,8 @@ def evaluate(text: str, frame: pd.DataFrame, local_values: Mapping[str, Any], *,
     """Evaluate a checked expression over ``frame`` (from :func:`evaluation_frame`): one
     value per row. It is checked again here; pandas resolves @names from
     ``local_values`` only (no caller's variables, no globals)."""
+    import pandas as pd
+
     checked = check_expression(text, columns=frame.columns if columns is None else columns,
                                local_names=local_values.keys())
     if not len(frame):
