@@ -97,3 +97,59 @@ def test_the_cli_reports_the_same_from_the_cache_and_says_no_cache_when_asked(tm
             part.unlink()
         entry.rmdir()
     assert diagnose("--no-cache") == first and not list(cache_dir.iterdir())
+
+
+def _counting_compute(calls: list):
+    from advisor.tables import compute_tables
+
+    def compute(session, names=None):
+        calls.append(names)
+        return compute_tables(session, names)
+
+    return compute
+
+
+def test_the_tables_of_a_cached_session_are_kept_beside_it(tmp_path, cache_dir):
+    from advisor.session.startup import leave_out_startup
+
+    trace = write_trace(tmp_path / "t.json", events(6))
+    calls: list = []
+    first = cache.tables(load(trace), _counting_compute(calls))
+    again = cache.tables(load(trace), _counting_compute(calls))
+    assert calls == [None]  # computed once, then read
+    assert set(again) == set(first) and all(again[n].equals(first[n]) for n in first)
+    assert again["operator"].attrs == first["operator"].attrs  # the documentation and notes travel too
+    assert list(cache.tables(load(trace), _counting_compute(calls), ["model"])) == ["model"] and calls == [None]
+    # What the command sees differently is another key: a --gpu target, a start-up step left out.
+    retargeted = load(trace)
+    retargeted.meta = retargeted.meta.model_copy(update={"target_gpu": "a100-sxm4-80gb"})
+    cache.tables(retargeted, _counting_compute(calls))
+    assert calls == [None, None]
+    slow_start = write_trace(tmp_path / "s.json", [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1, "ts": start,
+         "dur": took} for n, (start, took) in enumerate([(0, 6000), (6000, 1000), (7000, 1000), (8000, 1000)], 1)])
+    whole, steady = load(slow_start), leave_out_startup(load(slow_start))
+    assert steady.window() != whole.window() and steady.cache_entry == whole.cache_entry is not None
+    def steps(session) -> int:
+        return cache.tables(session, _counting_compute(calls))["model"].at["ProfileStep", "calls"]
+
+    assert (steps(steady), steps(whole), steps(leave_out_startup(load(slow_start)))) == (3, 4, 3)
+    assert calls == [None, None, None, None]
+    # A session read afresh with the cache off, or built in memory, is computed every time.
+    session = loader.load_kineto(trace)
+    cache.tables(session, _counting_compute(calls))
+    cache.tables(session, _counting_compute(calls))
+    assert calls == [None] * 6
+
+
+def test_edited_code_or_knowledge_misses_and_a_damaged_tables_file_is_computed_again(tmp_path, cache_dir,
+                                                                                     monkeypatch):
+    trace = write_trace(tmp_path / "t.json", events(4))
+    calls: list = []
+    cache.tables(load(trace), _counting_compute(calls))
+    monkeypatch.setattr(cache, "_code_fingerprint", lambda: "another advisor")
+    cache.tables(load(trace), _counting_compute(calls))
+    assert calls == [None, None]
+    for kept in cache_dir.glob("*/tables-*.pkl"):
+        kept.write_bytes(b"not a pickle")
+    assert len(cache.tables(load(trace), _counting_compute(calls))["model"]) > 0 and len(calls) == 3

@@ -344,11 +344,12 @@ def _job_sources(args: argparse.Namespace) -> list[Path] | None:
 def _analyse(session, chosen):
     """The summary tables of ``session`` and the chosen rules' result; rule errors to stderr."""
     from advisor.cli.progress import spinner
+    from advisor.importers import cache
     from advisor.rules import run_rules
     from advisor.tables import compute_tables
 
     with spinner("Computing the tables and running the rules"):
-        tables = compute_tables(session)
+        tables = cache.tables(session, compute_tables)
         result = run_rules(session, tables, chosen.specs, disabled=chosen.disabled, enabled=chosen.enabled,
                            preview=chosen.preview)
     for error in result.errors:
@@ -403,14 +404,14 @@ def _job_side(args: argparse.Namespace, sources: list[Path], chosen):
     """One side of `compare` that is a job: the lowest rank's session and tables with the
     job's cross-rank tables, and the job's findings (merged across ranks)."""
     from advisor.cli.job import read_job
-    from advisor.importers import load
+    from advisor.importers import cache, load
     from advisor.tables import compute_tables
 
     job, diagnosis = read_job(args, sources, chosen, say=_say)
     for error in diagnosis.errors:
         print(f"advisor: {error}", file=sys.stderr)
     session = _steady(load(job.ranks[0].summary.source))
-    return session, {**compute_tables(session), **diagnosis.tables}, diagnosis.findings
+    return session, {**cache.tables(session, compute_tables), **diagnosis.tables}, diagnosis.findings
 
 
 def _summary(args: argparse.Namespace) -> int:
@@ -431,8 +432,10 @@ def _summary(args: argparse.Namespace) -> int:
                 sys.stdout.write(text if text.endswith("\n") else text + "\n")
             return 0
 
+    from advisor.importers import cache
+
     session, exit_code = _session_for(args)
-    tables = compute_tables(session, names=args.table)
+    tables = cache.tables(session, compute_tables, args.table)
     text = render_tables(tables, table_docs=TABLE_DOCS, sort=args.sort, limit=args.limit, fmt=args.format)
     if text is not None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

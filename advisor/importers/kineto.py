@@ -933,11 +933,14 @@ class _Columns:
 
     def frame(self) -> pd.DataFrame:
         """All rows as one frame. A field that a kind does not carry is blank (-1, NaN or
-        '') on the rows of other kinds, as if absent."""
+        '') on the rows of other kinds, as if absent. The chunks' arrays are let go as
+        each column is joined, so the rows are held about once, not twice; the reader is
+        spent after this."""
         parts = self.parts
 
         def joined(field: str, dtype: str) -> np.ndarray:
-            return np.concatenate(parts[field]) if parts[field] else np.array([], dtype=dtype)
+            chunks = parts.pop(field)
+            return np.concatenate(chunks) if chunks else np.array([], dtype=dtype)
 
         columns: dict[str, Any] = {}
         rows = sum(len(part) for part in parts["ts"])
@@ -955,7 +958,7 @@ class _Columns:
             values = self.codes[field].values
             codes = columns[field]
             columns[field] = _spread_text(values + [""], np.where(codes >= 0, codes, len(values)))
-        return pd.DataFrame(columns)
+        return pd.DataFrame(columns, copy=False)  # fresh arrays: kept as they are, not consolidated
 
 
 def _last_cut(buffer: bytes, start: int, end: int) -> tuple[int, int] | None:
@@ -1127,7 +1130,7 @@ def events_from_raw(raw: pd.DataFrame) -> pd.DataFrame:
         "registers": raw["registers"],
         "shared_memory": raw["shared_memory"],
         "flops": raw["flops"],
-    })
+    }, copy=False)  # raw's columns are shared (copy-on-write), not copied and consolidated
     # Copy direction and memory kinds are spelled in the copy's name; parse each
     # distinct name once.
     names = events["name"].astype("category")

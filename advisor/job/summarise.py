@@ -55,7 +55,7 @@ def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: st
     """Read one rank (a trace file or saved session folder), compute its tables, run the
     rules, and return its summary; a rank that cannot be read comes back with ``error``
     set instead of raising, so one bad rank does not take the job's report down."""
-    from advisor.importers import load
+    from advisor.importers import cache, load
     from advisor.reports.model import build_report
     from advisor.rules import run_rules
     from advisor.session.startup import leave_out_startup
@@ -78,7 +78,7 @@ def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: st
     if gpu:
         session.meta = session.meta.model_copy(update={"target_gpu": gpu})
     session = leave_out_startup(session)
-    tables = compute_tables(session)
+    tables = cache.tables(session, compute_tables)
     result = run_rules(session, tables, choice.specs, disabled=set(choice.disabled),
                        enabled=set(choice.enabled), preview=choice.preview)
     report = build_report(session, tables, result.findings, table_docs=TABLE_DOCS, skipped=result.skipped)

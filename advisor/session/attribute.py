@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.session import GPU_KINDS, PHASES, concat_events, conform_events, text
+from advisor.session.model import start_order
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 ADVISOR_PHASE = re.compile(r"^advisor::(Dataloader|Forward|Backward|Optimization)$")
@@ -85,7 +86,7 @@ def classify_names(events: pd.DataFrame) -> pd.DataFrame:
 
     is_annotation = _per_name(events["name"], lambda n: n.startswith(ANNOTATION_PREFIXES)).astype(bool) & (kind == "op")
     kind[is_annotation] = "annotation"
-    out = events.copy()
+    out = events.copy(deep=False)  # copy-on-write: the new columns are this frame's alone
     out["kind"] = pd.Categorical(kind)
     out["step"] = step
     out["phase"] = pd.Categorical(phase)
@@ -399,7 +400,7 @@ def _python_stacks(ev: pd.DataFrame, *, blocking_calls_only: bool = False) -> No
 
 def _sorted(ev: pd.DataFrame) -> pd.DataFrame:
     """Rows by start time, outer ranges first on ties; ids renumbered to positions."""
-    order = np.lexsort((-ev["end_ns"].to_numpy(), ev["start_ns"].to_numpy()))
+    order = start_order(ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy())
     out = ev.take(order).reset_index(drop=True)
     out["id"] = np.arange(len(out), dtype="int64")
     return out
@@ -443,7 +444,7 @@ def attribute(events: pd.DataFrame, *, sync_ranges_only: bool = False) -> pd.Dat
     if main is not None and not (kind == "phase").any() and (kind == "step").any():
         inferred = _infer_phases(ev, main)
         if len(inferred):
-            ev = _sorted(concat_events([ev, inferred]))
+            ev = concat_events([ev, inferred], by_start=True)
     _link_ops(ev)
     _link_gpu(ev)
     _assign_steps_and_phases(ev, main)

@@ -151,27 +151,34 @@ def conform_events(frame: pd.DataFrame) -> pd.DataFrame:
     """Give ``frame`` exactly the schema's columns, dtypes and missing values.
 
     Missing columns are added, extra ones dropped; ``id`` is reset to the row position.
+    Columns already in shape are shared with ``frame``, not copied (copy-on-write keeps
+    either frame's later changes to itself), and the columns are not consolidated into
+    blocks: on a trace of millions of events each copy of the frame is hundreds of MB.
     """
-    out = {}
     n = len(frame)
+    index = frame.index
+    if not (isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1):
+        frame = frame.reset_index(drop=True)
+    out: dict[str, Any] = {}
     for column, (dtype, missing) in EVENT_COLUMNS.items():
         if column in frame.columns:
             values = frame[column]
             if dtype == "category":
                 values = _as_text_category(values, missing)
+            elif values.dtype == dtype and (dtype == "float64" or not values.isna().any()):
+                pass
             elif dtype == "float64":
                 values = pd.to_numeric(values, errors="coerce").astype("float64")
             else:
                 values = pd.to_numeric(values, errors="coerce").fillna(missing).astype(dtype)
-            out[column] = values.to_numpy() if dtype != "category" else values.array
+            out[column] = values
+        elif dtype == "category":
+            out[column] = pd.Categorical.from_codes(np.zeros(n, dtype="int8"), categories=[missing]) if n else \
+                pd.Categorical([], categories=[missing])
         else:
-            if dtype == "category":
-                out[column] = pd.Categorical([missing] * n)
-            else:
-                out[column] = np.full(n, missing, dtype=dtype)
-    result = pd.DataFrame(out)
-    result["id"] = np.arange(n, dtype="int64")
-    return result
+            out[column] = np.full(n, missing, dtype=dtype)
+    out["id"] = np.arange(n, dtype="int64")
+    return pd.DataFrame(out, copy=False)
 
 
 def text(column: pd.Series) -> np.ndarray:
@@ -184,12 +191,24 @@ def text(column: pd.Series) -> np.ndarray:
     return categories[np.where(codes >= 0, codes, len(categories) - 1)]
 
 
-def concat_events(frames: list[pd.DataFrame]) -> pd.DataFrame:
+def start_order(start_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
+    """Row order by start time, outer ranges first on ties (stable: rows that tie on both
+    keep their order)."""
+    return np.lexsort((-end_ns, start_ns))
+
+
+def concat_events(frames: list[pd.DataFrame], *, by_start: bool = False) -> pd.DataFrame:
     """Stack conformed event frames, keeping categorical columns categorical (a plain
-    pd.concat turns categoricals with different categories into slow object columns)."""
+    pd.concat turns categoricals with different categories into slow object columns).
+    With ``by_start`` the rows come in start order (``start_order``), put in order a
+    column at a time, so the stacked frame is never held twice."""
     from pandas.api.types import union_categoricals
 
     frames = [conform_events(f) for f in frames]
+    order = None
+    if by_start:
+        order = start_order(np.concatenate([f["start_ns"].to_numpy() for f in frames]),
+                            np.concatenate([f["end_ns"].to_numpy() for f in frames]))
     out = {}
     for column, (dtype, _missing) in EVENT_COLUMNS.items():
         parts = [f[column] for f in frames]
@@ -202,10 +221,12 @@ def concat_events(frames: list[pd.DataFrame]) -> pd.DataFrame:
                 kind = kinds.pop()
                 arrays = [a if a.categories.dtype == kind else a.set_categories(a.categories.astype(kind))
                           for a in arrays]
-            out[column] = union_categoricals(arrays)
+            values = union_categoricals(arrays)
         else:
-            out[column] = np.concatenate([p.to_numpy() for p in parts])
-    return conform_events(pd.DataFrame(out))
+            values = np.concatenate([p.to_numpy() for p in parts])
+        out[column] = values if order is None else values.take(order)
+    out["id"] = np.arange(len(out["id"]), dtype="int64")
+    return pd.DataFrame(out, copy=False)  # in shape already: each column built once, not consolidated
 
 
 def insert_unrelated(events: pd.DataFrame, extra: pd.DataFrame) -> pd.DataFrame:
@@ -220,7 +241,7 @@ def insert_unrelated(events: pd.DataFrame, extra: pd.DataFrame) -> pd.DataFrame:
         extra[column] = -1
     combined = concat_events([events, extra])
     # A stable sort: rows already in order keep their order among themselves.
-    order = np.lexsort((-combined["end_ns"].to_numpy(), combined["start_ns"].to_numpy()))
+    order = start_order(combined["start_ns"].to_numpy(), combined["end_ns"].to_numpy())
     position = np.empty(len(order), dtype="int64")
     position[order] = np.arange(len(order), dtype="int64")
     out = combined.take(order).reset_index(drop=True)
@@ -339,6 +360,10 @@ class Session:
     def __init__(self, meta: SessionMeta, events: pd.DataFrame):
         self.meta = meta
         self.events = events
+        # The session cache's entry this session was read from or kept in (set by
+        # advisor.importers.cache; carried by sessions derived from it, never saved): where
+        # its summary tables are kept too.
+        self.cache_entry: Path | None = None
 
     def __repr__(self) -> str:
         return f"Session(source={self.meta.source!r}, events={len(self.events)})"

@@ -37,7 +37,7 @@ def leave_out_startup(session: Session) -> Session:
                          & (events["end_ns"].to_numpy() == first["end_ns"]))
     if not len(row):
         return session
-    relabelled = events.copy()
+    relabelled = events.copy(deep=False)  # copy-on-write: the relabelled kind is this frame's alone
     relabelled["kind"] = pd.Series(kind, index=events.index).where(~np.isin(np.arange(len(events)), row), "annotation")
     later = steps.iloc[1:]
     note = (f"Step #{int(first['step'])} is left out of the window: it took {format_ns(took[0])}, "
@@ -47,4 +47,8 @@ def leave_out_startup(session: Session) -> Session:
     collector = session.meta.collector
     meta = session.meta.model_copy(update={"collector": collector.model_copy(
         update={"notes": [*collector.notes, note]})})
-    return Session(meta, conform_events(relabelled))
+    steady_session = Session(meta, conform_events(relabelled))
+    # Derived from the cached session alone, so its tables can be kept in the same entry
+    # (their key holds the metadata, which says what was left out).
+    steady_session.cache_entry = session.cache_entry
+    return steady_session
