@@ -16,7 +16,9 @@ exit; the exit code of `diagnose SCRIPT` is the script's own, unless --fail-on t
 The commands live here and only drive the stages below (collect, tables, rules,
 reports): ``rules`` holds the `advisor rules` commands and the --rules / --config /
 --preview options, ``doctor`` `advisor doctor`, ``progress`` the progress bars, ``job``
-`advisor diagnose` on a job of many ranks (a folder of rank traces, torchrun).
+`advisor diagnose` on a job of many ranks (a folder of rank traces, torchrun), ``keep``
+what a run collected, kept on disk until its report is written, and --save's claim on its
+folder.
 """
 
 from __future__ import annotations
@@ -239,11 +241,28 @@ def _ended(run) -> str:
             f"(exit {run.exit_code}{how.get(run.ending, '')})")
 
 
-def _diagnose(args: argparse.Namespace) -> int:
+def _check_output(path: Path) -> None:
+    """A report path that cannot be written is said before a script runs or a trace is
+    read, not after: its folder (made if missing) must be writable."""
+    if path.is_dir():
+        raise UsageError(f"-o {path}: is a folder; give a file name")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK) or (
+            path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"-o {path}: cannot write there ({folder} is not a writable folder)")
+
+
+def _diagnose(args: argparse.Namespace, kept) -> int:
+    """``kept`` (advisor.cli.keep.Kept) holds what was collected on disk until the report
+    is written, so a failure after the collection loses none of it."""
     # Rules and configuration first: a bad pack or config stops before a script runs.
     chosen, config = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
+    if args.output is not None:
+        _check_output(args.output)
     if args.save:  # never over another profile, and said before anything runs
-        from advisor.cli.job import check_save_dir
+        from advisor.cli.keep import check_save_dir
 
         check_save_dir(args.save)
     launched = _launch(args)
@@ -259,6 +278,13 @@ def _diagnose(args: argparse.Namespace) -> int:
             _say(f"the script started {len(launched.sources)} ranks with torch.multiprocessing.spawn; "
                  "each was profiled")
             sources = launched.sources
+        elif not args.save:
+            kept.session(session, Path(args.target).stem)
+    if launched is not None:  # the ranks' own folder, already on disk; --save keeps a copy
+        if args.save and Path(launched.folder).resolve() == args.save.resolve():
+            kept.saved(args.save)
+        else:
+            kept.launch(launched.folder)
     if sources is not None:
         from advisor.cli.job import job_report, read_job
 
@@ -266,13 +292,12 @@ def _diagnose(args: argparse.Namespace) -> int:
         report = job_report(diagnosis)
         findings = diagnosis.findings
         exit_code = launched.exit_code if launched is not None else None
-        if launched is not None and (not args.save or Path(launched.folder).resolve() != args.save.resolve()):
-            shutil.rmtree(launched.folder, ignore_errors=True)  # the ranks' own folder; --save kept a copy
     else:
         if session is None:
             session, exit_code = _session_for(args, steady=False)
         if args.save:  # as recorded: the start-up step is left out on every reading, not in the file
             session.save(args.save)
+            kept.saved(args.save)
             print(f"advisor: session saved to {args.save}", file=sys.stderr)
         session = _steady(session)
         tables, result = _analyse(session, chosen)
@@ -286,6 +311,7 @@ def _diagnose(args: argparse.Namespace) -> int:
 
     with progress_bar("Rendering the report", show=None if args.format == "html" else False) as update:
         render(report, args.format, args.output, progress=update)
+    kept.done()
     if args.output:
         print(f"advisor: report written to {args.output}", file=sys.stderr)
     fail_on = args.fail_on or (config.fail_on.value if config.fail_on else None)
@@ -313,7 +339,7 @@ def _launch(args: argparse.Namespace):
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers must be at least 1")
     if args.save:
-        from advisor.cli.job import check_save_dir
+        from advisor.cli.keep import check_save_dir
 
         check_save_dir(args.save)
     if args.event_budget is not None and args.event_budget < 1:
@@ -498,9 +524,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if getattr(args, "no_cache", False):  # the environment carries it to worker processes too
         os.environ["ADVISOR_NO_CACHE"] = "1"
+    from advisor.cli.keep import Kept
+
+    kept = Kept()
     try:
         if args.command == "diagnose":
-            return _diagnose(args)
+            return _diagnose(args, kept)
         if args.command == "summary":
             return _summary(args)
         if args.command == "rules":
@@ -513,21 +542,22 @@ def main(argv: list[str] | None = None) -> int:
             return _compare(args)
         if args.command == "doctor":
             return doctor_command(args)
+    # Each failure is one line; where a run had collected a profile, the line says where it is.
     except AdvisorError as exc:
-        print(f"advisor: {exc}", file=sys.stderr)
+        print(f"advisor: {exc}{kept.note()}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("advisor: interrupted", file=sys.stderr)
+        print(f"advisor: interrupted{kept.note()}", file=sys.stderr)
         return 130
     except MemoryError:
         print("advisor: out of memory; a trace this large needs more (a job's ranks: --workers 1 holds one rank "
-              "at a time)", file=sys.stderr)
+              f"at a time){kept.note()}", file=sys.stderr)
         return 1
     except OSError as exc:  # a full disk, a folder that cannot be written: the OS's words, in one line
         if isinstance(exc, BrokenPipeError):
             return 0
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"advisor: {exc.strerror or exc}{where}", file=sys.stderr)
+        print(f"advisor: {exc.strerror or exc}{where}{kept.note()}", file=sys.stderr)
         return 1
     parser.error(f"unknown command {args.command}")
     return 2

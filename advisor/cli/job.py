@@ -31,16 +31,11 @@ def choice_from(chosen):
                       enabled=frozenset(chosen.enabled), preview=bool(chosen.preview))
 
 
-def check_save_dir(folder: Path) -> None:
-    """A job is saved into a new or empty folder: never over another profile."""
-    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        raise UsageError(f"--save {folder}: the folder exists and is not empty; give a new folder")
-
-
 def read_job(args: argparse.Namespace, sources: list[Path], chosen, *, say, launch=None):
     """The diagnosed job for ``sources`` (one per rank), saved where --save asks. After a
     launch (advisor.job.launch) the ranks saved themselves and ``launch`` says how each
     ended; a saved job's manifest says the same."""
+    from advisor.cli.keep import check_save_dir
     from advisor.job import diagnose_job, order_ranks, summarise_job
     from advisor.job.inputs import is_job_dir, read_manifest, write_manifest
 

@@ -1,0 +1,124 @@
+"""Resource failures inside advisor (out of memory, a full disk, a report path that cannot
+be written, Ctrl-C, two runs saving into one folder): one ``advisor:`` line and a non-zero
+exit, and what a script run had collected is on disk, where `advisor diagnose DIR` reports
+it again."""
+
+from __future__ import annotations
+
+import errno
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_cli import advisor, error_line, run_main, train_script
+
+import advisor.reports._render as render_module
+import advisor.tables as tables_module
+from advisor.session import Session
+
+MARK = "import pathlib; pathlib.Path(__file__).with_name('ran').write_text('yes')"
+
+
+def kept_folder(line: str) -> Path:
+    match = re.search(r"the profile collected is kept in (\S+) \(`advisor diagnose \1` reports it\)", line)
+    assert match, line
+    return Path(match.group(1))
+
+
+def test_a_report_path_that_cannot_be_written_is_said_before_the_script_runs(tmp_path):
+    script = train_script(tmp_path, MARK)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    done = advisor("diagnose", "-o", str(blocker / "report.json"), str(script), cwd=tmp_path)
+    assert done.returncode == 2
+    assert "cannot write there" in error_line(done.stderr)
+    assert not (tmp_path / "ran").exists()
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    done = advisor("diagnose", "-o", str(folder), str(script), cwd=tmp_path)
+    assert done.returncode == 2 and "is a folder" in error_line(done.stderr) and not (tmp_path / "ran").exists()
+
+
+def _no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device", "report.json")
+
+
+def _no_memory(*args, **kwargs):
+    raise MemoryError
+
+
+def _interrupted(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize(("where", "failure", "code", "said"), [
+    (render_module, ("write_text", _no_space), 1, "advisor: No space left on device: report.json; "),
+    (tables_module, ("compute_tables", _no_memory), 1, "advisor: out of memory"),
+    (tables_module, ("compute_tables", _interrupted), 130, "advisor: interrupted; "),
+], ids=["full disk while writing the report", "out of memory in the tables", "ctrl-c in the tables"])
+def test_a_failure_after_the_collection_keeps_the_profile(tmp_path, monkeypatch, capsys, where, failure, code, said):
+    script = train_script(tmp_path)
+    with monkeypatch.context() as patched:
+        patched.setattr(where, *failure)
+        assert run_main(["diagnose", "--format", "json", "-o", str(tmp_path / "report.json"), str(script)]) == code
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("advisor: ") and
+             not line.startswith(("advisor: running", "advisor: train.py", "advisor: reading"))]
+    assert len(lines) == 1 and lines[0].startswith(said), lines
+    folder = kept_folder(lines[0])
+    assert Session.load(folder).steps()["step"].tolist()  # the recorded steps are there
+    # ... and render the report the run could not write.
+    out = tmp_path / "again.json"
+    assert run_main(["diagnose", str(folder), "--format", "json", "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["session"]["steps"]["count"] > 0
+
+
+def test_a_run_that_writes_its_report_keeps_nothing(tmp_path, capsys):
+    from advisor.importers.cache import cache_dir
+
+    script = train_script(tmp_path)
+    before = set((cache_dir() / ".kept").glob("run-*"))  # failures in other tests keep theirs
+    assert run_main(["diagnose", "--format", "json", "-o", str(tmp_path / "report.json"), str(script)]) == 0
+    assert set((cache_dir() / ".kept").glob("run-*")) == before
+
+
+def test_a_folder_another_run_is_saving_into_is_refused(tmp_path, make_trace):
+    trace = make_trace([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}])
+    saving = tmp_path / "saving"
+    saving.mkdir()
+    (saving / ".advisor-saving").write_text("12345\n")
+    done = advisor("diagnose", str(trace), "--save", str(saving), cwd=tmp_path)
+    assert done.returncode == 2 and "another advisor run is saving into this folder" in error_line(done.stderr)
+
+
+def test_two_runs_saving_into_one_folder_at_once(tmp_path, make_trace):
+    """Started together, one claims the folder and saves; the other stops with one line
+    (whether it looked before or after the first finished), and the saved session is whole."""
+    trace = make_trace([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10 * i,
+                         "dur": 5} for i in range(2000)])
+    saved = tmp_path / "saved"
+    runs = [subprocess.Popen([sys.executable, "-m", "advisor", "diagnose", str(trace), "--save", str(saved),
+                              "--format", "json", "-o", str(tmp_path / f"report{i}.json")],
+                             stderr=subprocess.PIPE, text=True, cwd=tmp_path) for i in range(2)]
+    outcomes = sorted((run.wait(timeout=120), run.stderr.read()) for run in runs)
+    (ok, _), (refused, why) = outcomes
+    assert (ok, refused) == (0, 2), outcomes
+    assert re.search(r"another advisor run is saving|exists and is not empty", error_line(why))
+    assert len(Session.load(saved).events) >= 2000 and not (saved / ".advisor-saving").exists()
+
+
+def test_a_launched_job_whose_report_fails_keeps_its_ranks(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("torch")
+    example = Path(__file__).resolve().parent.parent / "examples" / "ddp_straggler.py"
+    monkeypatch.setattr(render_module, "write_text", _no_space)
+    code = run_main(["diagnose", "--format", "json", "-o", str(tmp_path / "report.json"), "torchrun",
+                     "--nproc-per-node=2", str(example), "--steps", "6"])
+    assert code == 1
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("advisor: No space")]
+    folder = kept_folder(line)
+    monkeypatch.undo()
+    out = tmp_path / "again.json"
+    assert run_main(["diagnose", str(folder), "--format", "json", "-o", str(out)]) == 0
+    assert [r["rank"] for r in json.loads(out.read_text())["job"]["ranks"]] == [0, 1]
