@@ -216,3 +216,24 @@ def wrong_types(draw, events: list[dict]) -> tuple[list[dict], int, str, object]
     else:
         event[key] = value
     return events[:i] + [event] + events[i + 1:], i, key, value
+
+
+@st.composite
+def damaged_bytes(draw, data: bytes) -> tuple[bytes, str]:
+    """Any file's bytes damaged one way, for traces whose event spans are not known (the
+    real ones): cut off, a byte flipped, a run of bytes deleted or repeated, an event's
+    worth of bytes swapped for garbage. Returns the bytes and what was done."""
+    how = draw(st.sampled_from(["cut", "flip", "delete", "repeat", "garbage"]))
+    at = draw(st.integers(0, len(data) - 1))
+    if how == "cut":
+        return data[:at], how
+    if how == "flip":
+        out = bytearray(data)
+        out[at] = draw(st.one_of(st.sampled_from(b'{}[]",:\\ 0aN\xff\x00'), st.integers(0, 255)))
+        return bytes(out), how
+    length = draw(st.integers(1, 400))
+    if how == "delete":
+        return data[:at] + data[at + length:], how
+    if how == "repeat":
+        return data[:at + length] + data[at:], how
+    return data[:at] + draw(st.binary(min_size=1, max_size=length)) + data[at + length:], how

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from strategies import (
     RenderedTrace,
     byte_flips,
+    damaged_bytes,
     deleted_keys,
     expected_rows,
     render,
@@ -513,3 +514,41 @@ def test_the_whole_importer_on_mutations(tmp_path, data):
     ev = session.events
     assert (ev["end_ns"].to_numpy() >= ev["start_ns"].to_numpy()).all()
     assert isinstance(session.meta.trace_metadata["damage"], dict)
+
+
+# -- properties over damage to the real traces: all the way to the report ----------------
+
+_REAL = "bert_small_infer_h100.json.gz"
+
+
+@settings(max_examples=int(os.environ.get("ADVISOR_FUZZ_EXAMPLES", "12")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.data_too_large])
+@given(data=st.data())
+def test_a_damaged_real_trace_gives_a_valid_report_or_one_line(tmp_path, data):
+    """A real trace damaged anywhere: no traceback, no hang; either one line, or a report
+    valid against its schema that says what the reader skipped or where the file ended."""
+    from advisor.reports import build_report, render_json
+    from advisor.reports.schema import validate_report
+    from advisor.rules import run_rules
+    from advisor.tables import TABLE_DOCS, compute_tables
+
+    original = gzip.decompress(shared_trace(_REAL).read_bytes())
+    mutated, how = data.draw(damaged_bytes(original))
+    path = tmp_path / "damaged.json"
+    path.write_bytes(mutated)
+    try:
+        with deadline(60):
+            session = load(path)
+    except TraceError as exc:
+        one_line(exc)
+        return
+    tables = compute_tables(session)
+    result = run_rules(session, tables)
+    report = json.loads(render_json(build_report(session, tables, result.findings, table_docs=TABLE_DOCS,
+                                                 skipped=result.skipped)))
+    validate_report(report)
+    assert not result.errors, result.errors
+    damage = session.meta.trace_metadata["damage"]
+    if how == "cut" and len(mutated) < len(original.rstrip()) and damage["truncated"]:
+        assert report["findings"][0]["rule"] == "profile-incomplete"
