@@ -32,7 +32,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import advisor
 from advisor._version import __version__
 from advisor.paths import knowledge_dir
 from advisor.session import SESSION_FORMAT, Session
@@ -142,7 +141,7 @@ def _tables_key(session: Session) -> str:
 def _code_fingerprint() -> str:
     """advisor's source and knowledge files as installed (names, sizes, mtimes): an edited
     table or hardware entry changes it. A few milliseconds over some 200 files."""
-    root = Path(advisor.__file__).resolve().parent
+    root = Path(__file__).resolve().parent.parent  # the advisor package
     digest = hashlib.sha256(__version__.encode())
     for path in sorted([*root.rglob("*.py"), *knowledge_dir().rglob("*.yaml")]):
         stat = path.stat()

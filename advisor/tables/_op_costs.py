@@ -10,6 +10,8 @@ device (advisor.knowledge.roofline). Both are memoised per session.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -79,13 +81,26 @@ def add_rates(out: pd.DataFrame) -> None:
 
 def per_call(f: Facts) -> pd.DataFrame | None:
     """One row per costed op call (each FLOP once): its cost, measured and ideal time on
-    the target. Shared by the roofline, operator and kernel tables (memoised per session);
-    ``attrs`` carries the target and a note on where its figures come from."""
+    the target (``call_target``). Shared by the roofline, operator and kernel tables
+    (memoised per session)."""
     return f.memo("roofline_calls", lambda: _per_call(f))
 
 
+def call_target(f: Facts) -> tuple[Any, str]:
+    """The target the calls are judged against (None where none could be resolved), and a
+    note on where its figures come from. Kept beside the calls, not in their ``attrs``:
+    pandas deep-copies attrs into every frame derived from them, and the target holds the
+    knowledge base's models (a fifth of a second per diagnosis went into those copies)."""
+
+    def resolve() -> tuple[Any, str]:
+        target, why = resolve_target(f.session)
+        return target, (f"Target: {target.how}." if target is not None else f"Ideal times not computed: {why}")
+
+    return f.memo("roofline_target", resolve)
+
+
 def _per_call(f: Facts) -> pd.DataFrame | None:
-    target, why = resolve_target(f.session)
+    target, _note = call_target(f)
     calls = op_calls(f)
     ops = calls.ops
     if not len(ops):
@@ -144,8 +159,6 @@ def _per_call(f: Facts) -> pd.DataFrame | None:
         "tc_yes": tc_yes, "tc_no": tc_no,
         **{d: pd.to_numeric(cost[d], errors="coerce").to_numpy(dtype=float) for d in DIMS},
     })
-    out.attrs["target"] = target
-    out.attrs["note"] = f"Target: {target.how}." if target is not None else f"Ideal times not computed: {why}"
     return out
 
 

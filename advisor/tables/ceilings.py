@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.tables._facts import Facts
-from advisor.tables._op_costs import per_call
+from advisor.tables._op_costs import call_target, per_call
 from advisor.tables._registry import table, with_notes
 
 # Units in the per-call roofline rows that have no device ceiling to draw.
@@ -40,9 +40,9 @@ def ceilings_table(f: Facts) -> pd.DataFrame | None:
     calls = per_call(f)
     if calls is None:
         return None
-    target = calls.attrs["target"]
+    target, note = call_target(f)
     if target is None:
-        return with_notes(None, calls.attrs["note"])
+        return with_notes(None, note)
     # A call whose dtype the cost model could not tell has no peak to look up.
     used = calls[~calls["unit"].isin(_NO_CEILING) & ~calls["dtype"].isin(("", "None"))]
     if not len(used):
@@ -61,4 +61,4 @@ def ceilings_table(f: Facts) -> pd.DataFrame | None:
         }
     out = pd.DataFrame.from_dict(rows, orient="index")
     out["ridge_flops_per_byte"] = f.ratio(out["peak_flops_per_s"], out["peak_bytes_per_s"])
-    return with_notes(out, calls.attrs["note"])
+    return with_notes(out, note)

@@ -9,7 +9,7 @@ from advisor.knowledge import hardware as kb
 from advisor.knowledge.costs import kernel_costs
 from advisor.knowledge.roofline import MATRIX_KINDS, compute_dtype
 from advisor.tables._facts import Facts, coded, decode, most_common, stats, top_names
-from advisor.tables._op_costs import TENSOR_DTYPES, add_rates, ideal_parts, per_call
+from advisor.tables._op_costs import TENSOR_DTYPES, add_rates, call_target, ideal_parts, per_call
 from advisor.tables._registry import table
 
 TOP_OPS = 5
@@ -85,7 +85,7 @@ def _roofline_columns(f: Facts, kernels: pd.DataFrame, names: np.ndarray, durati
     if not known.any():
         return
     costed = per_call(f)
-    target = costed.attrs["target"] if costed is not None else None
+    target = call_target(f)[0] if costed is not None else None
     dtype = np.array([compute_dtype(d) for d in costs["dtype"].astype(object).to_numpy()], dtype=object)
     kind = costs["kind"].astype(str).to_numpy()
     tensor_name = np.array([kb.uses_tensor_cores(str(n)) is True for n in kernels["name"].astype(str)], dtype=bool)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.tables._facts import Facts
-from advisor.tables._op_costs import DIMS, add_rates, per_call
+from advisor.tables._op_costs import DIMS, add_rates, call_target, per_call
 from advisor.tables._registry import table, with_notes
 
 
@@ -58,7 +58,7 @@ def roofline_table(f: Facts) -> pd.DataFrame | None:
     calls = per_call(f)
     if calls is None:
         return None
-    target = calls.attrs["target"]
+    target, note = call_target(f)
     grouped = calls.groupby("key", sort=False)
     out = grouped.agg(
         name=("name", "first"), input_dims=("input_dims", "first"), kind=("kind", "first"),
@@ -76,7 +76,7 @@ def roofline_table(f: Facts) -> pd.DataFrame | None:
     out["target"] = target.name if target is not None else ""
     out["target_id"] = (target.profile.id if target.profile is not None else "cpu") if target is not None else ""
     out["measured_on_target"] = out["measured_ns"].notna()
-    with_notes(out, calls.attrs["note"])
+    with_notes(out, note)
     # Most time above the roofline first; where nothing was measured, most ideal time first.
     order = out["lost_ns"].fillna(-1) if out["measured_ns"].notna().any() else out["ideal_ns"].fillna(-1)
     return out.assign(_order=order).sort_values("_order", ascending=False, kind="stable")
