@@ -3,6 +3,8 @@ by advisor's own importer with the same events, to the nanosecond."""
 
 from __future__ import annotations
 
+import io
+
 import gzip
 import json
 
@@ -164,6 +166,26 @@ def test_reading_a_trace_reports_its_progress_in_bytes(tmp_path, name):
     size = path.stat().st_size
     assert heard and all(total == size for _, total in heard)
     assert [d for d, _ in heard] == sorted(d for d, _ in heard) and heard[-1][0] == size
+
+
+def test_reading_a_trace_reports_the_events_parsed_to_a_callable_that_asks(tmp_path):
+    path = write_timeline(sample_session(), [], tmp_path / "trace.json")
+    heard: list[int] = []
+    session = load(path, progress=lambda done, total, events: heard.append(events))
+    assert heard == sorted(heard) and 0 < heard[-1] >= len(session.events) - 1
+
+
+def test_the_progress_bar_shows_bytes_and_events(monkeypatch):
+    from rich.console import Console
+
+    from advisor.cli import progress
+
+    console = Console(file=io.StringIO(), force_terminal=True, width=120)
+    monkeypatch.setattr(progress, "_console", lambda: console)
+    with progress.progress_bar("Reading t.json", unit="bytes", show=True) as update:
+        update(1024 * 1024, 2 * 1024 * 1024, events=23456)
+    text = console.file.getvalue()  # the bar as drawn before it was cleared away
+    assert "Reading t.json" in text and "1.0/2.1 MB" in text and "23,456 events" in text
 
 
 def test_writing_a_timeline_reports_its_progress(tmp_path):

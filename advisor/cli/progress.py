@@ -56,11 +56,14 @@ def progress_bar(description: str, *, unit: str = "items", show: bool | None = N
 
     amount = DownloadColumn() if unit == "bytes" else MofNCompleteColumn()
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), amount,
-                  TimeElapsedColumn(), console=_console(), transient=True) as bar:
-        task = bar.add_task(description, total=None)
+                  TextColumn("{task.fields[events]}"), TimeElapsedColumn(), console=_console(),
+                  transient=True) as bar:
+        task = bar.add_task(description, total=None, events="")
 
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+        def update(done: int, total: int, *, events: int | None = None) -> None:
+            """``events``: how many events were parsed so far, where the reader says."""
+            fields = {} if events is None else {"events": f"{events:,} events"}
+            bar.update(task, completed=done, total=total, **fields)
 
         yield update
 

@@ -329,6 +329,8 @@ class _Reader:
         self.read1 = getattr(stream, "read1", stream.read)
         self.path = path
         self.progress = progress
+        # A progress callable that takes ``events=`` hears the events parsed so far too.
+        self.progress_events = progress is not None and _takes_events(progress)
         # A GzipFile reads its file through .fileobj: its position is the compressed bytes.
         self.raw_file = getattr(stream, "fileobj", None) or stream
         self.gzipped = isinstance(stream, gzip.GzipFile)
@@ -361,7 +363,11 @@ class _Reader:
             self.eof = True
         self.bytes_read += len(data)
         if self.progress is not None:
-            self.progress(self.raw_file.tell() if not self.eof else self.file_size, self.file_size)
+            done = self.raw_file.tell() if not self.eof else self.file_size
+            if self.progress_events:
+                self.progress(done, self.file_size, events=self.events_seen)
+            else:
+                self.progress(done, self.file_size)
         return data
 
     # -- the document -------------------------------------------------------------------
@@ -369,6 +375,8 @@ class _Reader:
     def run(self) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
         buffer, start, metadata, array_form = self._head()
         metadata.update(self._events(buffer, start, array_form))
+        if self.progress_events:  # the last blocks' events, parsed after their bytes were counted
+            self.progress(self.file_size, self.file_size, events=self.events_seen)
         if self.cut_reason is not None:
             self.damage.truncated = True
         frame = self.columns.frame()
@@ -1074,9 +1082,20 @@ def read_events(stream: BinaryIO, path: Path, *, progress: Callable[[int, int], 
     for, or damaged) and ``_damage`` ({"skipped": {reason: n}, "repaired": {reason: n},
     "truncated": bool, "bytes_read": int, "bytes_total": int, or None where a gzip stream
     was cut off}; bytes are those of the JSON text, after gunzip). ``progress(done, total)``, where given, hears how many
-    bytes of the file have been read.
+    bytes of the file have been read; one that takes an ``events`` keyword hears how many
+    events were parsed so far as well.
     """
     return _Reader(stream, path, progress).run()
+
+
+def _takes_events(progress: Callable[..., None]) -> bool:
+    import inspect
+
+    try:
+        parameters = inspect.signature(progress).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "events" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 def _ns(values: np.ndarray) -> np.ndarray:
