@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+import pandas as pd
+
 from advisor.knowledge import hardware as kb
 from advisor.session import Session
 
@@ -57,6 +60,14 @@ def compute_dtype(cost_dtype: str | None) -> str | None:
     if cost_dtype in (None, "", "tf32-eligible"):
         return "fp32" if cost_dtype == "tf32-eligible" else None
     return kb.normalize_dtype(cost_dtype) or cost_dtype
+
+
+def compute_dtypes(cost_dtypes) -> np.ndarray:
+    """``compute_dtype`` over an array of them (object array out), worked out once per
+    distinct value: cost tables have a row per op call, and a few dtypes."""
+    codes, distinct = pd.factorize(np.asarray(cost_dtypes, dtype=object), sort=False)  # missing: code -1
+    looked_up = np.array([compute_dtype(d) for d in distinct] + [compute_dtype(None)], dtype=object)
+    return looked_up[np.where(codes >= 0, codes, len(distinct))]
 
 
 def resolve_target(session: Session) -> tuple[Target | None, str]:

@@ -17,7 +17,8 @@ import pandas as pd
 
 from advisor.knowledge import hardware as kb
 from advisor.knowledge.costs import costs_for_ops
-from advisor.knowledge.roofline import MATRIX_KINDS, compute_dtype, resolve_target
+from advisor.knowledge.roofline import MATRIX_KINDS, compute_dtypes, resolve_target
+from advisor.session import text
 from advisor.tables._facts import Facts, ancestors, decode
 
 __all__ = ["DIMS", "NESTED_SUFFIX", "TENSOR_DTYPES", "OpCalls", "add_rates", "ideal_parts", "op_calls", "per_call"]
@@ -129,7 +130,7 @@ def _per_call(f: Facts) -> pd.DataFrame | None:
         tc_yes = tc_no = np.zeros(len(rows), dtype=np.int64)
 
     kind = cost["kind"].astype(str).to_numpy()
-    dtype = np.array([compute_dtype(d) for d in cost["dtype"].astype(object).to_numpy()], dtype=object)
+    dtype = compute_dtypes(cost["dtype"].to_numpy())
     flops = cost["flops"].to_numpy(dtype=float)
     nbytes = cost["bytes"].to_numpy(dtype=float)
     matrix = np.isin(kind, MATRIX_KINDS)
@@ -145,8 +146,8 @@ def _per_call(f: Facts) -> pd.DataFrame | None:
         memory_ns[crossing] = np.nan
         unit[crossing] = "host-device copy"
 
-    name = rows["name"].astype(str).to_numpy()
-    dims_text = rows["input_dims"].astype(str).to_numpy()
+    name = text(rows["name"])
+    dims_text = text(rows["input_dims"])
     ids = rows["id"].to_numpy()
     top = rows["top_op"].to_numpy()
     out = pd.DataFrame({
@@ -187,7 +188,7 @@ def ideal_parts(target, dtype: np.ndarray, tensor: np.ndarray, flops: np.ndarray
 def _host_device_copies(f: Facts, calls, n_ops: int) -> np.ndarray:
     """Per op call: whether it launched a copy between host and device memory."""
     gpu = f.gpu
-    kinds = gpu["copy_kind"].astype(str).to_numpy()[calls.pair_gpu]
+    kinds = text(gpu["copy_kind"])[calls.pair_gpu]
     crossing = np.isin(kinds, ("HtoD", "DtoH"))
     return np.bincount(calls.pair_call[crossing], minlength=n_ops) > 0
 

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.knowledge.costs._model import Args, Uncostable
+from advisor.session import text
 from advisor.tables._facts import Facts
 from advisor.tables._registry import table
 
@@ -66,10 +67,10 @@ def conv_bias_table(f: Facts) -> pd.DataFrame:
     top = f.main_ops
     # BatchNorm in training counts its batches first (num_batches_tracked += 1: an
     # aten::add_ on 0-dim tensors, between the convolution and the norm): skip those.
-    dims = top["input_dims"].astype(str).to_numpy()
-    counter = (top["name"].astype(str).to_numpy() == "aten::add_") & (dims == "[[],[],[]]")
+    dims = text(top["input_dims"])
+    counter = (text(top["name"]) == "aten::add_") & (dims == "[[],[],[]]")
     top = top[~counter]
-    names = top["name"].astype(str).to_numpy()
+    names = text(top["name"])
     starts = top["start_ns"].to_numpy()
     candidates = np.flatnonzero(np.isin(names[:-1], CONVS) & (names[1:] == NORM) & (starts[:-1] >= lo)
                                 & (starts[:-1] < hi))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from advisor.session import text
 from advisor.tables._facts import Facts
 from advisor.tables._registry import table, with_notes
 from advisor.tables.host_sync import source_lines
@@ -75,12 +76,12 @@ def fresh_copies_table(f: Facts) -> pd.DataFrame | None:
         return empty
     lo, hi = f.window
     top = f.main_ops
-    names = top["name"].astype(str).to_numpy()
+    names = text(top["name"])
     ids = top.index.to_numpy()
     starts_top, ends_top = top["start_ns"].to_numpy(), top["end_ns"].to_numpy()
     copying = np.isin(ids, uploads["top_op"].to_numpy()) & np.isin(names, list(COPY_OPS))
     copying &= (top["start_ns"].to_numpy() >= lo) & (top["start_ns"].to_numpy() < hi)
-    copying &= (top["phase"].astype(str).to_numpy() != "Dataloader")
+    copying &= (text(top["phase"]) != "Dataloader")
     rows = []
     for i in np.flatnonzero(copying):
         j = i - 1

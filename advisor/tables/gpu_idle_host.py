@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from advisor.session import GPU_KINDS
+from advisor.session import GPU_KINDS, text
 from advisor.session import intervals as iv
 from advisor.session.attribute import parents_of_sorted
 from advisor.tables._facts import MODEL_PHASES, Facts, user_frame
@@ -156,7 +156,7 @@ def gpu_idle_host_table(f: Facts) -> pd.DataFrame | None:
     out_self, out_incl = _self_time(ranges, outside)
     top = ranges["parent"].to_numpy() < 0
     rows = pd.DataFrame({
-        "name": ranges["name"].astype(str).to_numpy(),
+        "name": text(ranges["name"]),
         "source": np.where(ranges["kind"].to_numpy() == "python", "python", "range"),
         "in_model_ns": in_self, "outside_model_ns": out_self,
         "user_line": _user_lines(ranges),

@@ -7,7 +7,7 @@ import pandas as pd
 
 from advisor.knowledge import hardware as kb
 from advisor.knowledge.costs import kernel_costs
-from advisor.knowledge.roofline import MATRIX_KINDS, compute_dtype
+from advisor.knowledge.roofline import MATRIX_KINDS, compute_dtypes
 from advisor.tables._facts import Facts, coded, decode, most_common, stats, top_names
 from advisor.tables._op_costs import TENSOR_DTYPES, add_rates, call_target, ideal_parts, per_call
 from advisor.tables._registry import table
@@ -86,9 +86,12 @@ def _roofline_columns(f: Facts, kernels: pd.DataFrame, names: np.ndarray, durati
         return
     costed = per_call(f)
     target = call_target(f)[0] if costed is not None else None
-    dtype = np.array([compute_dtype(d) for d in costs["dtype"].astype(object).to_numpy()], dtype=object)
+    dtype = compute_dtypes(costs["dtype"].to_numpy())
     kind = costs["kind"].astype(str).to_numpy()
-    tensor_name = np.array([kb.uses_tensor_cores(str(n)) is True for n in kernels["name"].astype(str)], dtype=bool)
+    names_of = kernels["name"].astype("category")  # judged once per distinct kernel name
+    verdicts = np.array([kb.uses_tensor_cores(str(n)) is True for n in names_of.cat.categories] + [False], dtype=bool)
+    codes = names_of.cat.codes.to_numpy()
+    tensor_name = verdicts[np.where(codes >= 0, codes, len(verdicts) - 1)]
     tensor = np.isin(kind, MATRIX_KINDS) & (np.isin(dtype.astype(str), TENSOR_DTYPES) | tensor_name)
     nbytes = costs["bytes"].to_numpy(dtype=float)
     compute_ns, memory_ns, _ = ideal_parts(target, dtype, tensor, flops, nbytes)

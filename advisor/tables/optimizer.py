@@ -19,6 +19,7 @@ import pandas as pd
 
 from advisor.session import GPU_KINDS
 from advisor.session import intervals as iv
+from advisor.session.attribute import name_matches
 from advisor.tables._facts import Facts
 from advisor.tables._registry import table
 from advisor.tables.gpu_idle_host import idle_by_host_state
@@ -79,9 +80,10 @@ def optimizer_table(f: Facts) -> pd.DataFrame:
     lo, hi = f.window
     kind = ev["kind"].to_numpy()
     on_main = (ev["pid"].to_numpy() == main[0]) & (ev["tid"].to_numpy() == main[1])
-    names = ev["name"].astype(str)
     inside_window = (ev["start_ns"].to_numpy() >= lo) & (ev["start_ns"].to_numpy() < hi)
-    ranges = ev[on_main & inside_window & (kind == "annotation") & names.str.match(OPTIMIZER_RANGE.pattern).to_numpy()]
+    # The pattern is anchored: searched once per distinct name, not once per row.
+    named = name_matches(ev["name"], OPTIMIZER_RANGE)
+    ranges = ev[on_main & inside_window & (kind == "annotation") & named]
     if not len(ranges):
         return empty
     steps = max(len(f.steps), 1)

@@ -67,17 +67,22 @@ def step_gpu_table(f: Facts) -> pd.DataFrame | None:
     is_kernel = (gpu["kind"] == "kernel").to_numpy()
     launch = gpu["launch"].to_numpy()
     launch_end = np.where(launch >= 0, ev["end_ns"].to_numpy()[np.maximum(launch, 0)], -1)
+    # Each step's GPU rows as one slice of a stable sort by step: linear in the events,
+    # where a mask per step would cost steps x events.
+    order = np.argsort(gpu_pos, kind="stable")
+    bounds = np.searchsorted(gpu_pos[order], np.arange(n + 1))
     for pos in range(n):
-        mine = gpu_pos == pos
-        if not mine.any():
+        mine = order[bounds[pos]:bounds[pos + 1]]
+        if not len(mine):
             continue
-        rows["gpu_busy_ns"][pos] = iv.union(iv.Intervals(start[mine], end[mine])).length
-        rows["kernels"][pos] = int((mine & is_kernel).sum())
-        rows["short_kernels"][pos] = int((mine & is_kernel & (end - start < SHORT_KERNEL_NS)).sum())
-        launched = mine & (launch >= 0)
-        rows["launches"][pos] = len(np.unique(launch[launched]))
+        s, e, kernel = start[mine], end[mine], is_kernel[mine]
+        rows["gpu_busy_ns"][pos] = iv.union(iv.Intervals(s, e)).length
+        rows["kernels"][pos] = int(kernel.sum())
+        rows["short_kernels"][pos] = int((kernel & (e - s < SHORT_KERNEL_NS)).sum())
+        launched = launch[mine] >= 0
+        rows["launches"][pos] = len(np.unique(launch[mine][launched]))
         if launched.any():
-            rows["tail_ns"][pos] = max(int(end[mine].max() - launch_end[launched].max()), 0)
+            rows["tail_ns"][pos] = max(int(e.max() - launch_end[mine][launched].max()), 0)
     calls = blocking_calls(f)
     if len(calls):
         call_step = ev["step"].to_numpy()[calls["row"].to_numpy()]
