@@ -445,6 +445,9 @@ def attribute(events: pd.DataFrame, *, sync_ranges_only: bool = False) -> pd.Dat
     ops outside those ranges (an optimizer reading its step counter) then get no source
     line from the Python frames, so they are not charged to the user's code."""
     ev = _sorted(classify_names(conform_events(events)))
+    # Not held through the rest: on a trace of millions of events the unsorted frame is
+    # hundreds of MB. (A caller that passes its only reference frees it here.)
+    del events
     main = main_thread(ev)
     kind = text(ev["kind"])
     if main is not None and not (kind == "phase").any() and (kind == "step").any():
