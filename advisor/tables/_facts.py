@@ -272,8 +272,10 @@ class Facts:
     @cached_property
     def comm_host(self) -> pd.DataFrame:
         """Host ranges of collective communication (c10d ops, nccl:* and gloo:* ranges)."""
-        host = self.of_kind("op", "annotation")
-        return host[name_matches(host["name"], COMM_HOST)]
+        # Picked from the events at once: a frame of every host op and range first would
+        # be kept (memoised) for the session's tables, the largest of them on a big trace.
+        ev = self.events
+        return ev[self.mask("op", "annotation") & name_matches(ev["name"], COMM_HOST)]
 
     @cached_property
     def comm_work_host(self) -> pd.DataFrame:

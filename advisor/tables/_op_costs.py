@@ -129,7 +129,7 @@ def _per_call(f: Facts) -> pd.DataFrame | None:
         measured = np.full(len(rows), np.nan)
         tc_yes = tc_no = np.zeros(len(rows), dtype=np.int64)
 
-    kind = cost["kind"].astype(str).to_numpy()
+    kind = _as_text(cost["kind"].to_numpy())
     dtype = compute_dtypes(cost["dtype"].to_numpy())
     flops = cost["flops"].to_numpy(dtype=float)
     nbytes = cost["bytes"].to_numpy(dtype=float)
@@ -146,21 +146,42 @@ def _per_call(f: Facts) -> pd.DataFrame | None:
         memory_ns[crossing] = np.nan
         unit[crossing] = "host-device copy"
 
+    # Text columns hold one str object per distinct value, not one per call: a trace of
+    # millions of op calls otherwise spends hundreds of MB on copies of a few names.
     name = text(rows["name"])
     dims_text = text(rows["input_dims"])
     ids = rows["id"].to_numpy()
     top = rows["top_op"].to_numpy()
+    nested = (top >= 0) & (top != ids)
     out = pd.DataFrame({
         "id": ids,
-        "key": [f"{n} {d}".rstrip() for n, d in zip(name, dims_text)],
-        "operator": np.where((top >= 0) & (top != ids), np.char.add(name.astype(str), NESTED_SUFFIX), name),
-        "name": name, "input_dims": dims_text, "kind": kind, "dtype": dtype.astype(str),
+        "key": _keys(name, dims_text),
+        "operator": _as_text(np.where(nested, _suffixed(name, NESTED_SUFFIX), name)),
+        "name": name, "input_dims": dims_text, "kind": kind, "dtype": _as_text(dtype),
         "flops": flops, "bytes": nbytes, "measured_ns": measured, "ideal_ns": np.fmax(compute_ns, memory_ns),
         "compute_ns": compute_ns, "memory_ns": memory_ns, "unit": unit,
         "tc_yes": tc_yes, "tc_no": tc_no,
         **{d: pd.to_numeric(cost[d], errors="coerce").to_numpy(dtype=float) for d in DIMS},
     })
     return out
+
+
+def _as_text(values: np.ndarray) -> np.ndarray:
+    """``values`` as str, one object per distinct value (None as "None", as str() has it)."""
+    series = pd.Series(values, dtype=object)
+    return text(series.where(series.notna(), "None"))
+
+
+def _keys(names: np.ndarray, dims: np.ndarray) -> np.ndarray:
+    """Row keys "name dims", one str object per distinct (name, dims) pair."""
+    codes, distinct = pd.MultiIndex.from_arrays([names, dims]).factorize()
+    return np.array([f"{n} {d}".rstrip() for n, d in distinct], dtype=object)[codes]
+
+
+def _suffixed(names: np.ndarray, suffix: str) -> np.ndarray:
+    """``names`` with ``suffix`` added, one str object per distinct name."""
+    codes, distinct = pd.factorize(names)
+    return np.array([f"{n}{suffix}" for n in distinct], dtype=object)[codes]
 
 
 def ideal_parts(target, dtype: np.ndarray, tensor: np.ndarray, flops: np.ndarray,
@@ -181,7 +202,9 @@ def ideal_parts(target, dtype: np.ndarray, tensor: np.ndarray, flops: np.ndarray
         peak = peaks[key]
         compute_ns[i] = flops[i] / peak * 1e9 if peak else np.nan
         memory_ns[i] = nbytes[i] / bandwidth * 1e9 if bandwidth else np.nan
-    unit[:] = "cpu" if target.kind == "cpu" else np.where(tensor, "tensor cores", "cuda cores")
+    # Shared str objects, not a fixed-width array turned into a str per row.
+    unit[:] = "cpu" if target.kind == "cpu" else np.array(["cuda cores", "tensor cores"], dtype=object)[
+        tensor.astype(np.intp)]
     return compute_ns, memory_ns, unit
 
 
