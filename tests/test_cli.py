@@ -458,3 +458,31 @@ def test_a_report_or_save_that_cannot_be_written_is_one_line(tmp_path, trace):
                    cwd=tmp_path).returncode == 0
     again = advisor("diagnose", str(trace), "--save", str(saved), cwd=tmp_path)
     assert again.returncode == 2 and "not empty" in again.stderr  # the first session is left as it was
+
+
+FORKING = """
+import os, sys
+import torch
+
+for step in range(4):
+    torch.randn(32, 32) @ torch.randn(32, 32)
+pid = os.fork()
+if pid == 0:
+    print("child ran")
+    sys.exit(4)
+_, status = os.waitpid(pid, 0)
+print("parent saw", os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_script_that_forks_gets_one_report_and_its_child_ends_as_python_ends_it(tmp_path):
+    """The forked child runs on to the end of the script inside advisor's process image: it
+    must end there (its own exit code), not analyse and report, nor hang in the profiler's
+    exit handlers."""
+    script = tmp_path / "forking.py"
+    script.write_text(FORKING)
+    native = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False)
+    done = advisor("diagnose", str(script), timeout=180)
+    assert done.returncode == native.returncode == 0, done.stderr[-2000:]
+    assert "child ran" in done.stdout and "parent saw 4" in done.stdout
+    assert done.stdout.count("advisor report") == 1

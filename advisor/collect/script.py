@@ -224,6 +224,8 @@ def run_script(
     raised: BaseException | None = None
     sampler = _start_sampler(sampler, notes)
     start = time.perf_counter()
+    owner = os.getpid()
+    exit_code = 0
     try:
         if call is not None:
             call()
@@ -240,6 +242,8 @@ def run_script(
         raised = exc
         ending, exit_code, error = EXCEPTION, 1, _one_line(exc)
     finally:
+        if os.getpid() != owner:  # a child the script forked, at the end of the script's code
+            _end_forked_child(raised, exit_code, file_name)
         wall_time_s = time.perf_counter() - start
         host_samples = _stop_sampler(sampler, notes)
         stacks = _stop_stacks(stack_sampler, undo_workers, work_dir / "stacks", notes)
@@ -417,6 +421,18 @@ def _flush_std() -> None:
             stream.flush()
         except (OSError, ValueError, AttributeError):
             pass
+
+
+def _end_forked_child(raised: BaseException | None, exit_code: int, file_name: str) -> None:
+    """End a process the script forked that ran on to the end of the script (a child
+    that neither exec'd nor called os._exit): as Python would end it (the traceback, the
+    exit code), never by going on into advisor's analysis and report, which belong to the
+    process advisor started. Its collectors' threads did not survive the fork, and the
+    profiler's exit handlers would wait on them forever, so it leaves with os._exit."""
+    if raised is not None:
+        _show_like_python(raised, file_name)
+    _flush_std()
+    os._exit(exit_code)
 
 
 def _show_like_python(exc: BaseException, file_name: str) -> None:
