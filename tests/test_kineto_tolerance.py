@@ -552,3 +552,54 @@ def test_a_damaged_real_trace_gives_a_valid_report_or_one_line(tmp_path, data):
     damage = session.meta.trace_metadata["damage"]
     if how == "cut" and len(mutated) < len(original.rstrip()) and damage["truncated"]:
         assert report["findings"][0]["rule"] == "profile-incomplete"
+
+
+# -- damaged metadata and repeated steps: the trace is read, the field is what is lost ----
+
+
+def _steps_trace(steps: int = 3) -> list[dict]:
+    out = []
+    for n in range(1, steps + 1):
+        start = n * 1000
+        out.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1,
+                    "ts": start, "dur": 900})
+        out.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": start + 10, "dur": 50,
+                    "args": {"External id": n}})
+        out.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": start + 100, "dur": 40,
+                    "args": {"device": 0, "stream": 7, "correlation": n, "External id": n}})
+    return out
+
+
+@pytest.mark.parametrize(("top", "check"), [
+    ({"deviceProperties": [{"id": "0", "name": "NVIDIA A100", "computeMajor": "8", "computeMinor": None}]},
+     lambda s: [(d.name, d.compute_capability) for d in s.meta.devices if d.id == 0] == [("NVIDIA A100", None)]),
+    ({"deviceProperties": [{"id": "0x", "name": "NVIDIA A100"}]},
+     lambda s: [d.name for d in s.meta.devices if d.id == 0] == ["GPU 0"]),
+    ({"deviceProperties": [{"id": None, "name": "NVIDIA A100"}]},
+     lambda s: [d.name for d in s.meta.devices if d.id == 0] == ["GPU 0"]),
+    ({"deviceProperties": "not a list"}, lambda s: any(d.id == 0 for d in s.meta.devices)),
+    ({"distributedInfo": {"rank": "a", "world_size": "2", "backend": "nccl"}},
+     lambda s: (s.meta.distributed.rank, s.meta.distributed.world_size) == (0, 2)),
+    ({"distributedInfo": {"rank": -3, "world_size": None}},
+     lambda s: (s.meta.distributed.rank, s.meta.distributed.world_size) == (0, 1)),
+], ids=["device id as text", "device id not a number", "device id null", "device list not a list", "rank as text", "rank negative"])
+def test_a_damaged_metadata_field_loses_that_field_not_the_trace(tmp_path, top, check):
+    from conftest import write_trace
+
+    session = load(write_trace(tmp_path / "t.json", _steps_trace(), **top))
+    assert check(session)
+    assert (session.events["kind"] == "kernel").sum() == 3
+
+
+def test_a_step_recorded_twice_gives_every_table(tmp_path):
+    from conftest import write_trace
+
+    from advisor.rules import run_rules
+    from advisor.tables import compute_tables
+
+    events = _steps_trace()
+    events.append(dict(events[-3]))  # ProfilerStep#3 again
+    session = load(write_trace(tmp_path / "t.json", events))
+    tables = compute_tables(session)
+    assert list(tables["step_gpu"].index[:4]) == ["step 1", "step 2", "step 3", "step 3#1"]
+    assert not run_rules(session, tables).errors

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import re
 import subprocess
 import sys
@@ -54,11 +55,17 @@ def _interrupted(*args, **kwargs):
     raise KeyboardInterrupt
 
 
+def _a_bug(*args, **kwargs):
+    raise RuntimeError("table 'x' has repeated row keys")
+
+
 @pytest.mark.parametrize(("where", "failure", "code", "said"), [
     (render_module, ("write_text", _no_space), 1, "advisor: No space left on device: report.json; "),
     (tables_module, ("compute_tables", _no_memory), 1, "advisor: out of memory"),
     (tables_module, ("compute_tables", _interrupted), 130, "advisor: interrupted; "),
-], ids=["full disk while writing the report", "out of memory in the tables", "ctrl-c in the tables"])
+    (tables_module, ("compute_tables", _a_bug), 1,
+     "advisor: internal error (RuntimeError: table 'x' has repeated row keys); ADVISOR_DEBUG=1 shows where; "),
+], ids=["full disk while writing the report", "out of memory in the tables", "ctrl-c in the tables", "a bug"])
 def test_a_failure_after_the_collection_keeps_the_profile(tmp_path, monkeypatch, capsys, where, failure, code, said):
     script = train_script(tmp_path)
     with monkeypatch.context() as patched:
@@ -88,9 +95,21 @@ def test_a_folder_another_run_is_saving_into_is_refused(tmp_path, make_trace):
     trace = make_trace([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}])
     saving = tmp_path / "saving"
     saving.mkdir()
-    (saving / ".advisor-saving").write_text("12345\n")
+    (saving / ".advisor-saving").write_text(f"{os.getpid()}\n")  # this test's process: alive
     done = advisor("diagnose", str(trace), "--save", str(saving), cwd=tmp_path)
     assert done.returncode == 2 and "another advisor run is saving into this folder" in error_line(done.stderr)
+
+
+def test_a_claim_left_by_a_killed_run_is_taken_over(tmp_path, make_trace):
+    trace = make_trace([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}])
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    saving = tmp_path / "saving"
+    saving.mkdir()
+    (saving / ".advisor-saving").write_text(f"{gone}\n")
+    done = advisor("diagnose", str(trace), "--save", str(saving), "--format", "json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (saving / "session.json").is_file() and not (saving / ".advisor-saving").exists()
 
 
 def test_two_runs_saving_into_one_folder_at_once(tmp_path, make_trace):

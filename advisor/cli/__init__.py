@@ -559,6 +559,13 @@ def main(argv: list[str] | None = None) -> int:
         where = f": {exc.filename}" if exc.filename else ""
         print(f"advisor: {exc.strerror or exc}{where}{kept.note()}", file=sys.stderr)
         return 1
+    except Exception as exc:  # advisor's own bug: still one line, and what was collected is kept
+        if os.environ.get("ADVISOR_DEBUG"):
+            raise
+        message = " ".join(str(exc).split())[:300] or "no message"
+        print(f"advisor: internal error ({type(exc).__name__}: {message}); ADVISOR_DEBUG=1 shows where"
+              f"{kept.note()}", file=sys.stderr)
+        return 1
     parser.error(f"unknown command {args.command}")
     return 2
 

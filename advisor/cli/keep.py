@@ -35,7 +35,9 @@ def check_save_dir(folder: Path) -> None:
     if folder.resolve() in _claimed:
         return
     if (folder / SAVING_MARK).exists():
-        raise UsageError(f"--save {folder}: another advisor run is saving into this folder; give a new folder")
+        if _claimant_alive(folder / SAVING_MARK):
+            raise UsageError(f"--save {folder}: another advisor run is saving into this folder; give a new folder")
+        (folder / SAVING_MARK).unlink(missing_ok=True)  # left by a run that was killed: no claim
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise UsageError(f"--save {folder}: the folder exists and is not empty; give a new folder")
     made = not folder.exists()
@@ -51,6 +53,22 @@ def check_save_dir(folder: Path) -> None:
     os.close(mark)
     _claimed.add(folder.resolve())
     atexit.register(_release, folder, made)
+
+
+def _claimant_alive(mark: Path) -> bool:
+    """Whether the process named in a claim's marker still runs (a run killed by a signal
+    cannot take its marker away; this machine's pids only)."""
+    try:
+        pid = int(mark.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return True  # unreadable: being written this moment, or not ours to judge
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # alive, another user's
+        return True
+    return True
 
 
 def _release(folder: Path, made: bool) -> None:

@@ -53,15 +53,29 @@ def load(path: str | Path, *, progress: Callable[[int, int], None] | None = None
     return session
 
 
-def _device(record: dict[str, Any]) -> DeviceInfo:
-    major, minor = record.get("computeMajor"), record.get("computeMinor")
+def _int_or(value: Any, default: int | None) -> int | None:
+    """An integer field of the trace's metadata, or ``default`` where it is none (text,
+    null, a float that is not whole): one damaged field must not lose the trace."""
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return default
+
+
+def _device(record: dict[str, Any], gpu: int) -> DeviceInfo:
+    major, minor = _int_or(record.get("computeMajor"), None), _int_or(record.get("computeMinor"), None)
     return DeviceInfo(
-        id=int(record.get("id", 0)),
+        id=gpu,
         kind="gpu",
         name=str(record.get("name", "")),
-        compute_capability=f"{major}.{minor}" if major is not None else None,
-        sm_count=record.get("numSms"),
-        total_memory_bytes=record.get("totalGlobalMem"),
+        compute_capability=f"{major}.{minor}" if major is not None and minor is not None else None,
+        sm_count=_int_or(record.get("numSms"), None),
+        total_memory_bytes=_int_or(record.get("totalGlobalMem"), None),
         properties=record,
     )
 
@@ -100,18 +114,21 @@ def load_kineto(path: Path, *, progress: Callable[[int, int], None] | None = Non
     events = attribute(unattributed.pop(), sync_ranges_only=collector_facts is not None)
 
     gpu_ids = sorted(set(events.loc[events["device"] >= 0, "device"].astype(int)))
-    records = {int(d.get("id", -1)): d for d in metadata.get("deviceProperties") or [] if isinstance(d, dict)}
+    properties = metadata.get("deviceProperties")
+    records = {_int_or(d.get("id"), -1): d for d in (properties if isinstance(properties, list) else [])
+               if isinstance(d, dict)}
     devices = [DeviceInfo(id=-1, kind="cpu", name="host CPU (as recorded in the trace)")]
     for gpu in gpu_ids:
-        devices.append(_device(records[gpu]) if gpu in records else DeviceInfo(id=gpu, kind="gpu", name=f"GPU {gpu}"))
+        devices.append(_device(records[gpu], gpu) if gpu in records else
+                       DeviceInfo(id=gpu, kind="gpu", name=f"GPU {gpu}"))
 
     distributed = None
     info = metadata.get("distributedInfo")
     if isinstance(info, dict) and info:
         distributed = DistributedInfo(
             backend=str(info.get("backend", "")),
-            rank=int(info.get("rank", 0) or 0),
-            world_size=int(info.get("world_size", 1) or 1),
+            rank=max(_int_or(info.get("rank"), 0), 0),
+            world_size=max(_int_or(info.get("world_size"), 1), 1),
             raw=info,
         )
     notes = []

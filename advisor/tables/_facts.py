@@ -284,6 +284,15 @@ class Facts:
         return host[name_matches(host["name"], COMM_WORK_HOST)]
 
 
+def unique_keys(keys) -> np.ndarray:
+    """Row keys made unique: a key's second and later rows get "#1", "#2"... (step numbers
+    repeat only in a damaged trace; the first row of a key keeps the plain key, so evidence
+    can name it)."""
+    keys = pd.Series(np.asarray(keys, dtype=object)).astype(str)
+    repeat = keys.groupby(keys).cumcount()
+    return np.where(repeat > 0, keys + "#" + repeat.astype(str), keys)
+
+
 def stats(keys, durations, *, prefix: str) -> pd.DataFrame:
     """calls and {prefix}_total/avg/max/min_ns per key (int64 totals, float avg)."""
     frame = pd.DataFrame({"key": np.asarray(keys), "d": np.asarray(durations, dtype=np.int64)})

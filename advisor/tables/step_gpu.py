@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.session import intervals as iv
-from advisor.tables._facts import Facts
+from advisor.tables._facts import Facts, unique_keys
 from advisor.tables._registry import table, with_notes
 from advisor.tables.host_sync import blocking_calls
 
@@ -54,7 +54,7 @@ def step_gpu_table(f: Facts) -> pd.DataFrame | None:
     gpu = f.gpu
     if f.has_steps:
         steps = f.steps
-        keys = [f"step {int(s)}" for s in steps["step"]]
+        keys = list(unique_keys([f"step {int(s)}" for s in steps["step"]]))
         step_ns = (steps["end_ns"] - steps["start_ns"]).to_numpy(dtype="int64")
         gpu_pos = f.step_positions(gpu)
     else:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from advisor.session import GPU_KINDS
 from advisor.session import intervals as iv
-from advisor.tables._facts import MODEL_PHASES, Facts
+from advisor.tables._facts import MODEL_PHASES, Facts, unique_keys
 from advisor.tables._registry import table, with_notes
 from advisor.tables.gpu_idle_host import idle_by_host_state
 from advisor.tables.model import _per_step
@@ -89,11 +89,7 @@ def step_phases_table(f: Facts) -> pd.DataFrame | None:
         out["gpu_busy_ns"] = np.nan
         out["gpu_ratio"] = np.nan
         with_notes(out, f.gpu_not_measured_note)
-    # Step numbers repeat only in a damaged trace; the first range of a number keeps the
-    # plain key so evidence can name it.
-    keys = pd.Series(out["step"].astype(str))
-    repeat = keys.groupby(keys).cumcount()
-    out.index = np.where(repeat > 0, keys + "#" + repeat.astype(str), keys)
+    out.index = unique_keys(out["step"])
     return out
 
 
