@@ -141,3 +141,18 @@ def test_a_launched_job_whose_report_fails_keeps_its_ranks(tmp_path, monkeypatch
     out = tmp_path / "again.json"
     assert run_main(["diagnose", str(folder), "--format", "json", "-o", str(out)]) == 0
     assert [r["rank"] for r in json.loads(out.read_text())["job"]["ranks"]] == [0, 1]
+
+
+def test_a_reader_that_stops_reading_gets_the_scripts_exit_code_and_nothing_is_left_kept(tmp_path):
+    """`advisor diagnose train.py | head -1`: the report meets a closed pipe; that is the
+    reader's choice, not a failure: the script's exit code, no error line, nothing kept."""
+    script = train_script(tmp_path)
+    cache = tmp_path / "cache"
+    env = {**os.environ, "ADVISOR_CACHE_DIR": str(cache)}
+    run = subprocess.Popen([sys.executable, "-m", "advisor", "diagnose", str(script)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    assert run.stdout.readline()  # the script's own output first
+    run.stdout.close()
+    assert run.wait(timeout=180) == 0
+    assert not run.stderr.read().strip()
+    assert not list((cache / ".kept").glob("run-*"))

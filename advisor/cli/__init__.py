@@ -241,6 +241,14 @@ def _ended(run) -> str:
             f"(exit {run.exit_code}{how.get(run.ending, '')})")
 
 
+def _quiet_stdout() -> None:
+    """After a closed pipe: nothing more goes to standard output, not even the flush at exit."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def _check_output(path: Path) -> None:
     """A report path that cannot be written is said before a script runs or a trace is
     read, not after: its folder (made if missing) must be writable."""
@@ -309,8 +317,13 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
     from advisor.cli.progress import progress_bar
     from advisor.reports import render
 
-    with progress_bar("Rendering the report", show=None if args.format == "html" else False) as update:
-        render(report, args.format, args.output, progress=update)
+    try:
+        with progress_bar("Rendering the report", show=None if args.format == "html" else False) as update:
+            render(report, args.format, args.output, progress=update)
+    except BrokenPipeError:  # the reader stopped reading (`| head`): the script's exit code all the same
+        kept.done()
+        _quiet_stdout()
+        return exit_code if exit_code is not None else 0
     kept.done()
     if args.output:
         print(f"advisor: report written to {args.output}", file=sys.stderr)
@@ -554,7 +567,9 @@ def main(argv: list[str] | None = None) -> int:
               f"at a time){kept.note()}", file=sys.stderr)
         return 1
     except OSError as exc:  # a full disk, a folder that cannot be written: the OS's words, in one line
-        if isinstance(exc, BrokenPipeError):
+        if isinstance(exc, BrokenPipeError):  # the reader stopped reading (`| head`): as they wished
+            kept.done()
+            _quiet_stdout()
             return 0
         where = f": {exc.filename}" if exc.filename else ""
         print(f"advisor: {exc.strerror or exc}{where}{kept.note()}", file=sys.stderr)

@@ -35,11 +35,9 @@ def render(report: Report, fmt: str, out: Path | str | None = None, console: Con
         raise UsageError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
     # Each format's renderer is imported when it is asked for (the HTML one is the heaviest).
     if fmt == "terminal" and out is None:
-        from rich.console import Console
-
         from advisor.reports._terminal import render_terminal
 
-        render_terminal(report, console if console is not None else Console())
+        render_terminal(report, console if console is not None else _stdout_console())
         return
     if fmt == "terminal":
         from advisor.reports._terminal import terminal_text
@@ -58,6 +56,19 @@ def render(report: Report, fmt: str, out: Path | str | None = None, console: Con
 
         text = render_markdown(report)
     write_text(text, out, console, what="the report")
+
+
+def _stdout_console() -> Console:
+    """A console on standard output whose closed pipe (`advisor ... | head`) is a
+    BrokenPipeError for the command to handle, not rich's own SystemExit(1)."""
+    from rich.console import Console
+
+    class _PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _PipeConsole()
 
 
 def write_text(text: str, out: Path | str | None, console: Console | None, *, what: str) -> None:
