@@ -156,3 +156,55 @@ def test_a_reader_that_stops_reading_gets_the_scripts_exit_code_and_nothing_is_l
     assert run.wait(timeout=180) == 0
     assert not run.stderr.read().strip()
     assert not list((cache / ".kept").glob("run-*"))
+
+
+def test_a_save_that_fails_takes_away_what_it_wrote_and_keeps_the_profile_elsewhere(tmp_path, monkeypatch, capsys):
+    script = train_script(tmp_path)
+    saved = tmp_path / "saved"
+    real_save = Session.save
+
+    def full_disk(self, folder):  # the disk --save writes to is full; the cache's is not
+        if Path(folder) != saved:
+            return real_save(self, folder)
+        (Path(folder) / "events.parquet").write_bytes(b"half a file")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Session, "save", full_disk)
+    code = run_main(["diagnose", "--save", str(saved), "--format", "json", "-o", str(tmp_path / "r.json"),
+                     str(script)])
+    monkeypatch.setattr(Session, "save", real_save)
+    assert code == 1
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "cannot save" in x]
+    assert line.startswith(f"advisor: cannot save the session in {saved} (No space left on device)")
+    assert not [p for p in saved.iterdir() if p.name != ".advisor-saving"] if saved.exists() else True
+    assert Session.load(kept_folder(line)).steps()["step"].tolist()
+
+
+def test_ctrl_c_while_a_session_is_saved_waits_for_the_save(tmp_path, make_trace):
+    import signal
+
+    from advisor.cli.keep import save_whole
+    from advisor.importers import load
+
+    session = load(make_trace([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0,
+                                "dur": 5}]))
+    real_save = Session.save
+
+    def interrupted_midway(self, folder):
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C between the two files
+        return real_save(self, folder)
+
+    folder = tmp_path / "kept"
+    folder.mkdir()
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(Session, "save", interrupted_midway)
+        with pytest.raises(KeyboardInterrupt):
+            save_whole(session, folder)
+    assert len(Session.load(folder).events) == 1  # whole, and the interrupt came after
+
+
+def test_timeline_says_its_path_cannot_be_written_before_the_script_runs(tmp_path):
+    script = train_script(tmp_path, MARK)
+    done = advisor("timeline", "-o", str(script / "t.json"), str(script), cwd=tmp_path)
+    assert done.returncode == 2 and "cannot write there" in error_line(done.stderr)
+    assert not (tmp_path / "ran").exists()

@@ -304,7 +304,14 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
         if session is None:
             session, exit_code = _session_for(args, steady=False)
         if args.save:  # as recorded: the start-up step is left out on every reading, not in the file
-            session.save(args.save)
+            from advisor.cli.keep import save_whole
+
+            try:
+                save_whole(session, args.save)
+            except OSError:
+                if _is_script(Path(args.target)):  # the profile exists only here: keep it elsewhere
+                    kept.session(session, Path(args.target).stem)
+                raise
             kept.saved(args.save)
             print(f"advisor: session saved to {args.save}", file=sys.stderr)
         session = _steady(session)
@@ -402,6 +409,7 @@ def _timeline(args: argparse.Namespace) -> int:
 
     if args.output is None:
         raise UsageError("timeline needs -o PATH: the trace file to write (.json, or .json.gz to gzip it)")
+    _check_output(args.output)
     chosen, _ = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
     session, exit_code = _session_for(args)
     _, result = _analyse(session, chosen)
@@ -417,6 +425,8 @@ def _compare(args: argparse.Namespace) -> int:
 
     if args.top < 1:
         raise UsageError("--top must be at least 1")
+    if args.output is not None:
+        _check_output(args.output)
     chosen, _ = selection_for(args)
     sides = []
     for target in (args.before, args.after):

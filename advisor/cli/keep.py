@@ -15,15 +15,19 @@ started at once into one folder cannot both write there; the second stops with o
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from advisor.errors import UsageError
 
-__all__ = ["SAVING_MARK", "Kept", "check_save_dir"]
+__all__ = ["SAVING_MARK", "Kept", "check_save_dir", "save_whole"]
 
 SAVING_MARK = ".advisor-saving"
 _claimed: set[Path] = set()
@@ -97,7 +101,7 @@ class Kept:
             try:
                 root.mkdir(mode=0o700, parents=True, exist_ok=True)
                 folder = Path(tempfile.mkdtemp(prefix=f"run-{name}-{stamp}-", dir=root))
-                session.save(folder)
+                save_whole(session, folder)
             except OSError:
                 continue
             self.folder, self._temporary = folder, True
@@ -123,6 +127,38 @@ class Kept:
             return ""
         how = "saved" if not self._temporary else "kept"
         return f"; the profile collected is {how} in {self.folder} (`advisor diagnose {self.folder}` reports it)"
+
+
+def save_whole(session, folder: Path) -> None:
+    """``session.save(folder)``, whole or not at all: a Ctrl-C meanwhile waits until the
+    save is done (a session is written in well under a second), and a save that fails (a
+    full disk) takes away what it wrote, leaving the folder as it found it (empty) and
+    raising the OS's error with the folder named."""
+    try:
+        with _interrupts_deferred():
+            session.save(folder)
+    except OSError as exc:
+        for part in folder.iterdir() if folder.is_dir() else []:
+            if part.name != SAVING_MARK:
+                shutil.rmtree(part, ignore_errors=True) if part.is_dir() else part.unlink(missing_ok=True)
+        raise OSError(exc.errno, f"cannot save the session in {folder} ({exc.strerror or exc})") from None
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """SIGINT held back for the duration (then raised as KeyboardInterrupt), where this is
+    the main thread; elsewhere, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if came:
+        raise KeyboardInterrupt
 
 
 def _roots() -> list[Path]:
