@@ -208,3 +208,25 @@ def test_timeline_says_its_path_cannot_be_written_before_the_script_runs(tmp_pat
     done = advisor("timeline", "-o", str(script / "t.json"), str(script), cwd=tmp_path)
     assert done.returncode == 2 and "cannot write there" in error_line(done.stderr)
     assert not (tmp_path / "ran").exists()
+
+
+def test_ctrl_c_while_the_profile_is_read_back_keeps_it(tmp_path, monkeypatch, capsys):
+    """Between the script's end and the Session (the profiler writing and advisor reading
+    the trace), a Ctrl-C is held until the profile is whole, then stops the run with it kept."""
+    import signal
+
+    import advisor.collect.assemble as assemble
+
+    real_read = assemble._read_parts
+
+    def interrupted_while_reading(paths):
+        signal.raise_signal(signal.SIGINT)
+        return real_read(paths)
+
+    monkeypatch.setattr(assemble, "_read_parts", interrupted_while_reading)
+    script = train_script(tmp_path)
+    assert run_main(["diagnose", "--format", "json", "-o", str(tmp_path / "r.json"), str(script)]) == 130
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("advisor: interrupted")]
+    assert Session.load(kept_folder(line)).steps()["step"].tolist()
+    assert not (tmp_path / "r.json").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the hold is released

@@ -177,7 +177,7 @@ def _steady(session):
     return leave_out_startup(session)
 
 
-def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False):
+def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False, held=None):
     """(session, exit code or None, the launch of the ranks the script spawned or None);
     with ``spawned_ranks``, ranks the script starts with torch.multiprocessing.spawn are
     profiled and saved, each its own session (advisor.collect.spawned)."""
@@ -195,7 +195,8 @@ def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False):
             raise UsageError("--event-budget must be at least 1")
         run = collect_script(target, script_args, gpu=args.collector == "auto", steps=steps,
                              with_stack=args.with_stack, say=_say,
-                             event_budget=args.event_budget or DEFAULT_EVENT_BUDGET, spawned_ranks=spawned_ranks)
+                             event_budget=args.event_budget or DEFAULT_EVENT_BUDGET, spawned_ranks=spawned_ranks,
+                             held=held)
         _say(f"{target.name} {_ended(run.run)}")
         return run.session, run.exit_code, _spawned(run.run, [str(target), *script_args])
     if (getattr(args, "steps", None) is not None or getattr(args, "event_budget", None) is not None
@@ -277,7 +278,25 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
     sources = launched.sources if launched is not None else _job_sources(args)
     session = None
     if sources is None and _is_script(Path(args.target)):
-        session, exit_code, launched = _collect_or_load(args, spawned_ranks=True)
+        from advisor.cli.keep import save_whole
+        from advisor.collect.script import HeldInterrupts
+
+        # A Ctrl-C from the script's end until its profile is on disk waits, then stops the run.
+        held = HeldInterrupts()
+        try:
+            session, exit_code, launched = _collect_or_load(args, spawned_ranks=True, held=held)
+            if launched is None and not args.save:
+                kept.session(session, Path(args.target).stem)
+            elif launched is None and held.came:
+                try:
+                    save_whole(session, args.save)
+                finally:  # an interrupt raised by save_whole comes after a whole save
+                    if (args.save / "session.json").is_file():
+                        kept.saved(args.save)
+        finally:
+            held.release()
+        if held.came:
+            raise KeyboardInterrupt
         if args.gpu:
             from advisor.knowledge.hardware import gpu_profile
 
@@ -286,8 +305,6 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
             _say(f"the script started {len(launched.sources)} ranks with torch.multiprocessing.spawn; "
                  "each was profiled")
             sources = launched.sources
-        elif not args.save:
-            kept.session(session, Path(args.target).stem)
     if launched is not None:  # the ranks' own folder, already on disk; --save keeps a copy
         if args.save and Path(launched.folder).resolve() == args.save.resolve():
             kept.saved(args.save)
@@ -312,7 +329,9 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
                 if _is_script(Path(args.target)):  # the profile exists only here: keep it elsewhere
                     kept.session(session, Path(args.target).stem)
                 raise
-            kept.saved(args.save)
+            finally:  # an interrupt raised by save_whole comes after a whole save
+                if (args.save / "session.json").is_file():
+                    kept.saved(args.save)
             print(f"advisor: session saved to {args.save}", file=sys.stderr)
         session = _steady(session)
         tables, result = _analyse(session, chosen)
@@ -570,6 +589,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"advisor: {exc}{kept.note()}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
+        if os.environ.get("ADVISOR_DEBUG"):
+            import traceback
+
+            traceback.print_exc()
         print(f"advisor: interrupted{kept.note()}", file=sys.stderr)
         return 130
     except MemoryError:

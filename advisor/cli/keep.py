@@ -104,6 +104,9 @@ class Kept:
                 save_whole(session, folder)
             except OSError:
                 continue
+            except KeyboardInterrupt:  # raised once the save was whole: it is kept
+                self.folder, self._temporary = folder, True
+                raise
             self.folder, self._temporary = folder, True
             return
 
@@ -131,7 +134,8 @@ class Kept:
 
 def save_whole(session, folder: Path) -> None:
     """``session.save(folder)``, whole or not at all: a Ctrl-C meanwhile waits until the
-    save is done (a session is written in well under a second), and a save that fails (a
+    save is done (a session is written in well under a second; the KeyboardInterrupt then
+    comes with the session whole on disk), and a save that fails (a
     full disk) takes away what it wrote, leaving the folder as it found it (empty) and
     raising the OS's error with the folder named."""
     try:

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.collect.sampler import DEFAULT_INTERVAL_S, HostSamples
-from advisor.collect.script import DEFAULT_EVENT_BUDGET, ScriptRun, run_script
+from advisor.collect.script import DEFAULT_EVENT_BUDGET, HeldInterrupts, ScriptRun, run_script
 from advisor.collect.stacks import DEFAULT_INTERVAL_S as STACK_INTERVAL_S
 from advisor.collect.stacks import StackSamples
 from advisor.collect.steps import StepWindow
@@ -109,16 +109,48 @@ def collect_script(script: Path, args: list[str], *, keep_trace: Path | None = N
                    steps: Any = "default", sample_interval_s: float | None = DEFAULT_INTERVAL_S,
                    stack_interval_s: float | None = STACK_INTERVAL_S, event_budget: int | None = DEFAULT_EVENT_BUDGET,
                    with_stack: bool = False, say: Callable[[str], None] | None = None,
-                   call: Callable[[], Any] | None = None, spawned_ranks: bool = False) -> CollectedRun:
+                   call: Callable[[], Any] | None = None, spawned_ranks: bool = False,
+                   held: HeldInterrupts | None = None) -> CollectedRun:
     """Run ``script`` under the collectors and return its Session and exit code.
 
     Whatever the script did (raised, exited, was interrupted), the events collected up to
     then are in the Session; a trace that cannot be read is said in the notes and the
-    gaps, not raised, so the script's own outcome is never hidden behind advisor's.
+    gaps, not raised, so the script's own outcome is never hidden behind advisor's. A
+    Ctrl-C after the script ended is held until the profile is read back, then raised as
+    InterruptedAfterScript, which carries the run for the caller to keep; a caller that
+    passes ``held`` holds it longer (until it has put the profile somewhere safe) and
+    releases it itself.
     """
+    own = held is None
+    held = HeldInterrupts() if held is None else held
+    try:
+        collected = _collect(script, args, held, keep_trace=keep_trace, gpu=gpu, steps=steps,
+                             sample_interval_s=sample_interval_s, stack_interval_s=stack_interval_s,
+                             event_budget=event_budget, with_stack=with_stack, say=say, call=call,
+                             spawned_ranks=spawned_ranks)
+    finally:
+        if own:
+            held.release()
+    if own and held.came:
+        raise InterruptedAfterScript(collected)
+    return collected
+
+
+class InterruptedAfterScript(KeyboardInterrupt):
+    """Ctrl-C after the script ended, while its profile was read back: held until the
+    profile was whole, then raised with it (``collected``), for the caller to keep."""
+
+    def __init__(self, collected: CollectedRun) -> None:
+        super().__init__()
+        self.collected = collected
+
+
+def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace, gpu, steps, sample_interval_s,
+             stack_interval_s, event_budget, with_stack, say, call, spawned_ranks) -> CollectedRun:
     run = run_script(script, args, save_trace_to=keep_trace, gpu=gpu, steps=steps, with_stack=with_stack,
                      sample_interval_s=sample_interval_s, stack_interval_s=stack_interval_s,
-                     event_budget=event_budget, say=say, call=call, spawned_ranks=spawned_ranks)
+                     event_budget=event_budget, say=say, call=call, spawned_ranks=spawned_ranks,
+                     hold_interrupts=held)
     notes = list(run.notes)
     gaps = list(run.gaps)
     capture = run.gpu_capture

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 import runpy
+import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -132,6 +134,7 @@ def run_script(
     say: Callable[[str], None] | None = None,
     call: Callable[[], Any] | None = None,
     spawned_ranks: bool = False,
+    hold_interrupts: HeldInterrupts | None = None,
 ) -> ScriptRun:
     """Run ``script`` with ``args`` under the step/phase hooks and a collector.
 
@@ -244,6 +247,8 @@ def run_script(
     finally:
         if os.getpid() != owner:  # a child the script forked, at the end of the script's code
             _end_forked_child(raised, exit_code, file_name)
+        if hold_interrupts is not None:
+            hold_interrupts.start()
         wall_time_s = time.perf_counter() - start
         host_samples = _stop_sampler(sampler, notes)
         stacks = _stop_stacks(stack_sampler, undo_workers, work_dir / "stacks", notes)
@@ -421,6 +426,29 @@ def _flush_std() -> None:
             stream.flush()
         except (OSError, ValueError, AttributeError):
             pass
+
+
+class HeldInterrupts:
+    """Ctrl-C held back from the moment the script ends until its profile is read back
+    (the caller releases it): an interrupt then would lose the trace the profiler is
+    writing. ``came`` says whether one was held; the caller then stops once the profile
+    is safe. Only the main thread can hold signals; elsewhere this does nothing."""
+
+    def __init__(self) -> None:
+        self.came = False
+        self._previous: Any = None
+
+    def start(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._note)
+
+    def _note(self, signum: int, frame: Any) -> None:
+        self.came = True
+
+    def release(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
 
 
 def _end_forked_child(raised: BaseException | None, exit_code: int, file_name: str) -> None:
