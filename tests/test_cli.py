@@ -486,3 +486,13 @@ def test_a_script_that_forks_gets_one_report_and_its_child_ends_as_python_ends_i
     assert done.returncode == native.returncode == 0, done.stderr[-2000:]
     assert "child ran" in done.stdout and "parent saw 4" in done.stdout
     assert done.stdout.count("advisor report") == 1
+
+
+def test_a_script_that_ends_with_os_exit_is_reported_with_its_exit_code(tmp_path):
+    """os._exit would end advisor's process on the spot, the profile with it: on the main
+    thread it ends the script instead, and advisor reports and exits with that code."""
+    script = train_script(tmp_path, "os._exit(3)")
+    done = advisor("diagnose", str(script), timeout=180)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "advisor report" in done.stdout and "os._exit(3)" in done.stdout
+    assert "Traceback" not in done.stderr

@@ -229,12 +229,17 @@ def run_script(
     start = time.perf_counter()
     owner = os.getpid()
     exit_code = 0
+    real_exit = os._exit
+    os._exit = _exit_in(owner, real_exit)
     try:
         if call is not None:
             call()
         else:
             runpy.run_path(file_name, run_name="__main__")
         ending, exit_code, error = NORMAL, 0, None
+    except _HardExit as exc:
+        raised = None  # Python prints nothing for os._exit
+        ending, exit_code, error = EXIT, exc.code, f"os._exit({exc.code})"
     except SystemExit as exc:
         raised = exc
         ending, exit_code, error = EXIT, _exit_code(exc.code), _one_line(exc)
@@ -245,6 +250,7 @@ def run_script(
         raised = exc
         ending, exit_code, error = EXCEPTION, 1, _one_line(exc)
     finally:
+        os._exit = real_exit
         if os.getpid() != owner:  # a child the script forked, at the end of the script's code
             _end_forked_child(raised, exit_code, file_name)
         if hold_interrupts is not None:
@@ -426,6 +432,29 @@ def _flush_std() -> None:
             stream.flush()
         except (OSError, ValueError, AttributeError):
             pass
+
+
+class _HardExit(BaseException):
+    """os._exit(code) called by the script on advisor's main thread: ends the script as
+    os._exit would, but lets advisor report what was collected (os._exit itself would end
+    the process on the spot, the profile with it)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _exit_in(owner: int, real_exit: Callable[[int], Any]) -> Callable[[int], Any]:
+    """os._exit while the script runs: in advisor's own process and main thread it ends
+    the script (``_HardExit``); in a child the script forked, or on another thread, it is
+    the real os._exit."""
+
+    def _exit(code: int) -> Any:
+        if os.getpid() == owner and threading.current_thread() is threading.main_thread():
+            raise _HardExit(int(code))
+        return real_exit(code)
+
+    return _exit
 
 
 class HeldInterrupts:
