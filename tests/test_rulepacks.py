@@ -292,6 +292,31 @@ def test_hostile_placeholders_are_refused(template):
         check_template(template, ["key", "calls"])
 
 
+# Hostile packs kept as data, one kind each (expressions in conditions, derived columns,
+# savings and thresholds; message and recommendation placeholders; YAML bombs and python
+# tags): `advisor rules validate` refuses each, and `diagnose` with it stops in one line.
+HOSTILE_PACKS = sorted((PAIRS / "hostile").glob("*.yaml"))
+
+
+def test_at_least_forty_kinds_of_hostile_pack_are_kept():
+    assert len(HOSTILE_PACKS) >= 40
+
+
+@pytest.mark.parametrize("path", HOSTILE_PACKS, ids=lambda p: p.stem)
+def test_a_hostile_pack_is_refused_by_validate_and_inert_under_diagnose(path, tmp_path, monkeypatch, capsys,
+                                                                       make_trace):
+    monkeypatch.chdir(tmp_path)
+    assert main(["rules", "validate", str(path)]) == 1
+    said = capsys.readouterr()
+    assert str(path) in said.out + said.err and "Traceback" not in said.out + said.err
+    trace = make_trace([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}])
+    assert main(["diagnose", str(trace), "--rules", str(path), "--format", "json"]) == 2
+    said = capsys.readouterr()
+    (line,) = said.err.strip().splitlines()
+    assert line.startswith(f"advisor: {path}") and not said.out
+    assert list(tmp_path.iterdir()) == [trace]  # nothing ran: no "owned", nothing written
+
+
 def test_fill_refuses_what_validation_would_have():
     with pytest.raises(TemplateError):
         fill("{key.__class__.__init__.__globals__}", {"key": "x"})
