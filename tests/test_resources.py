@@ -230,3 +230,31 @@ def test_ctrl_c_while_the_profile_is_read_back_keeps_it(tmp_path, monkeypatch, c
     assert Session.load(kept_folder(line)).steps()["step"].tolist()
     assert not (tmp_path / "r.json").exists()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the hold is released
+
+
+@pytest.mark.parametrize("command", [["summary"], ["timeline", "-o", "TMP/t.json"]])
+def test_summary_and_timeline_of_a_script_keep_its_profile_when_they_fail(tmp_path, monkeypatch, capsys, command):
+    script = train_script(tmp_path)
+    argv = [*(c.replace("TMP", str(tmp_path)) for c in command), str(script)]
+    with monkeypatch.context() as patched:
+        patched.setattr(tables_module, "compute_tables", _no_memory)
+        assert run_main(argv) == 1
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("advisor: out of memory")]
+    assert Session.load(kept_folder(line)).steps()["step"].tolist()
+
+
+def test_save_into_a_file_is_said_so(tmp_path, make_trace):
+    trace = make_trace([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}])
+    done = advisor("diagnose", str(trace), "--save", str(trace), cwd=tmp_path)
+    assert done.returncode == 2 and error_line(done.stderr) == f"advisor: --save {trace}: is a file; give a new folder"
+
+
+def test_a_report_that_cannot_be_written_whole_leaves_no_file(tmp_path, make_trace, monkeypatch, capsys):
+    trace = make_trace([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}])
+    report = tmp_path / "report.json"
+    report.write_text("the previous report")
+    monkeypatch.setattr(render_module.os, "replace", _no_space)
+    assert run_main(["diagnose", str(trace), "--format", "json", "-o", str(report)]) == 2
+    assert report.read_text() == "the previous report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "trace.json"]
+    assert "cannot write the report" in capsys.readouterr().err

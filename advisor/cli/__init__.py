@@ -157,18 +157,48 @@ def _is_script(target: Path) -> bool:
     return target.suffix == ".py"
 
 
-def _session_for(args: argparse.Namespace, *, steady: bool = True):
+def _session_for(args: argparse.Namespace, *, steady: bool = True, kept=None):
     """The Session for TARGET, and the script's exit code where a script ran, judged
     against --gpu where given; with ``steady``, a start-up first step left out of its
-    window (advisor.session.startup)."""
+    window (advisor.session.startup). With ``kept``, a script's profile is kept on disk
+    until the command is done (advisor.cli.keep)."""
     if args.gpu:
         from advisor.knowledge.hardware import gpu_profile
 
         profile = gpu_profile(args.gpu)  # an unknown name is a UsageError before anything runs
-    session, exit_code, _ranks = _collect_or_load(args)
+    if kept is not None and _is_script(Path(args.target)):
+        session, exit_code, _ranks = _collected(args, kept)
+    else:
+        session, exit_code, _ranks = _collect_or_load(args)
     if args.gpu:
         session.meta = session.meta.model_copy(update={"target_gpu": profile.id})
     return (_steady(session) if steady else session), exit_code
+
+
+def _collected(args: argparse.Namespace, kept, *, spawned_ranks: bool = False):
+    """``_collect_or_load`` for a script, its profile then put on disk before anything
+    else runs (``kept``; --save where given and the run is stopped). A Ctrl-C from the
+    script's end until then waits, then stops the run with the profile kept."""
+    from advisor.cli.keep import save_whole
+    from advisor.collect.script import HeldInterrupts
+
+    held = HeldInterrupts()
+    save = getattr(args, "save", None)
+    try:
+        session, exit_code, launched = _collect_or_load(args, spawned_ranks=spawned_ranks, held=held)
+        if launched is None and not save:
+            kept.session(session, Path(args.target).stem)
+        elif launched is None and held.came:
+            try:
+                save_whole(session, save)
+            finally:  # an interrupt raised by save_whole comes after a whole save
+                if (save / "session.json").is_file():
+                    kept.saved(save)
+    finally:
+        held.release()
+    if held.came:
+        raise KeyboardInterrupt
+    return session, exit_code, launched
 
 
 def _steady(session):
@@ -278,25 +308,7 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
     sources = launched.sources if launched is not None else _job_sources(args)
     session = None
     if sources is None and _is_script(Path(args.target)):
-        from advisor.cli.keep import save_whole
-        from advisor.collect.script import HeldInterrupts
-
-        # A Ctrl-C from the script's end until its profile is on disk waits, then stops the run.
-        held = HeldInterrupts()
-        try:
-            session, exit_code, launched = _collect_or_load(args, spawned_ranks=True, held=held)
-            if launched is None and not args.save:
-                kept.session(session, Path(args.target).stem)
-            elif launched is None and held.came:
-                try:
-                    save_whole(session, args.save)
-                finally:  # an interrupt raised by save_whole comes after a whole save
-                    if (args.save / "session.json").is_file():
-                        kept.saved(args.save)
-        finally:
-            held.release()
-        if held.came:
-            raise KeyboardInterrupt
+        session, exit_code, launched = _collected(args, kept, spawned_ranks=True)
         if args.gpu:
             from advisor.knowledge.hardware import gpu_profile
 
@@ -422,7 +434,7 @@ def _analyse(session, chosen):
     return tables, result
 
 
-def _timeline(args: argparse.Namespace) -> int:
+def _timeline(args: argparse.Namespace, kept) -> int:
     from advisor.cli.progress import progress_bar
     from advisor.reports.timeline import write_timeline
 
@@ -430,10 +442,11 @@ def _timeline(args: argparse.Namespace) -> int:
         raise UsageError("timeline needs -o PATH: the trace file to write (.json, or .json.gz to gzip it)")
     _check_output(args.output)
     chosen, _ = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
-    session, exit_code = _session_for(args)
+    session, exit_code = _session_for(args, kept=kept)
     _, result = _analyse(session, chosen)
     with progress_bar("Writing the timeline", unit="events") as update:
         path = write_timeline(session, result.findings, args.output, progress=update)
+    kept.done()
     print(f"advisor: timeline written to {path}; open it in ui.perfetto.dev or chrome://tracing", file=sys.stderr)
     return exit_code if exit_code is not None else 0
 
@@ -482,7 +495,7 @@ def _job_side(args: argparse.Namespace, sources: list[Path], chosen):
     return session, {**cache.tables(session, compute_tables), **diagnosis.tables}, diagnosis.findings
 
 
-def _summary(args: argparse.Namespace) -> int:
+def _summary(args: argparse.Namespace, kept) -> int:
     from advisor.reports.summary import render_tables
     from advisor.tables import JOB_TABLE_DOCS, TABLE_DOCS, compute_tables
 
@@ -502,11 +515,12 @@ def _summary(args: argparse.Namespace) -> int:
 
     from advisor.importers import cache
 
-    session, exit_code = _session_for(args)
+    session, exit_code = _session_for(args, kept=kept)
     tables = cache.tables(session, compute_tables, args.table)
     text = render_tables(tables, table_docs=TABLE_DOCS, sort=args.sort, limit=args.limit, fmt=args.format)
     if text is not None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    kept.done()
     return exit_code if exit_code is not None else 0
 
 
@@ -573,13 +587,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "diagnose":
             return _diagnose(args, kept)
         if args.command == "summary":
-            return _summary(args)
+            return _summary(args, kept)
         if args.command == "rules":
             return _rules(args)
         if args.command == "calibrate":
             return _calibrate(args)
         if args.command == "timeline":
-            return _timeline(args)
+            return _timeline(args, kept)
         if args.command == "compare":
             return _compare(args)
         if args.command == "doctor":

@@ -42,7 +42,9 @@ def check_save_dir(folder: Path) -> None:
         if _claimant_alive(folder / SAVING_MARK):
             raise UsageError(f"--save {folder}: another advisor run is saving into this folder; give a new folder")
         (folder / SAVING_MARK).unlink(missing_ok=True)  # left by a run that was killed: no claim
-    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--save {folder}: is a file; give a new folder")
+    if folder.exists() and any(folder.iterdir()):
         raise UsageError(f"--save {folder}: the folder exists and is not empty; give a new folder")
     made = not folder.exists()
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -80,8 +81,19 @@ def write_text(text: str, out: Path | str | None, console: Console | None, *, wh
         stream.flush()
         return
     path = Path(out)
+    if not path.is_file() and path.exists():  # a device or pipe (/dev/stdout): written as it is
+        path.write_text(text, encoding="utf-8")
+        return
+    # Written aside and renamed into place: a full disk leaves no half-written report (and
+    # no empty one over a previous report of the same name).
+    aside = path.with_name(f".{path.name}.advisor-partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        aside.write_text(text, encoding="utf-8")
+        os.replace(aside, path)
     except OSError as exc:
+        try:
+            aside.unlink(missing_ok=True)
+        except OSError:  # its folder is no folder: nothing was written
+            pass
         raise UsageError(f"cannot write {what} to {path}: {exc.strerror or exc}") from None
