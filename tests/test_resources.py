@@ -215,7 +215,7 @@ def test_ctrl_c_while_the_profile_is_read_back_keeps_it(tmp_path, monkeypatch, c
     the trace), a Ctrl-C is held until the profile is whole, then stops the run with it kept."""
     import signal
 
-    import advisor.collect.assemble as assemble
+    from advisor.collect import assemble
 
     real_read = assemble._read_parts
 
