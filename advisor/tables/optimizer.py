@@ -89,8 +89,11 @@ def optimizer_table(f: Facts) -> pd.DataFrame:
     steps = max(len(f.steps), 1)
     ops = f.main_ops
     op_starts = ops["start_ns"].to_numpy()
-    gpu = ev[np.isin(kind, GPU_KINDS)]
-    gpu_launch = gpu["launch"].to_numpy()
+    # The GPU rows' launch and times only, not a frame of every GPU event (hundreds of MB
+    # on a large trace).
+    is_gpu = np.isin(kind, GPU_KINDS)
+    gpu_launch = ev["launch"].to_numpy()[is_gpu]
+    gpu_took = (ev["end_ns"].to_numpy() - ev["start_ns"].to_numpy())[is_gpu]
     tops = ev["top_op"].to_numpy()
     idle = idle_by_host_state(f)["idle"] if f.gpu_measured else None
     rows = {}
@@ -118,11 +121,11 @@ def optimizer_table(f: Facts) -> pd.DataFrame:
         if f.gpu_measured:
             # GPU work launched from inside these ops: the launching call's top op is one of them.
             launched = gpu_launch >= 0
-            owners = np.full(len(gpu), -1, dtype=np.int64)
+            owners = np.full(len(gpu_launch), -1, dtype=np.int64)
             owners[launched] = tops[gpu_launch[launched]]
-            work = gpu[np.isin(owners, mine.index.to_numpy())]
-            row["kernels_per_step"] = len(work) / steps
-            row["gpu_per_step_ns"] = float((work["end_ns"] - work["start_ns"]).sum()) / steps
+            work = np.isin(owners, mine.index.to_numpy())
+            row["kernels_per_step"] = int(work.sum()) / steps
+            row["gpu_per_step_ns"] = float(gpu_took[work].sum()) / steps
             row["gpu_idle_per_step_ns"] = iv.intersection_length(idle, spans) / steps
         rows[name] = row
     out = pd.DataFrame.from_dict(rows, orient="index")[columns]
