@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -69,6 +69,7 @@ _LIBRARY_PACKAGES = frozenset(sys.stdlib_module_names) | {
 }
 
 
+@lru_cache(maxsize=4096)  # a trace's stacks repeat the same few hundred files
 def is_library_file(file: str) -> bool:
     """Is ``file`` (a frame's path, absolute or relative to sys.path) library code?"""
     if _LIBRARY_FRAME.search(file):

@@ -52,8 +52,7 @@ def source_lines(f: Facts, rows: np.ndarray) -> np.ndarray:
     """The user's source line "file:line" for each event row, from its own call stack or
     the nearest enclosing operator's; "" where none is recorded. (ancestors() is given the
     rows themselves, so the walk looks at each row before its parents.)"""
-    codes, labels = coded(f.events["call_stack"])
-    frames = np.array([user_frame(c) for c in labels] + [""], dtype=object)  # code -1: ""
+    codes, frames = f.memo("user_frames", lambda: _user_frames(f))
     found = np.full(len(rows), -1, dtype=np.int64)
     for where, anc in ancestors(f.parents, np.asarray(rows)):
         todo = found[where] < 0
@@ -63,6 +62,13 @@ def source_lines(f: Facts, rows: np.ndarray) -> np.ndarray:
         if not len(where):
             break
     return frames[found]
+
+
+def _user_frames(f: Facts) -> tuple[np.ndarray, np.ndarray]:
+    """Each event's call-stack code, and the user's frame of each distinct stack (the last
+    slot, for code -1, blank): worked out once per session, not once per question."""
+    codes, labels = coded(f.events["call_stack"])
+    return codes, np.array([user_frame(c) for c in labels] + [""], dtype=object)
 
 
 def blocking_calls(f: Facts) -> pd.DataFrame:
