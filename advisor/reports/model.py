@@ -392,17 +392,26 @@ def build_report(
     judge in the notes, so "No findings" never reads as "nothing to fix" for them.
     """
     summary = _session_summary(session, tables)
+    return _assembled(summary, tables, findings, table_docs=table_docs, skipped=skipped)
+
+
+def _assembled(summary: SessionSummary, tables: Mapping[str, pd.DataFrame], findings: list[Finding], *,
+               table_docs: Mapping[str, Any] | None, skipped: Mapping[str, str] | None,
+               rank_tables: Mapping[str, Table] | None = None, job: JobSummary | None = None) -> Report:
+    """The Report of a session or a job: its tables copied, its findings, the notes."""
     return Report(
         advisor_version=__version__,
         generated=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         session=summary,
         findings=[Finding.model_validate(to_python(f.model_dump())) for f in findings],
         tables={
-            str(name): table_from_frame(str(name), frame, _doc_for(str(name), frame, table_docs))
-            for name, frame in tables.items()
+            **{str(name): table_from_frame(str(name), frame, _doc_for(str(name), frame, table_docs))
+               for name, frame in tables.items()},
+            **dict(rank_tables or {}),
         },
         metrics=dict(METRIC_DEFINITIONS),
-        notes=_notes(summary) + _skipped_notes(skipped or {}),
+        notes=(list(job.notes) if job is not None else []) + _notes(summary) + _skipped_notes(skipped or {}),
+        job=job,
     )
 
 
@@ -436,17 +445,5 @@ def build_job_report(
     """Assemble a job's report, as ``build_report`` does a session's: the job's summary and
     cross-rank tables, the merged findings, the rank tables they cite (already tables,
     copied as they are) and the job's ranks; computes nothing new."""
-    return Report(
-        advisor_version=__version__,
-        generated=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        session=summary,
-        findings=[Finding.model_validate(to_python(f.model_dump())) for f in findings],
-        tables={
-            **{str(name): table_from_frame(str(name), frame, _doc_for(str(name), frame, table_docs))
-               for name, frame in tables.items()},
-            **dict(rank_tables or {}),
-        },
-        metrics=dict(METRIC_DEFINITIONS),
-        notes=list(job.notes) + _notes(summary) + _skipped_notes(skipped or {}),
-        job=job,
-    )
+    return _assembled(summary, tables, findings, table_docs=table_docs, skipped=skipped, rank_tables=rank_tables,
+                      job=job)
