@@ -30,3 +30,10 @@ def knowledge_dir() -> Path:
 
 def cases_dir() -> Path:
     return data_dir("cases")
+
+
+def table_columns_file() -> Path:
+    """The summary tables' columns as a file (advisor/schemas/table_columns.json), written
+    by ``python -m advisor.tables.columns``: rule packs are checked against it without
+    importing the tables (and pandas)."""
+    return _PACKAGE / "schemas" / "table_columns.json"

@@ -165,6 +165,21 @@ def test_registry_and_docs():
         assert all(c == c.lower() and " " not in c for c in columns), name
 
 
+def test_committed_table_columns_are_the_registry_s():
+    """Rule packs are checked against advisor/schemas/table_columns.json (no pandas there);
+    it must say what the tables compute."""
+    from advisor.paths import table_columns_file
+    from advisor.rules.packs.validate import table_columns as read_columns
+    from advisor.tables.columns import columns_text, table_columns
+
+    assert table_columns_file().read_text(encoding="utf-8") == columns_text(), (
+        "advisor/schemas/table_columns.json is stale; regenerate it: python -m advisor.tables.columns")
+    assert read_columns() == table_columns()
+    from advisor.tables import JOB_TABLE_DOCS
+
+    assert set(read_columns()) == set(TABLE_DOCS) | set(JOB_TABLE_DOCS)
+
+
 def test_unknown_table_is_a_usage_error():
     with pytest.raises(UsageError, match="unknown table"):
         compute_tables(training_session(), ["nope"])

@@ -242,7 +242,8 @@ def load_rules(packs: Sequence[Path] = (), *, config: AdvisorConfig | None = Non
     paths = [*(config.pack_paths() if config else []), *packs]
     seen: set[Path] = set()
     errors: list[PackError] = []
-    registered = _registered()
+    # The registered checks are imported (with pandas) only where a pack needs checking.
+    registered = _registered() if paths else set()
     for path in paths:
         files = pack_files(path)
         if not files:

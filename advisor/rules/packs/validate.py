@@ -17,6 +17,8 @@ Nothing stops at the first problem: ``validate_file`` returns them all, sorted b
 from __future__ import annotations
 
 import difflib
+import functools
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from advisor.errors import RulePackError
+from advisor.paths import table_columns_file
 from advisor.rules.packs.expressions import ExpressionError, check_expression
 from advisor.rules.packs.model import (
     FACTS,
@@ -74,12 +77,12 @@ class PackInvalid(RulePackError):
         super().__init__(first)
 
 
+@functools.cache
 def table_columns() -> dict[str, list[str]]:
     """Each summary table's columns as expressions see them (``key`` first): a session's
-    tables and a job's cross-rank ones (read by rules that require ranks)."""
-    from advisor.tables import JOB_TABLE_DOCS, TABLE_DOCS
-
-    return {name: ["key", *doc.columns] for name, doc in {**TABLE_DOCS, **JOB_TABLE_DOCS}.items()}
+    tables and a job's cross-rank ones (read by rules that require ranks). Read from the
+    committed file advisor.tables.columns writes, so a pack is checked without pandas."""
+    return json.loads(table_columns_file().read_text(encoding="utf-8"))
 
 
 def _not_a_table(name: str, tables: Iterable[str]) -> str:
