@@ -10,6 +10,12 @@ A new trace format is a module here that turns the file into events and metadata
 a branch in ``load``; attribution (who launched what) is the Session's, shared by all.
 """
 
-from advisor.importers.loader import load, load_kineto
+from advisor._lazy import lazy_exports
+
+# Lazily: the cache's keys (advisor.importers.cache) are worked out before a command knows
+# whether it must read anything.
+_EXPORTS = {"load": "loader", "load_kineto": "loader"}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = ["load", "load_kineto"]

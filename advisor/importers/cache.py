@@ -30,11 +30,14 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from advisor._version import __version__
 from advisor.paths import knowledge_dir
-from advisor.session import SESSION_FORMAT, Session
+from advisor.session.layout import SESSION_FORMAT
+
+if TYPE_CHECKING:
+    from advisor.session import Session
 
 __all__ = ["cache_dir", "cache_key", "cached", "enabled", "store", "tables"]
 
@@ -73,6 +76,8 @@ def cached(path: Path) -> Session | None:
         entry = cache_dir() / cache_key(path)
         if not (entry / "session.json").is_file():
             return None
+        from advisor.session import Session
+
         session = Session.load(entry)
         os.utime(entry)  # recently used
         session.cache_entry = entry

@@ -4,6 +4,7 @@ Every collector and importer produces a Session; tables, rules and reports read 
 else. This room holds the model and the work that makes its rows mean something:
 
     model       the Session, its event schema and metadata, saved to and loaded from disk
+    layout      what a saved session folder holds, and how to tell one (no pandas)
     attribute   who launched what: GPU work to its launch call and op, ops to steps and
                 phases, host-blocking calls to the user's source line
     intervals   unions, overlaps and clipping of time intervals, vectorised
@@ -12,29 +13,35 @@ else. This room holds the model and the work that makes its rows mean something:
 The names below are the model's (``from advisor.session import Session``).
 """
 
-from advisor.session.model import (
-    EVENT_COLUMNS,
-    EVENTS_FILE,
-    GPU_KINDS,
-    KINDS,
-    META_FILE,
-    PHASES,
-    RELATION_COLUMNS,
-    SESSION_FORMAT,
-    CollectionGap,
-    CollectorInfo,
-    DeviceInfo,
-    DistributedInfo,
-    Session,
-    SessionMeta,
-    TimedStep,
-    concat_events,
-    conform_events,
-    empty_events,
-    insert_unrelated,
-    is_session_dir,
-    text,
-)
+from advisor._lazy import lazy_exports
+
+# Lazily: a command asks whether its target is a saved session (layout, no pandas) before
+# it reads anything, and must not pay for the model's imports to learn that.
+_EXPORTS = {
+    "EVENT_COLUMNS": "model",
+    "EVENTS_FILE": "layout",
+    "GPU_KINDS": "model",
+    "KINDS": "model",
+    "META_FILE": "layout",
+    "PHASES": "model",
+    "RELATION_COLUMNS": "model",
+    "SESSION_FORMAT": "layout",
+    "CollectionGap": "model",
+    "CollectorInfo": "model",
+    "DeviceInfo": "model",
+    "DistributedInfo": "model",
+    "Session": "model",
+    "SessionMeta": "model",
+    "TimedStep": "model",
+    "concat_events": "model",
+    "conform_events": "model",
+    "empty_events": "model",
+    "insert_unrelated": "model",
+    "is_session_dir": "layout",
+    "text": "model",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "EVENTS_FILE",

@@ -53,12 +53,9 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from advisor.errors import SessionError
+from advisor.session.layout import EVENTS_FILE, META_FILE, SESSION_FORMAT, is_session_dir
 
 __all__ = [
-    "CollectionGap",
-    "CollectorInfo",
-    "DeviceInfo",
-    "DistributedInfo",
     "EVENTS_FILE",
     "EVENT_COLUMNS",
     "GPU_KINDS",
@@ -67,6 +64,10 @@ __all__ = [
     "PHASES",
     "RELATION_COLUMNS",
     "SESSION_FORMAT",
+    "CollectionGap",
+    "CollectorInfo",
+    "DeviceInfo",
+    "DistributedInfo",
     "Session",
     "SessionMeta",
     "TimedStep",
@@ -78,9 +79,6 @@ __all__ = [
     "text",
 ]
 
-SESSION_FORMAT = "advisor-session/1"
-META_FILE = "session.json"
-EVENTS_FILE = "events.parquet"
 
 KINDS = (
     "op",
@@ -431,5 +429,3 @@ class Session:
         return cls(meta, conform_events(events))
 
 
-def is_session_dir(path: str | Path) -> bool:
-    return (Path(path) / META_FILE).is_file()
