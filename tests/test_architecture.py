@@ -152,7 +152,7 @@ def test_the_version_is_one_figure():
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert "version" in project.get("dynamic", []), "the version lives in advisor/_version.py only"
-    from advisor.reports.model import __version__ as reported
+    from advisor.reports.build import __version__ as reported
 
     assert reported == advisor.__version__
 

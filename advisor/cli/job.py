@@ -82,7 +82,7 @@ def read_job(args: argparse.Namespace, sources: list[Path], chosen, *, say, laun
 
 
 def job_report(diagnosis):
-    from advisor.reports.model import build_job_report
+    from advisor.reports.build import build_job_report
     from advisor.tables import JOB_TABLE_DOCS
 
     for error in diagnosis.errors:

@@ -56,7 +56,7 @@ def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: st
     rules, and return its summary; a rank that cannot be read comes back with ``error``
     set instead of raising, so one bad rank does not take the job's report down."""
     from advisor.importers import cache, load
-    from advisor.reports.model import build_report
+    from advisor.reports.build import build_report
     from advisor.rules import run_rules
     from advisor.session.startup import leave_out_startup
     from advisor.tables import TABLE_DOCS, compute_tables

@@ -9,7 +9,8 @@ Reports compute nothing: ``build_report`` copies what the earlier stages produce
     text = render_markdown(report)                  # for a pull-request comment
     html = render_html(report)                      # one self-contained page, charts and all
 
-``model`` holds the Report, a pydantic model, and ``schema`` the JSON Schema the JSON
+``model`` holds the Report, a pydantic model (no pandas), ``build`` assembles one from a
+session, its tables and findings, and ``schema`` holds the JSON Schema the JSON
 report validates against. Besides the report formats (``_terminal``, ``_json``,
 ``_markdown``, ``_html``; a new format is a module beside them and an entry in
 ``_render``), this room holds
@@ -39,7 +40,7 @@ _EXPORTS = {
     "Report": "model",
     "Table": "model",
     "TableColumn": "model",
-    "build_report": "model",
+    "build_report": "build",
 }
 
 __all__ = [

@@ -16,7 +16,7 @@ from rich.text import Text
 from advisor.errors import UsageError
 from advisor.reports._common import cell_text, compact_columns
 from advisor.reports._terminal import KEY_MIN, MAX_CELL, _table
-from advisor.reports.model import _doc_for, table_from_frame, to_python
+from advisor.reports.build import _doc_for, table_from_frame, to_python
 
 TERMINAL_COLUMNS = 7
 

@@ -4,6 +4,7 @@ Every collector and importer produces a Session; tables, rules and reports read 
 else. This room holds the model and the work that makes its rows mean something:
 
     model       the Session, its event schema and metadata, saved to and loaded from disk
+    meta        what a session knows besides its events (pydantic models, no pandas)
     layout      what a saved session folder holds, and how to tell one (no pandas)
     attribute   who launched what: GPU work to its launch call and op, ops to steps and
                 phases, host-blocking calls to the user's source line
@@ -26,13 +27,13 @@ _EXPORTS = {
     "PHASES": "model",
     "RELATION_COLUMNS": "model",
     "SESSION_FORMAT": "layout",
-    "CollectionGap": "model",
-    "CollectorInfo": "model",
-    "DeviceInfo": "model",
-    "DistributedInfo": "model",
+    "CollectionGap": "meta",
+    "CollectorInfo": "meta",
+    "DeviceInfo": "meta",
+    "DistributedInfo": "meta",
     "Session": "model",
-    "SessionMeta": "model",
-    "TimedStep": "model",
+    "SessionMeta": "meta",
+    "TimedStep": "meta",
     "concat_events": "model",
     "conform_events": "model",
     "empty_events": "model",

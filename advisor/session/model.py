@@ -44,16 +44,15 @@ Relations between rows are row ids (the ``id`` column, equal to the row's positi
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, Field
 
 from advisor.errors import SessionError
 from advisor.session.layout import EVENTS_FILE, META_FILE, SESSION_FORMAT, is_session_dir
+from advisor.session.meta import CollectionGap, CollectorInfo, DeviceInfo, DistributedInfo, SessionMeta, TimedStep
 
 __all__ = [
     "EVENTS_FILE",
@@ -266,90 +265,6 @@ def _as_text_category(values: pd.Series, missing: str) -> pd.Series:
         return values
     values = values.astype("object").where(values.notna(), missing)
     return values.astype(str).astype("category")
-
-
-class DeviceInfo(BaseModel):
-    """A device the session ran on, with what is known of it."""
-
-    id: int = Field(description="Device ordinal as the trace numbers it; -1 for the host CPU.")
-    kind: str = Field(description="'gpu' or 'cpu'.")
-    name: str = ""
-    compute_capability: str | None = None
-    sm_count: int | None = None
-    total_memory_bytes: int | None = None
-    memory_bandwidth_gbps: float | None = Field(default=None, description="Peak, where known.")
-    clock_mhz: float | None = None
-    l2_bytes: int | None = None
-    peak_flops: dict[str, float] = Field(
-        default_factory=dict, description="Peak FLOP/s by dtype (fp32, bf16...), where measured (advisor calibrate)."
-    )
-    properties: dict[str, Any] = Field(default_factory=dict, description="The source's raw record.")
-
-
-class CollectionGap(BaseModel):
-    """Something the collection did not measure, or measured only in part, and why."""
-
-    what: str = Field(description="What was missed: 'host profile', 'steps', 'GPU', 'child processes', "
-                                  "'trace events'...")
-    why: str = Field(description="Why, in one line, with what to do about it where there is something.")
-    incomplete: bool = Field(default=True, description="True where the profile misses part of the job that ran "
-                                                       "(never a clean bill of health); False where the thing "
-                                                       "was not there to measure (a CPU-only machine's GPU).")
-
-
-class TimedStep(BaseModel):
-    """One step as the collector's own clock saw it, whether the profiler recorded it or not."""
-
-    step: int
-    start_ns: int = Field(description="When the step began, on the session's clock.")
-    duration_ns: int
-    recorded: bool = Field(description="Whether the profiler was recording the step (the window's steps).")
-    partial: bool = Field(default=False, description="Cut off (the run ended, the loop was left by a break).")
-    phases: dict[str, int] = Field(default_factory=dict, description="ns per phase (Dataloader, Forward, Backward, "
-                                                                     "Optimization); the rest is Others.")
-
-
-class CollectorInfo(BaseModel):
-    """What produced the session and what it could not measure."""
-
-    name: str = Field(description="e.g. 'kineto-import', 'host' (torch.profiler CPU), 'cupti'.")
-    version: str = ""
-    activities: list[str] = Field(default_factory=list)
-    gpu_measured: bool = False
-    dropped_records: int = 0
-    overhead_ns: int = 0
-    notes: list[str] = Field(default_factory=list, description="One line each: what was not measured and why.")
-    gaps: list[CollectionGap] = Field(default_factory=list, description="What the collection missed, structured: "
-                                                                        "the profile-incomplete rule reads them.")
-
-
-class DistributedInfo(BaseModel):
-    backend: str = ""
-    rank: int = 0
-    world_size: int = 1
-    raw: dict[str, Any] = Field(default_factory=dict)
-
-
-class SessionMeta(BaseModel):
-    """Everything about a session that is not an event."""
-
-    format: str = SESSION_FORMAT
-    source: str = Field(description="The trace file or script the session came from.")
-    source_format: str = Field(description="'kineto' (PyTorch profiler JSON), 'script', ...")
-    created: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    command: list[str] | None = Field(default=None, description="The script and its arguments, where one ran.")
-    exit_code: int | None = Field(default=None, description="The script's own exit code, where one ran.")
-    script_error: str | None = Field(default=None, description="How the script ended, if not normally.")
-    collector: CollectorInfo
-    devices: list[DeviceInfo] = Field(default_factory=list)
-    distributed: DistributedInfo | None = None
-    base_time_ns: int = 0
-    target_gpu: str | None = Field(
-        default=None, description="Knowledge-base id of the GPU to judge the session against (--gpu), if not its own."
-    )
-    trace_metadata: dict[str, Any] = Field(default_factory=dict)
-    timed_steps: list[TimedStep] = Field(default_factory=list, description="Every step the collector timed, "
-                                                                           "recorded or not (a script's run).")
 
 
 class Session:
