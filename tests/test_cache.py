@@ -147,7 +147,7 @@ def test_edited_code_or_knowledge_misses_and_a_damaged_tables_file_is_computed_a
     trace = write_trace(tmp_path / "t.json", events(4))
     calls: list = []
     cache.tables(load(trace), _counting_compute(calls))
-    monkeypatch.setattr(cache, "_code_fingerprint", lambda: "another advisor")
+    monkeypatch.setattr(cache, "code_fingerprint", lambda: "another advisor")
     cache.tables(load(trace), _counting_compute(calls))
     assert calls == [None, None]
     for kept in cache_dir.glob("*/tables-*.pkl"):

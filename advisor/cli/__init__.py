@@ -18,7 +18,8 @@ reports): ``rules`` holds the `advisor rules` commands and the --rules / --confi
 --preview options, ``doctor`` `advisor doctor`, ``progress`` the progress bars, ``job``
 `advisor diagnose` on a job of many ranks (a folder of rank traces, torchrun), ``keep``
 what a run collected, kept on disk until its report is written, and --save's claim on its
-folder.
+folder, and ``report_cache`` a trace's report kept for the next diagnose of the same trace
+with the same rules and options.
 """
 
 from __future__ import annotations
@@ -296,8 +297,20 @@ def _check_output(path: Path) -> None:
 def _diagnose(args: argparse.Namespace, kept) -> int:
     """``kept`` (advisor.cli.keep.Kept) holds what was collected on disk until the report
     is written, so a failure after the collection loses none of it."""
+    from advisor.cli.report_cache import ReportCache
+
+    # The report of this trace, rules and options where an earlier run kept it: written
+    # from the file, nothing read or run again.
+    record = ReportCache.for_args(args)
+    if record is not None:
+        if args.output is not None:
+            _check_output(args.output)
+        reused = record.get()
+        if reused is not None:
+            return _reused_report(args, reused)
+    said: list[str] = []  # what is said about the rules, for a kept report to say again
     # Rules and configuration first: a bad pack or config stops before a script runs.
-    chosen, config = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
+    chosen, config = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None, said)
     if args.output is not None:
         _check_output(args.output)
     if args.save:  # never over another profile, and said before anything runs
@@ -346,7 +359,7 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
                     kept.saved(args.save)
             print(f"advisor: session saved to {args.save}", file=sys.stderr)
         session = _steady(session)
-        tables, result = _analyse(session, chosen)
+        tables, result = _analyse(session, chosen, said)
         from advisor.reports import build_report
         from advisor.tables import TABLE_DOCS
 
@@ -365,19 +378,51 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
     kept.done()
     if args.output:
         print(f"advisor: report written to {args.output}", file=sys.stderr)
-    fail_on = args.fail_on or (config.fail_on.value if config.fail_on else None)
-    if fail_on:
-        threshold = SEVERITIES.index(fail_on)
+    config_fail_on = config.fail_on.value if config.fail_on else None
+    if record is not None and sources is None and session is not None:
+        from advisor.cli.report_cache import Reused, rule_sources
+        from advisor.reports import render_json
 
-        def worst(findings) -> int:
-            return max([SEVERITIES.index(f.severity.value) for f in findings]
-                       + [worst(f.explains) for f in findings] + [-1])
-
-        if worst(findings) >= threshold:
-            asked = "--fail-on" if args.fail_on else f"fail_on in {config.source}"
-            print(f"advisor: findings at or above '{fail_on}': failing as asked by {asked}", file=sys.stderr)
-            return FAIL_ON_EXIT
+        record.put(Reused(render_json(report), said, _worst(findings), config_fail_on, config.source),
+                   rule_sources(args, config))
+    if _failed_on(args, _worst(findings), config_fail_on, config.source):
+        return FAIL_ON_EXIT
     return exit_code if exit_code is not None else 0
+
+
+def _worst(findings) -> int:
+    """The worst severity among ``findings`` and those they explain, as an index into
+    SEVERITIES (-1 for none)."""
+    return max([SEVERITIES.index(f.severity.value) for f in findings] + [_worst(f.explains) for f in findings]
+               + [-1])
+
+
+def _failed_on(args: argparse.Namespace, worst: int, config_fail_on: str | None, config_source: str) -> bool:
+    """Whether --fail-on (or fail_on in the configuration) fails this run; says so."""
+    fail_on = args.fail_on or config_fail_on
+    if not fail_on or worst < SEVERITIES.index(fail_on):
+        return False
+    asked = "--fail-on" if args.fail_on else f"fail_on in {config_source}"
+    print(f"advisor: findings at or above '{fail_on}': failing as asked by {asked}", file=sys.stderr)
+    return True
+
+
+def _reused_report(args: argparse.Namespace, reused) -> int:
+    """Write a kept report (advisor.cli.report_cache) as ``--format`` asks: the JSON report
+    as it was kept, another format rendered from it."""
+    for line in reused.said:
+        print(f"advisor: {line}", file=sys.stderr)
+    if args.format == "json":
+        from advisor.reports._render import write_text
+
+        write_text(reused.report_json, args.output, None, what="the report")
+    else:
+        from advisor.reports import Report, render
+
+        render(Report.model_validate_json(reused.report_json), args.format, args.output)
+    if args.output:
+        print(f"advisor: report written to {args.output}", file=sys.stderr)
+    return FAIL_ON_EXIT if _failed_on(args, reused.worst, reused.config_fail_on, reused.config_source) else 0
 
 
 def _launch(args: argparse.Namespace):
@@ -418,8 +463,9 @@ def _job_sources(args: argparse.Namespace) -> list[Path] | None:
     return sources
 
 
-def _analyse(session, chosen):
-    """The summary tables of ``session`` and the chosen rules' result; rule errors to stderr."""
+def _analyse(session, chosen, said: list[str] | None = None):
+    """The summary tables of ``session`` and the chosen rules' result; rule errors to stderr
+    (and to ``said`` where given)."""
     from advisor.cli.progress import spinner
     from advisor.importers import cache
     from advisor.rules import run_rules
@@ -431,6 +477,8 @@ def _analyse(session, chosen):
                            preview=chosen.preview)
     for error in result.errors:
         print(f"advisor: {error}", file=sys.stderr)
+        if said is not None:
+            said.append(str(error))
     return tables, result
 
 

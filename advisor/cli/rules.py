@@ -70,24 +70,32 @@ def _config_for(args: argparse.Namespace, script: Path | None = None) -> Advisor
     return load_config(find_config(folders))
 
 
-def _ruleset(args: argparse.Namespace, script: Path | None = None) -> tuple[RuleSet, AdvisorConfig]:
+def _ruleset(args: argparse.Namespace, script: Path | None = None,
+             said: list[str] | None = None) -> tuple[RuleSet, AdvisorConfig]:
     from advisor.rules.packs.catalog import load_rules
 
     config = _config_for(args, script)
     ruleset = load_rules(list(getattr(args, "rules", []) or []), config=config)
     for problem in ruleset.problems:
-        print(f"advisor: {problem}", file=sys.stderr)
+        _say(problem, said)
     return ruleset, config
 
 
-def selection_for(args: argparse.Namespace, script: Path | None = None) -> tuple[Selection, AdvisorConfig]:
+def selection_for(args: argparse.Namespace, script: Path | None = None,
+                  said: list[str] | None = None) -> tuple[Selection, AdvisorConfig]:
     """The rules `diagnose` runs, and the configuration they came with; notes (renamed
-    ids, deprecated rules) and skipped plugins go to stderr."""
-    ruleset, config = _ruleset(args, script)
+    ids, deprecated rules) and skipped plugins go to stderr, and to ``said`` where given."""
+    ruleset, config = _ruleset(args, script, said)
     selection = ruleset.configure(config, preview=bool(getattr(args, "preview", False)))
     for note in selection.notes:
-        print(f"advisor: {note}", file=sys.stderr)
+        _say(note, said)
     return selection, config
+
+
+def _say(line: str, said: list[str] | None) -> None:
+    print(f"advisor: {line}", file=sys.stderr)
+    if said is not None:
+        said.append(line)
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -39,7 +39,7 @@ from advisor.session.layout import SESSION_FORMAT
 if TYPE_CHECKING:
     from advisor.session import Session
 
-__all__ = ["cache_dir", "cache_key", "cached", "enabled", "store", "tables"]
+__all__ = ["cache_dir", "cache_key", "cached", "code_fingerprint", "enabled", "store", "tables"]
 
 EDGE_BYTES = 64 * 1024
 DEFAULT_MAX_MB = 4096
@@ -138,12 +138,12 @@ def tables(session: Session, compute: Callable[[Session, list[str] | None], dict
 
 def _tables_key(session: Session) -> str:
     digest = hashlib.sha256(session.meta.model_dump_json().encode())
-    digest.update(_code_fingerprint().encode())
+    digest.update(code_fingerprint().encode())
     return digest.hexdigest()[:24]
 
 
 @functools.lru_cache(maxsize=1)
-def _code_fingerprint() -> str:
+def code_fingerprint() -> str:
     """advisor's source and knowledge files as installed (names, sizes, mtimes): an edited
     table or hardware entry changes it. A few milliseconds over some 200 files."""
     root = Path(__file__).resolve().parent.parent  # the advisor package
