@@ -270,9 +270,13 @@ def _infer_phases(ev: pd.DataFrame, main: tuple[int, int]) -> pd.DataFrame:
     step_rows = np.flatnonzero(kind == "step")
     step_rows = step_rows[np.argsort(starts[step_rows], kind="stable")]
 
-    def inside(rows: np.ndarray, lo: int, hi: int) -> np.ndarray:
-        # rows are sorted by start (the frame is), so a step's rows are one slice.
-        a, b = np.searchsorted(starts[rows], [lo, hi], side="left")
+    # rows are sorted by start (the frame is), so a step's rows are one slice of each
+    # group; each group's starts are taken once, not once per step (steps x rows).
+    loader, optimizer, backward = ((rows, starts[rows]) for rows in (loader, optimizer, backward))
+
+    def inside(group: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> np.ndarray:
+        rows, rows_start = group
+        a, b = np.searchsorted(rows_start, [lo, hi], side="left")
         return rows[a:b]
 
     out = []
