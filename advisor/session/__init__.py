@@ -39,6 +39,7 @@ _EXPORTS = {
     "empty_events": "model",
     "insert_unrelated": "model",
     "is_session_dir": "layout",
+    "one_of": "model",
     "text": "model",
 }
 
@@ -65,5 +66,6 @@ __all__ = [
     "empty_events",
     "insert_unrelated",
     "is_session_dir",
+    "one_of",
     "text",
 ]

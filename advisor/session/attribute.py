@@ -25,11 +25,12 @@ inferred ranges are added as rows of kind ``phase`` with category ``advisor-infe
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from advisor.session import GPU_KINDS, PHASES, concat_events, conform_events, text
+from advisor.session import GPU_KINDS, PHASES, concat_events, conform_events, one_of, text
 from advisor.session.model import start_order
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
@@ -48,48 +49,96 @@ SOURCE_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::to", "aten::copy
 def name_matches(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
     """Boolean mask of rows whose (categorical) name matches ``pattern``; the regex runs
     once per distinct name, not once per row."""
-    return _per_name(names, lambda n: bool(pattern.search(n))).astype(bool)
+    return _names_where(names, lambda n: bool(pattern.search(n)))
 
 
-def _per_name(names: pd.Series, func) -> np.ndarray:
-    """Apply ``func`` to each distinct name once; returns the per-row results."""
-    names = names.astype("category")
-    results = np.asarray([func(str(c)) for c in names.cat.categories] + [func("")], dtype=object)
-    codes = names.cat.codes.to_numpy()
-    return results[np.where(codes >= 0, codes, len(results) - 1)]
+def _names_where(names: pd.Series, predicate) -> np.ndarray:
+    """Boolean mask of rows whose name satisfies ``predicate``, judged once per distinct name."""
+    results, at = _per_category(names, predicate, dtype=bool)
+    return results[at]
+
+
+def _per_category(column: pd.Series, func, dtype: Any = object) -> tuple[np.ndarray, np.ndarray]:
+    """``func`` of each distinct value of a categorical column (the last slot for a missing
+    value, read as ""), and each row's position in those results: index the results with
+    the positions, or with a subset of them, rather than building a value per row."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        column = column.astype("category")
+    results = np.asarray([func(str(c)) for c in column.cat.categories] + [func("")], dtype=dtype)
+    codes = column.cat.codes.to_numpy()
+    return results, np.where(codes >= 0, codes, len(results) - 1)
+
+
+class _Labels:
+    """A categorical column as integer codes and their labels, relabelled row by row
+    without a string per row (``text`` and a Categorical made from a million strings take
+    a tenth of a second each), then made a categorical again."""
+
+    def __init__(self, column: pd.Series):
+        self.labels: list[str] = []
+        self._code: dict[str, int] = {}
+        positions = np.array([self.code(str(c)) for c in column.cat.categories] + [self.code("")], dtype=np.int32)
+        codes = column.cat.codes.to_numpy()
+        self.codes = positions[np.where(codes >= 0, codes, len(positions) - 1)]
+
+    def code(self, label: str) -> int:
+        if label not in self._code:
+            self._code[label] = len(self.labels)
+            self.labels.append(label)
+        return self._code[label]
+
+    def mask(self, *labels: str) -> np.ndarray:
+        wanted = [self._code[label] for label in labels if label in self._code]
+        return np.isin(self.codes, wanted)
+
+    def relabel(self, rows: np.ndarray, labels: np.ndarray) -> None:
+        """Give ``rows`` the labels in ``labels`` (an object array, one per row)."""
+        distinct, inverse = np.unique(labels.astype(str), return_inverse=True) if len(labels) else ([], [])
+        self.codes[rows] = np.array([self.code(label) for label in distinct], dtype=np.int32)[inverse]
+
+    def categorical(self, *, always: tuple[str, ...] = ()) -> pd.Categorical:
+        """The labels as a categorical whose categories are the labels used and those in
+        ``always``, sorted (what pd.Categorical makes of the same strings)."""
+        used = np.flatnonzero(np.bincount(self.codes, minlength=len(self.labels)))
+        categories = sorted({self.labels[i] for i in used} | set(always))
+        position = {label: i for i, label in enumerate(categories)}
+        remap = np.array([position.get(label, -1) for label in self.labels], dtype=np.int32)
+        return pd.Categorical.from_codes(remap[self.codes], categories=categories)
 
 
 def classify_names(events: pd.DataFrame) -> pd.DataFrame:
     """Re-kind rows by name: steps, advisor's phase ranges, and old-schema annotations."""
-    kind = text(events["kind"]).copy()
-    host_range = np.isin(kind, ["op", "annotation"])
+    kind = _Labels(events["kind"])
+    host_range = kind.mask("op", "annotation")
 
-    def step_number(name: str):
+    def step_number(name: str) -> int:
         match = STEP_NAME.match(name)
-        return int(match.group(1)) if match else None
-
-    step_of = _per_name(events["name"], step_number)
-    is_step = host_range & np.not_equal(step_of, None)
-    kind[is_step] = "step"
-    step = events["step"].to_numpy(copy=True)
-    step[is_step] = step_of[is_step].astype("int64")
+        return int(match.group(1)) if match else -1
 
     def phase_name(name: str):
         match = ADVISOR_PHASE.match(name)
         return match.group(1) if match else None
 
-    phase_of = _per_name(events["name"], phase_name)
-    is_phase = host_range & np.not_equal(phase_of, None)
-    kind[is_phase] = "phase"
-    phase = text(events["phase"]).copy()
-    phase[is_phase] = phase_of[is_phase]
+    step_of, name_at = _per_category(events["name"], step_number, dtype="int64")
+    is_step = host_range & (step_of[name_at] >= 0)
+    kind.codes[is_step] = kind.code("step")
+    step = events["step"].to_numpy(copy=True)
+    step[is_step] = step_of[name_at[is_step]]
 
-    is_annotation = _per_name(events["name"], lambda n: n.startswith(ANNOTATION_PREFIXES)).astype(bool) & (kind == "op")
-    kind[is_annotation] = "annotation"
+    phase_of, _ = _per_category(events["name"], phase_name)
+    is_phase = host_range & np.not_equal(phase_of, None)[name_at]
+    kind.codes[is_phase] = kind.code("phase")
+    phase = _Labels(events["phase"])
+    if is_phase.any():
+        phase.relabel(np.flatnonzero(is_phase), phase_of[name_at[is_phase]])
+
+    starts_annotation, _ = _per_category(events["name"], lambda n: n.startswith(ANNOTATION_PREFIXES), dtype=bool)
+    is_annotation = starts_annotation[name_at] & kind.mask("op")
+    kind.codes[is_annotation] = kind.code("annotation")
     out = events.copy(deep=False)  # copy-on-write: the new columns are this frame's alone
-    out["kind"] = pd.Categorical(kind)
+    out["kind"] = kind.categorical()
     out["step"] = step
-    out["phase"] = pd.Categorical(phase)
+    out["phase"] = phase.categorical()
     return out
 
 
@@ -142,14 +191,13 @@ def parents_of_sorted(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 def _link_ops(ev: pd.DataFrame) -> None:
     """Fill parent_op and top_op for ops and host calls (in place)."""
-    kind = text(ev["kind"])
     n = len(ev)
     parent_op = np.full(n, -1, dtype="int64")
     top_op = np.full(n, -1, dtype="int64")
     starts_all = ev["start_ns"].to_numpy()
     ends_all = ev["end_ns"].to_numpy()
-    is_op = kind == "op"
-    host_needing = np.isin(kind, ["runtime", "driver", "python", "annotation", "op"])
+    is_op = one_of(ev["kind"], ["op"])
+    host_needing = one_of(ev["kind"], ["runtime", "driver", "python", "annotation", "op"])
 
     thread_key = ev["pid"].to_numpy() * 1_000_003 + ev["tid"].to_numpy()
     for key in np.unique(thread_key[is_op]):
@@ -174,7 +222,7 @@ def _link_ops(ev: pd.DataFrame) -> None:
     op_by_external = pd.Series(np.flatnonzero(is_op), index=external[is_op])
     op_by_external = op_by_external[~op_by_external.index.duplicated(keep="last")]
     op_by_external = op_by_external[op_by_external.index >= 0]
-    calls = np.isin(kind, ["runtime", "driver"]) & (external >= 0)
+    calls = one_of(ev["kind"], ["runtime", "driver"]) & (external >= 0)
     mapped = pd.Series(external[calls]).map(op_by_external).to_numpy()
     found = ~pd.isna(mapped)
     rows = np.flatnonzero(calls)[found]
@@ -188,12 +236,11 @@ def _link_ops(ev: pd.DataFrame) -> None:
 
 def _link_gpu(ev: pd.DataFrame) -> None:
     """Fill launch, parent_op and top_op for GPU events (in place)."""
-    kind = text(ev["kind"])
     correlation = ev["correlation"].to_numpy()
-    is_call = np.isin(kind, ["runtime", "driver"]) & (correlation >= 0)
+    is_call = one_of(ev["kind"], ["runtime", "driver"]) & (correlation >= 0)
     call_by_corr = pd.Series(np.flatnonzero(is_call), index=correlation[is_call])
     call_by_corr = call_by_corr[~call_by_corr.index.duplicated(keep="first")]
-    is_gpu = np.isin(kind, list(GPU_KINDS) + ["sync"]) & (correlation >= 0)
+    is_gpu = one_of(ev["kind"], [*GPU_KINDS, "sync"]) & (correlation >= 0)
     mapped = pd.Series(correlation[is_gpu]).map(call_by_corr).to_numpy()
     launch = ev["launch"].to_numpy(copy=True)
     found = ~pd.isna(mapped)
@@ -208,10 +255,10 @@ def _link_gpu(ev: pd.DataFrame) -> None:
     top_op[rows] = top_op[launch[rows]]
     # GPU events whose launch call is missing from the trace may still name their op.
     external = ev["external_id"].to_numpy()
-    is_op = kind == "op"
+    is_op = one_of(ev["kind"], ["op"])
     op_by_external = pd.Series(np.flatnonzero(is_op), index=external[is_op])
     op_by_external = op_by_external[~op_by_external.index.duplicated(keep="last")]
-    orphan = np.isin(kind, list(GPU_KINDS)) & (parent_op < 0) & (external >= 0)
+    orphan = one_of(ev["kind"], GPU_KINDS) & (parent_op < 0) & (external >= 0)
     if orphan.any():
         mapped_op = pd.Series(external[orphan]).map(op_by_external).to_numpy()
         ok = ~pd.isna(mapped_op)
@@ -224,11 +271,10 @@ def _link_gpu(ev: pd.DataFrame) -> None:
 
 def main_thread(ev: pd.DataFrame) -> tuple[int, int] | None:
     """The thread that runs the loop: the one with the steps, else the one with most ops."""
-    kind = text(ev["kind"])
-    steps = np.flatnonzero(kind == "step")
+    steps = np.flatnonzero(one_of(ev["kind"], ["step"]))
     if len(steps):
         return int(ev["pid"].iat[steps[0]]), int(ev["tid"].iat[steps[0]])
-    ops = kind == "op"
+    ops = one_of(ev["kind"], ["op"])
     if not ops.any():
         return None
     counts = ev.loc[ops].groupby(["pid", "tid"]).size()
@@ -258,16 +304,15 @@ def _subtract(ranges: list[tuple[int, int]], taken: list[tuple[int, int]]) -> li
 
 def _infer_phases(ev: pd.DataFrame, main: tuple[int, int]) -> pd.DataFrame:
     """Phase ranges per step for traces that carry none (see module docstring)."""
-    kind = text(ev["kind"])
     same_process = ev["pid"].to_numpy() == main[0]
     starts = ev["start_ns"].to_numpy()
     ends = ev["end_ns"].to_numpy()
-    annotation = (kind == "annotation") & same_process
-    loader = np.flatnonzero(annotation & _per_name(ev["name"], lambda n: n.startswith("enumerate(DataLoader)")).astype(bool))
-    optimizer = np.flatnonzero(annotation & _per_name(
-        ev["name"], lambda n: n.startswith(("Optimizer.step#", "Optimizer.zero_grad#"))).astype(bool))
-    backward = np.flatnonzero((kind == "op") & same_process & name_matches(ev["name"], _BACKWARD_OP))
-    step_rows = np.flatnonzero(kind == "step")
+    annotation = one_of(ev["kind"], ["annotation"]) & same_process
+    loader = np.flatnonzero(annotation & _names_where(ev["name"], lambda n: n.startswith("enumerate(DataLoader)")))
+    optimizer = np.flatnonzero(annotation & _names_where(
+        ev["name"], lambda n: n.startswith(("Optimizer.step#", "Optimizer.zero_grad#"))))
+    backward = np.flatnonzero(one_of(ev["kind"], ["op"]) & same_process & name_matches(ev["name"], _BACKWARD_OP))
+    step_rows = np.flatnonzero(one_of(ev["kind"], ["step"]))
     step_rows = step_rows[np.argsort(starts[step_rows], kind="stable")]
 
     # rows are sorted by start (the frame is), so a step's rows are one slice of each
@@ -329,60 +374,60 @@ def _phase_segments(phases: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def _assign_steps_and_phases(ev: pd.DataFrame, main: tuple[int, int] | None) -> None:
-    kind = text(ev["kind"])
-    n = len(ev)
     starts = ev["start_ns"].to_numpy()
     step_col = ev["step"].to_numpy(copy=True)
-    phase_col = text(ev["phase"]).copy()
-    is_host = ~np.isin(kind, list(GPU_KINDS) + ["sync", "gpu_annotation"])
-    steps = ev[kind == "step"].sort_values("start_ns")
+    phase = _Labels(ev["phase"])
+    is_step = one_of(ev["kind"], ["step"])
+    is_phase = one_of(ev["kind"], ["phase"])
+    is_host = ~one_of(ev["kind"], [*GPU_KINDS, "sync", "gpu_annotation"])
+    steps = ev[is_step].sort_values("start_ns")
     if main is not None and len(steps):
         same_process = ev["pid"].to_numpy() == main[0]
-        targets = np.flatnonzero(is_host & same_process & (kind != "step"))
+        targets = np.flatnonzero(is_host & same_process & ~is_step)
         s_start = steps["start_ns"].to_numpy()
         s_end = steps["end_ns"].to_numpy()
         idx = np.searchsorted(s_start, starts[targets], side="right") - 1
         ok = (idx >= 0) & (starts[targets] < s_end[np.maximum(idx, 0)])
         step_col[targets[ok]] = steps["step"].to_numpy()[idx[ok]]
 
-        phase_targets = targets[ok & (kind[targets] != "phase")]
-        seg_start, seg_end, seg_name = _phase_segments(ev[kind == "phase"])
-        assigned = np.full(len(phase_targets), "Others", dtype=object)
+        phase_targets = targets[ok & ~is_phase[targets]]
+        seg_start, seg_end, seg_name = _phase_segments(ev[is_phase])
+        others = phase.code("Others")
+        assigned = np.full(len(phase_targets), others, dtype=np.int32)
         if len(seg_start):
+            seg_code = np.array([phase.code(str(name)) for name in seg_name], dtype=np.int32)
             t = starts[phase_targets]
             pidx = np.searchsorted(seg_start, t, side="right") - 1
             hit = (pidx >= 0) & (t < seg_end[np.maximum(pidx, 0)])
-            assigned[hit] = seg_name[pidx[hit]]
-        phase_col[phase_targets] = assigned
+            assigned[hit] = seg_code[pidx[hit]]
+        phase.codes[phase_targets] = assigned
         # Autograd runs backward ops on its own thread: inside a step they are Backward.
         other_thread = ev["tid"].to_numpy()[phase_targets] != main[1]
         autograd = name_matches(ev["name"], _BACKWARD_OP)[phase_targets]
-        phase_col[phase_targets[other_thread & (autograd | (phase_col[phase_targets] == "Others"))]] = "Backward"
+        phase.codes[phase_targets[other_thread & (autograd | (assigned == others))]] = phase.code("Backward")
 
     # GPU events and sync records take the step and phase of their launch call.
     launch = ev["launch"].to_numpy()
     gpu = np.flatnonzero(~is_host & (launch >= 0))
     step_col[gpu] = step_col[launch[gpu]]
-    phase_col[gpu] = phase_col[launch[gpu]]
+    phase.codes[gpu] = phase.codes[launch[gpu]]
     ev["step"] = step_col
-    # A set of the column's values (hashing), not np.unique (sorting strings): far faster.
-    ev["phase"] = pd.Categorical(phase_col, categories=sorted(set(PHASES) | set(phase_col.tolist())))
-    del n
+    ev["phase"] = phase.categorical(always=PHASES)
 
 
 def _python_stacks(ev: pd.DataFrame, *, blocking_calls_only: bool = False) -> None:
     """Give host-blocking calls and tensor-to-host ops a call stack built from the
     trace's python_function frames, where the trace has no 'Call stack' text."""
-    kind = text(ev["kind"])
-    is_python = kind == "python"
+    is_python = one_of(ev["kind"], ["python"])
     if not is_python.any():
         return
-    stacks = text(ev["call_stack"]).copy()
-    blocking = _per_name(ev["name"], lambda n: n.startswith(HOST_BLOCKING_PREFIXES)).astype(bool)
-    to_host = _per_name(ev["name"], lambda n: n in SOURCE_OPS).astype(bool)
+    stacks = _Labels(ev["call_stack"])
+    blocking = _names_where(ev["name"], lambda n: n.startswith(HOST_BLOCKING_PREFIXES))
+    to_host = _names_where(ev["name"], lambda n: n in SOURCE_OPS)
     if blocking_calls_only:
         to_host = np.zeros(len(ev), dtype=bool)
-    wanted = ((np.isin(kind, ["runtime", "driver"]) & blocking) | ((kind == "op") & to_host)) & (stacks == "")
+    wanted = ((one_of(ev["kind"], ["runtime", "driver"]) & blocking) | (one_of(ev["kind"], ["op"]) & to_host)) \
+        & stacks.mask("")
     if not wanted.any():
         return
     thread_key = ev["pid"].to_numpy() * 1_000_003 + ev["tid"].to_numpy()
@@ -404,13 +449,13 @@ def _python_stacks(ev: pd.DataFrame, *, blocking_calls_only: bool = False) -> No
                 chain.append(name_arr[frames[pos]])
                 pos = parents[pos]
             # Kineto's 'Call stack' text lists the innermost frame first; keep that order.
-            stacks[target] = ";".join(chain)
-    ev["call_stack"] = pd.Categorical(stacks)
+            stacks.codes[target] = stacks.code(";".join(chain))
+    ev["call_stack"] = stacks.categorical()
 
 
-def _sorted(ev: pd.DataFrame) -> pd.DataFrame:
-    """Rows by start time, outer ranges first on ties; ids renumbered to positions."""
-    order = start_order(ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy())
+def _sorted(ev: pd.DataFrame, order: np.ndarray) -> pd.DataFrame:
+    """Rows in ``order`` (start_order: by start time, outer ranges first on ties); ids
+    renumbered to positions."""
     out = ev.take(order).reset_index(drop=True)
     out["id"] = np.arange(len(out), dtype="int64")
     return out
@@ -419,26 +464,28 @@ def _sorted(ev: pd.DataFrame) -> pd.DataFrame:
 def _sync_range_stacks(ev: pd.DataFrame) -> None:
     """Give the ops inside advisor's ``advisor::sync`` ranges the range's source line as
     their call stack (where they have none), and the range itself too."""
-    frames = _per_name(ev["name"], lambda n: (m := SYNC_RANGE.match(n)) and m["frame"] or "")
-    ranges = np.flatnonzero((text(ev["kind"]) == "annotation") & (frames != ""))
+    frame_of, name_at = _per_category(ev["name"], lambda n: (m := SYNC_RANGE.match(n)) and m["frame"] or "")
+    ranges = np.flatnonzero(one_of(ev["kind"], ["annotation"]) & (frame_of != "")[name_at])
     if not len(ranges):
         return
-    stacks = text(ev["call_stack"]).copy()
-    kind = text(ev["kind"])
+    stacks = _Labels(ev["call_stack"])
+    no_stack = stacks.code("")
+    is_op = one_of(ev["kind"], ["op"])
     thread_key = ev["pid"].to_numpy() * 1_000_003 + ev["tid"].to_numpy()
     starts = ev["start_ns"].to_numpy()
     ends = ev["end_ns"].to_numpy()
     for key in np.unique(thread_key[ranges]):
-        ops = np.flatnonzero((kind == "op") & (thread_key == key))
+        ops = np.flatnonzero(is_op & (thread_key == key))
         op_starts = starts[ops]
         for r in ranges[thread_key[ranges] == key]:
+            frame = stacks.code(frame_of[name_at[r]])
             a, b = np.searchsorted(op_starts, [starts[r], ends[r]], side="left")
             inside = ops[a:b]
-            inside = inside[stacks[inside] == ""]
-            stacks[inside] = frames[r]
-            if stacks[r] == "":
-                stacks[r] = frames[r]
-    ev["call_stack"] = pd.Categorical(stacks)
+            inside = inside[stacks.codes[inside] == no_stack]
+            stacks.codes[inside] = frame
+            if stacks.codes[r] == no_stack:
+                stacks.codes[r] = frame
+    ev["call_stack"] = stacks.categorical()
 
 
 def attribute(events: pd.DataFrame, *, sync_ranges_only: bool = False) -> pd.DataFrame:
@@ -448,16 +495,23 @@ def attribute(events: pd.DataFrame, *, sync_ranges_only: bool = False) -> pd.Dat
     host-blocking call the user's code makes with an ``advisor::sync`` range; tensor-to-host
     ops outside those ranges (an optimizer reading its step counter) then get no source
     line from the Python frames, so they are not charged to the user's code."""
-    ev = _sorted(classify_names(conform_events(events)))
+    ev = classify_names(conform_events(events))
     # Not held through the rest: on a trace of millions of events the unsorted frame is
     # hundreds of MB. (A caller that passes its only reference frees it here.)
     del events
-    main = main_thread(ev)
-    kind = text(ev["kind"])
-    if main is not None and not (kind == "phase").any() and (kind == "step").any():
-        inferred = _infer_phases(ev, main)
-        if len(inferred):
-            ev = concat_events([ev, inferred], by_start=True)
+    # The columns that find the main thread and infer phases, in start order; the whole
+    # frame is put in order once, with the inferred phases among its rows.
+    order = start_order(ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy())
+    light = ev[["kind", "name", "pid", "tid", "start_ns", "end_ns", "step"]].take(order).reset_index(drop=True)
+    main = main_thread(light)
+    inferred = None
+    if main is not None and not one_of(light["kind"], ["phase"]).any() and one_of(light["kind"], ["step"]).any():
+        inferred = _infer_phases(light, main)
+    del light
+    if inferred is not None and len(inferred):
+        ev = concat_events([ev, inferred], by_start=True)
+    else:
+        ev = _sorted(ev, order)
     _link_ops(ev)
     _link_gpu(ev)
     _assign_steps_and_phases(ev, main)

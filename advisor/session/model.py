@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -75,6 +76,7 @@ __all__ = [
     "empty_events",
     "insert_unrelated",
     "is_session_dir",
+    "one_of",
     "text",
 ]
 
@@ -186,6 +188,22 @@ def text(column: pd.Series) -> np.ndarray:
     categories = np.asarray([str(c) for c in column.cat.categories] + [""], dtype=object)
     codes = column.cat.codes.to_numpy()
     return categories[np.where(codes >= 0, codes, len(categories) - 1)]
+
+
+def one_of(column: pd.Series, values: Iterable[str]) -> np.ndarray:
+    """Mask of the rows of a categorical column whose value is one of ``values``
+    (a missing value reads as "", as in ``text``). Compared by code: ``text`` and a
+    string comparison per row take tens of milliseconds on a million rows, this one."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        column = column.astype("category")
+    wanted = set(values)
+    codes = [i for i, c in enumerate(column.cat.categories) if str(c) in wanted]
+    if "" in wanted:
+        codes.append(-1)
+    row_codes = column.cat.codes.to_numpy()
+    if len(codes) == 1:
+        return row_codes == codes[0]
+    return np.isin(row_codes, codes)
 
 
 def start_order(start_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
