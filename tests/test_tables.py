@@ -20,6 +20,9 @@ from advisor.session import (
     Session,
     SessionMeta,
     conform_events,
+    one_of,
+    select_rows,
+    text,
 )
 from advisor.tables import TABLE_DOCS, TABLES, compute_tables, table_names
 
@@ -391,6 +394,34 @@ def test_distributed_metadata_alone_gives_rows():
     dist = compute_tables(session, ["distributed"])["distributed"]
     assert dist.loc["Communication", "total_ns"] == 0
     assert dist.loc["Computation", "total_ns"] == 30 * MS
+
+
+# -- the events frame as the tables read it ----------------------------------------------
+
+
+def test_one_of_masks_by_code_as_text_would():
+    events = training_session().events
+    kinds = text(events["kind"])
+    for wanted in (["op"], ["runtime", "kernel"], ["memcpy", "no-such-kind"], [""], []):
+        assert (one_of(events["kind"], wanted) == np.isin(kinds, wanted)).all(), wanted
+    phases = text(events["phase"])
+    assert (one_of(events["phase"], [""]) == (phases == "")).all()  # missing reads as ""
+
+
+def test_select_rows_equals_the_mask_and_shares_no_copy_of_blank_columns():
+    events = training_session().events
+    for kinds in (["op"], list(GPU_KINDS), ["runtime"], ["phase", "step"], ["no-such-kind"]):
+        mask = one_of(events["kind"], kinds)
+        got, want = select_rows(events, mask), events[mask]
+        pd.testing.assert_frame_equal(got, want)
+        pd.testing.assert_frame_equal(select_rows(events, np.flatnonzero(mask)), want)
+    ops = select_rows(events, one_of(events["kind"], ["op"]))
+    # A GPU field is -1 on every op: one value broadcast, not a copy per row, and read-only.
+    device = ops["device"].to_numpy()
+    assert device.strides == (0,) and not device.flags.writeable
+    assert (device == -1).all()
+    # A field the rows do carry is a copy of their own.
+    assert ops["start_ns"].to_numpy().strides != (0,)
 
 
 # -- degenerate sessions -----------------------------------------------------------------

@@ -40,6 +40,7 @@ _EXPORTS = {
     "insert_unrelated": "model",
     "is_session_dir": "layout",
     "one_of": "model",
+    "select_rows": "model",
     "text": "model",
 }
 
@@ -67,5 +68,6 @@ __all__ = [
     "insert_unrelated",
     "is_session_dir",
     "one_of",
+    "select_rows",
     "text",
 ]

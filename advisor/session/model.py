@@ -77,6 +77,7 @@ __all__ = [
     "insert_unrelated",
     "is_session_dir",
     "one_of",
+    "select_rows",
     "text",
 ]
 
@@ -242,6 +243,29 @@ def concat_events(frames: list[pd.DataFrame], *, by_start: bool = False) -> pd.D
         out[column] = values if order is None else values.take(order)
     out["id"] = np.arange(len(out["id"]), dtype="int64")
     return pd.DataFrame(out, copy=False)  # in shape already: each column built once, not consolidated
+
+
+def select_rows(events: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    """The rows of a conformed events frame at ``rows`` (a mask or row positions), as a
+    frame of their own. A numeric column that holds only its missing value on those rows
+    (a GPU field on the host's rows, a sample's CPU use anywhere else) is that value
+    broadcast, not a copy per row: on a large trace the frames of one kind of event that
+    the tables share would otherwise hold hundreds of MB of -1 and NaN. The frame is
+    read-only in those columns, as a frame shared by several readers should be."""
+    positions = np.flatnonzero(rows) if rows.dtype == bool else np.asarray(rows)
+    out: dict[str, Any] = {}
+    for column in events.columns:
+        spec = EVENT_COLUMNS.get(column)
+        series = events[column]
+        if spec is None or spec[0] == "category":
+            out[column] = series.take(positions).array if spec is not None else series.to_numpy()[positions]
+            continue
+        values = series.to_numpy()[positions]
+        missing = spec[1]
+        blank = np.isnan(values).all() if spec[0] == "float64" else bool((values == missing).all())
+        out[column] = np.broadcast_to(values.dtype.type(missing), values.shape) if blank and len(values) else values
+    index = events.index[positions]
+    return pd.DataFrame(out, index=index, copy=False)
 
 
 def insert_unrelated(events: pd.DataFrame, extra: pd.DataFrame) -> pd.DataFrame:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advisor.session import GPU_KINDS, PHASES, Session
+from advisor.session import GPU_KINDS, PHASES, Session, select_rows
 from advisor.session import intervals as iv
 from advisor.session.attribute import main_thread, name_matches
 
@@ -163,8 +163,9 @@ class Facts:
         return self.memo(("mask", kinds), compute)
 
     def of_kind(self, *kinds: str) -> pd.DataFrame:
-        """The rows of ``mask(*kinds)`` as a frame."""
-        return self.memo(("of_kind", kinds), lambda: self.events[self.mask(*kinds)])
+        """The rows of ``mask(*kinds)`` as a frame (shared by the tables: read-only, its
+        columns that hold nothing for these kinds a single value; see select_rows)."""
+        return self.memo(("of_kind", kinds), lambda: select_rows(self.events, self.mask(*kinds)))
 
     def spans(self, *kinds: str) -> iv.Intervals:
         """The time of ``mask(*kinds)`` rows, without building a frame."""
@@ -194,7 +195,8 @@ class Facts:
         pid, tid = self.main_thread
         mine = ((ev["kind"] == "op").to_numpy() & (ev["parent_op"].to_numpy() < 0)
                 & (ev["pid"].to_numpy() == pid) & (ev["tid"].to_numpy() == tid))
-        return ev[mine].sort_values("start_ns", kind="stable")
+        rows = np.flatnonzero(mine)
+        return select_rows(ev, rows[np.argsort(ev["start_ns"].to_numpy()[rows], kind="stable")])
 
     @cached_property
     def phases(self) -> pd.DataFrame:
@@ -276,7 +278,7 @@ class Facts:
         # Picked from the events at once: a frame of every host op and range first would
         # be kept (memoised) for the session's tables, the largest of them on a big trace.
         ev = self.events
-        return ev[self.mask("op", "annotation") & name_matches(ev["name"], COMM_HOST)]
+        return select_rows(ev, self.mask("op", "annotation") & name_matches(ev["name"], COMM_HOST))
 
     @cached_property
     def comm_work_host(self) -> pd.DataFrame:

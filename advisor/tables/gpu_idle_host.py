@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from advisor.session import GPU_KINDS, text
+from advisor.session import GPU_KINDS, one_of, text
 from advisor.session import intervals as iv
 from advisor.session.attribute import parents_of_sorted
 from advisor.tables._facts import MODEL_PHASES, Facts, user_frame
@@ -84,8 +84,7 @@ def _main_thread_ranges(f: Facts) -> pd.DataFrame:
     if main is None:
         return ev.iloc[0:0].assign(parent=np.zeros(0, dtype=np.int64))
     pid, tid = main
-    kind = ev["kind"].to_numpy()
-    mine = (ev["pid"].to_numpy() == pid) & (ev["tid"].to_numpy() == tid) & np.isin(kind, ("python", "annotation"))
+    mine = (ev["pid"].to_numpy() == pid) & (ev["tid"].to_numpy() == tid) & one_of(ev["kind"], ("python", "annotation"))
     ranges = ev.loc[mine, ["name", "kind", "start_ns", "end_ns"]]
     ranges = ranges.assign(neg_end=-ranges["end_ns"]).sort_values(["start_ns", "neg_end"], kind="stable")
     ranges = ranges.drop(columns="neg_end").reset_index(drop=True)

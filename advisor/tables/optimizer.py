@@ -17,7 +17,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from advisor.session import GPU_KINDS
+from advisor.session import GPU_KINDS, one_of
 from advisor.session import intervals as iv
 from advisor.session.attribute import name_matches
 from advisor.tables._facts import Facts
@@ -78,12 +78,11 @@ def optimizer_table(f: Facts) -> pd.DataFrame:
     if main is None or f.window_ns <= 0:
         return empty
     lo, hi = f.window
-    kind = ev["kind"].to_numpy()
     on_main = (ev["pid"].to_numpy() == main[0]) & (ev["tid"].to_numpy() == main[1])
     inside_window = (ev["start_ns"].to_numpy() >= lo) & (ev["start_ns"].to_numpy() < hi)
     # The pattern is anchored: searched once per distinct name, not once per row.
     named = name_matches(ev["name"], OPTIMIZER_RANGE)
-    ranges = ev[on_main & inside_window & (kind == "annotation") & named]
+    ranges = ev[on_main & inside_window & one_of(ev["kind"], ["annotation"]) & named]
     if not len(ranges):
         return empty
     steps = max(len(f.steps), 1)
@@ -91,7 +90,7 @@ def optimizer_table(f: Facts) -> pd.DataFrame:
     op_starts = ops["start_ns"].to_numpy()
     # The GPU rows' launch and times only, not a frame of every GPU event (hundreds of MB
     # on a large trace).
-    is_gpu = np.isin(kind, GPU_KINDS)
+    is_gpu = one_of(ev["kind"], GPU_KINDS)
     gpu_launch = ev["launch"].to_numpy()[is_gpu]
     gpu_took = (ev["end_ns"].to_numpy() - ev["start_ns"].to_numpy())[is_gpu]
     tops = ev["top_op"].to_numpy()
