@@ -144,6 +144,13 @@ def _comm_raw(args: _Args) -> Any:
                             for r in (args.pg_name, args.pg_desc, args.msg_nelems, args.msg_dtype)) + b"]"
 
 
+def _all_absent(raws: list[Any]) -> bool:
+    """Whether none of these raw fields was written. Judged by identity in C where the
+    first is absent (a field a trace does not record is absent throughout); a field
+    written on the first row is taken as present without a pass."""
+    return not raws or (raws[0] is _NO_RAW and raws.count(_NO_RAW) == len(raws))
+
+
 class _Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
     """A complete event ('X'): the only phase that becomes a row."""
 
@@ -881,12 +888,23 @@ class _Columns:
         parts["ts"].append(ts)
         parts["dur"].append(np.nan_to_num(dur, nan=0.0))  # null
         parts["name"].append(np.array([codes["name"][e.name] for e in events], dtype="int32"))
-        parts["call_stack"].append(np.array([codes["call_stack"][a.call_stack or ""] for a in args], dtype="int32"))
-        parts["pid"].append(ints([e.pid if type(e.pid) is int else numbers[e.pid] for e in events], self._label))
-        parts["tid"].append(ints([e.tid if type(e.tid) is int else numbers[e.tid] for e in events], self._label))
+        # Below, a field that no event of the chunk carries (most traces record no call
+        # stacks, strides or collectives) is seen by an identity count, in C, and skipped.
+        stacks = [a.call_stack for a in args]
+        if stacks.count("") == len(stacks):
+            parts["call_stack"].append(np.full(len(stacks), codes["call_stack"][""], dtype="int32"))
+        else:
+            parts["call_stack"].append(np.array([codes["call_stack"][s or ""] for s in stacks], dtype="int32"))
+        parts["pid"].append(self._thread_ids([e.pid for e in events]))
+        parts["tid"].append(self._thread_ids([e.tid for e in events]))
         parts["correlation"].append(ints([a.correlation for a in args], self._big_id))
-        parts["external_id"].append(ints([a.external_id if a.external_id != -1 else a.external_id_lower
-                                          for a in args], self._big_id))
+        # "external id" (lower case) is an older spelling, read where the other is absent.
+        external = [a.external_id for a in args]
+        if external.count(-1):
+            lower = [a.external_id_lower for a in args]
+            if lower.count(-1) != len(lower):
+                external = [e if e != -1 else e_lower for e, e_lower in zip(external, lower)]
+        parts["external_id"].append(ints(external, self._big_id))
         # Fields that only some kinds carry are read for the rows of those kinds alone.
         carried = {}
         for group, code in _CARRIERS.items():
@@ -903,16 +921,32 @@ class _Columns:
         parts["python_parent"].append(ints([a.python_parent for a in python], self._big_id))
         parts["flops"].append(np.array([a.flops for a in op], dtype="float64"))
         absent, raw_bytes = _NO_RAW, bytes
+        groups, messages = [a.pg_name for a in op], [a.msg_nelems for a in op]
+        if _all_absent(groups) and _all_absent(messages):
+            comm = groups
+        else:
+            comm = [_comm_raw(a) for a in op]
         for field, raws in (("input_dims", [a.input_dims for a in op]),
                             ("input_types", [a.input_types for a in op]),
                             ("input_strides", [a.input_strides for a in op]),
                             ("concrete_inputs", [a.concrete_inputs for a in op]),
                             ("grid", [a.grid for a in gpu]),
                             ("block", [a.block for a in gpu]),
-                            ("comm", [_comm_raw(a) for a in op])):
+                            ("comm", comm)):
             table, empty = self.raw_codes[field], self.empty[field]
-            parts[field].append(np.array([empty if r is absent else table[raw_bytes(r)] for r in raws],
-                                         dtype="int32"))
+            if _all_absent(raws):
+                parts[field].append(np.full(len(raws), empty, dtype="int32"))
+            else:
+                parts[field].append(np.array([empty if r is absent else table[raw_bytes(r)] for r in raws],
+                                             dtype="int32"))
+
+    def _thread_ids(self, values: list[Any]) -> np.ndarray:
+        """pids or tids: ints as they are; digit strings and labels by their number."""
+        array = np.array(values)
+        if array.dtype.kind == "i":  # every one an int within int64
+            return array.astype("int64", copy=False)
+        numbers = self.thread_numbers
+        return self._ints([v if type(v) is int else numbers[v] for v in values], self._label)
 
     def _ints(self, values: list[int | None], big: Callable[[int], int] | None = None) -> np.ndarray:
         try:
