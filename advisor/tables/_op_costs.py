@@ -19,7 +19,7 @@ from advisor.knowledge import hardware as kb
 from advisor.knowledge.costs import costs_for_ops
 from advisor.knowledge.roofline import MATRIX_KINDS, compute_dtypes, resolve_target
 from advisor.session import text
-from advisor.tables._facts import Facts, ancestors, decode
+from advisor.tables._facts import Facts, ancestors, coded, decode
 
 __all__ = ["DIMS", "NESTED_SUFFIX", "TENSOR_DTYPES", "OpCalls", "add_rates", "ideal_parts", "op_calls", "per_call"]
 
@@ -155,7 +155,7 @@ def _per_call(f: Facts) -> pd.DataFrame | None:
     nested = (top >= 0) & (top != ids)
     out = pd.DataFrame({
         "id": ids,
-        "key": _keys(name, dims_text),
+        "key": _keys(rows["name"], rows["input_dims"]),
         "operator": _as_text(np.where(nested, _suffixed(name, NESTED_SUFFIX), name)),
         "name": name, "input_dims": dims_text, "kind": kind, "dtype": _as_text(dtype),
         "flops": flops, "bytes": nbytes, "measured_ns": measured, "ideal_ns": np.fmax(compute_ns, memory_ns),
@@ -172,10 +172,16 @@ def _as_text(values: np.ndarray) -> np.ndarray:
     return text(series.where(series.notna(), "None"))
 
 
-def _keys(names: np.ndarray, dims: np.ndarray) -> np.ndarray:
-    """Row keys "name dims", one str object per distinct (name, dims) pair."""
-    codes, distinct = pd.MultiIndex.from_arrays([names, dims]).factorize()
-    return np.array([f"{n} {d}".rstrip() for n, d in distinct], dtype=object)[codes]
+def _keys(names: pd.Series, dims: pd.Series) -> np.ndarray:
+    """Row keys "name dims" from the categorical name and dims columns, one str object per
+    distinct (name, dims) pair, the pairs told apart by their codes."""
+    name_codes, name_labels = coded(names)
+    dims_codes, dims_labels = coded(dims)
+    width = len(dims_labels) + 1
+    codes, distinct = pd.factorize((name_codes + 1) * width + (dims_codes + 1))
+    name_text = decode(distinct // width - 1, name_labels)
+    dims_text = decode(distinct % width - 1, dims_labels)
+    return np.array([f"{n} {d}".rstrip() for n, d in zip(name_text, dims_text)], dtype=object)[codes]
 
 
 def _suffixed(names: np.ndarray, suffix: str) -> np.ndarray:
@@ -194,14 +200,19 @@ def ideal_parts(target, dtype: np.ndarray, tensor: np.ndarray, flops: np.ndarray
     if target is None:
         return compute_ns, memory_ns, unit
     bandwidth = target.bandwidth()
-    peaks: dict[tuple, float | None] = {}
-    for i in range(n):
-        key = (dtype[i], bool(tensor[i]))
-        if key not in peaks:
-            peaks[key] = target.peak(dtype[i], tensor_core=key[1])
-        peak = peaks[key]
-        compute_ns[i] = flops[i] / peak * 1e9 if peak else np.nan
-        memory_ns[i] = nbytes[i] / bandwidth * 1e9 if bandwidth else np.nan
+    if bandwidth:
+        memory_ns = np.asarray(nbytes, dtype=float) / bandwidth * 1e9
+    # The peak is looked up once per distinct (dtype, tensor cores) pair: a table has a
+    # row per op call and a few such pairs.
+    dtype_codes, dtypes = pd.factorize(np.asarray(dtype, dtype=object), sort=False)  # None: code -1
+    dtypes = [*dtypes, None]
+    dtype_at = np.where(dtype_codes >= 0, dtype_codes, len(dtypes) - 1).astype(np.int64)
+    pairs = dtype_at * 2 + np.asarray(tensor, dtype=bool)
+    for pair in np.unique(pairs):
+        peak = target.peak(dtypes[pair // 2], tensor_core=bool(pair % 2))
+        if peak:
+            rows = pairs == pair
+            compute_ns[rows] = np.asarray(flops, dtype=float)[rows] / peak * 1e9
     # Shared str objects, not a fixed-width array turned into a str per row.
     unit[:] = "cpu" if target.kind == "cpu" else np.array(["cuda cores", "tensor cores"], dtype=object)[
         tensor.astype(np.intp)]
