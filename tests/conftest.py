@@ -48,3 +48,12 @@ def make_trace(tmp_path):
         return write_trace(tmp_path / name, events, **top)
 
     return make
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """A session cache of the test's own, empty, in use (the suite's shared one set aside)."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("ADVISOR_CACHE_DIR", str(folder))
+    monkeypatch.delenv("ADVISOR_NO_CACHE", raising=False)
+    return folder

@@ -21,14 +21,6 @@ def events(kernels: int) -> list[dict]:
     return out
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("ADVISOR_CACHE_DIR", str(folder))
-    monkeypatch.delenv("ADVISOR_NO_CACHE", raising=False)
-    return folder
-
-
 def test_the_second_load_of_a_trace_reads_the_cache_not_the_trace(tmp_path, cache_dir, monkeypatch):
     trace = write_trace(tmp_path / "t.json", events(5))
     first = load(trace)

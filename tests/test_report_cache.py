@@ -35,12 +35,11 @@ def trace(tmp_path):
 
 
 @pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("ADVISOR_CACHE_DIR", str(folder))
-    monkeypatch.delenv("ADVISOR_NO_CACHE", raising=False)
+def cache_dir(cache_dir, tmp_path, monkeypatch):
+    """conftest's cache of the test's own, run from the test's folder (the current folder is
+    part of what a kept report depends on)."""
     monkeypatch.chdir(tmp_path)
-    return folder
+    return cache_dir
 
 
 @pytest.fixture
