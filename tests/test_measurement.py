@@ -359,6 +359,23 @@ def test_cpu_bound_loading_is_held_to_the_cores():
     assert finding.saving.ms_per_step <= 100 - (10 + 90) * 1.05 / 2 + 1e-6
 
 
+def test_cpu_bound_loading_on_all_but_a_sliver_of_two_cores_gets_two_workers_and_one_torch_thread():
+    # 90 ms of CPU work per batch, 10 ms of compute; another process took 5% of a core,
+    # leaving the job 1.95 of them. One worker would only move the 90 ms off the main
+    # process (a 10 ms saving); two share it (the step bound by the two cores)
+    finding = advise(kind="map-style", workers=0, item_ns=2.8e6, free_cores=0.95, share=0.9, process_cores=1.0)
+    assert finding.metrics["job_cores"] == pytest.approx(1.95)
+    assert finding.metrics["advice"] == "num_workers=2"
+    assert finding.saving.ms_per_step > 40 and "bound by the CPU cores" in finding.saving.remains
+    # the workers fill the cores: the main process's torch threads must leave them be
+    assert finding.metrics["torch_threads"] == 1 and "torch.set_num_threads(1)" in finding.recommendation
+
+
+def test_workers_that_leave_cores_free_get_no_thread_advice():
+    finding = advise(kind="map-style", workers=0, item_ns=1.5e6, free_cores=3)
+    assert "set_num_threads" not in finding.recommendation and "torch_threads" not in finding.metrics
+
+
 def test_the_gpu_and_its_tail_bound_the_saving():
     balance = pd.DataFrame({"gpu_busy_ns": [55e6], "tail_ns": [10e6], "blocking_calls": [2.0]}, index=["mean"])
     finding = advise(kind="map-style", workers=0, item_ns=1.5e6, free_cores=3, extra={"step_gpu": balance})

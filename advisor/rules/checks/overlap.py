@@ -55,6 +55,7 @@ class OverlapSaving:
     high_ns: float
     step_after_ns: float  # the step the point estimate leaves
     remains: str  # what the step keeps, in words
+    binding: str = ""  # the floor the point estimate's step sits on: gpu, host, workers or cpu
 
 
 def _rest(fig: StepFigures) -> float:
@@ -103,7 +104,7 @@ def overlap_saving(fig: StepFigures, *, contention: float, contention_worst: flo
              "cpu": "the CPU cores"}[binding]
     remains = (f"The step keeps {'; '.join(parts)}. About {format_ns(after)} per step after the fix, bound by "
                f"{bound}.")
-    return OverlapSaving(point, low, high, after, remains)
+    return OverlapSaving(point, low, high, after, remains, binding)
 
 
 def best_workers(fig: StepFigures, contention: float, cap: int) -> int:
