@@ -3,8 +3,9 @@
 Every before/after pair the project has, each a real change an engineer would make:
 
     script pairs   an example script as a user wrote it, and the same script with the fix
-                   advisor recommends applied (num_workers=N taken from the finding itself,
-                   a batched index, a vectorised augmentation). Predicted: advisor diagnose
+                   advisor recommends applied (num_workers=N, and the main process's torch
+                   threads where it says, taken from the finding itself, a batched index, a
+                   vectorised augmentation). Predicted: advisor diagnose
                    on the first. Measured: both run plain, without advisor; each example
                    times its own steps (the mean after two warm-up steps, which leaves out
                    start-up and the workers' start). Runs alternate before/after and the
@@ -79,9 +80,17 @@ def _workers(finding: dict) -> list[str]:
     return ["--num-workers", advice.partition("=")[2]]
 
 
+def _workers_and_threads(finding: dict) -> list[str]:
+    """The workers, and the main process's torch threads where the finding sets them."""
+    threads = finding["metrics"].get("torch_threads")
+    return _workers(finding) + (["--torch-threads", str(int(threads))] if threads else [])
+
+
 SCRIPT_PAIRS = (
     ScriptPair("starved_loader", "starved_loader.py", "dataloader-starvation", _workers, 100),
     ScriptPair("tokenize_dataset", "tokenize_dataset.py", "dataloader-starvation", _workers, 30),
+    ScriptPair("char_features", "char_features.py", "dataloader-starvation", _workers_and_threads, 60,
+               repeat_factor=2),
     ScriptPair("in_memory_loop", "in_memory_loop.py", "dataloader-starvation", lambda f: ["--batched"], 2000,
                repeat_factor=3),
     ScriptPair("augment_loop", "augment_loop.py", "host-bound", lambda f: ["--vectorized"], 60),

@@ -2,8 +2,8 @@
 
 - Each new example runs plainly on a CPU and exits 0 (the scripts run concurrently, in
   subprocesses, to keep the file quick).
-- The scripts written as users write them (tokenize_dataset, in_memory_loop, augment_loop,
-  spawn_train) also run their fixes and print the step time they measured themselves.
+- The scripts written as users write them (tokenize_dataset, char_features, in_memory_loop,
+  augment_loop, spawn_train) also run their fixes and print the step time they measured themselves.
 - odd_gemm's GEMM sizes miss multiples of 8 and aligned_gemm's are the same sizes
   rounded up to them, read from the models the scripts build.
 - benchmarks/collector_overhead.py runs its CPU rows and says the GPU rows need a GPU.
@@ -51,13 +51,15 @@ RUNS = {
     "allreduce_after_backward": ["allreduce_after_backward.py", "--steps", "2"],
     # scripts as users write them; three steps, so each times one step after its two warm-up steps
     "tokenize_dataset": ["tokenize_dataset.py", "--steps", "3", "--num-workers", "1"],
+    "char_features": ["char_features.py", "--steps", "3"],
+    "char_features_fixed": ["char_features.py", "--steps", "3", "--num-workers", "2", "--torch-threads", "1"],
     "in_memory_loop": ["in_memory_loop.py", "--steps", "3"],
     "in_memory_loop_batched": ["in_memory_loop.py", "--steps", "3", "--batched"],
     "augment_loop": ["augment_loop.py", "--steps", "3"],
     "augment_loop_vectorized": ["augment_loop.py", "--steps", "3", "--vectorized"],
     "spawn_train_gloo": ["spawn_train.py", "--steps", "3", "--gloo"],
 }
-USERS_SCRIPTS = ["tokenize_dataset.py", "in_memory_loop.py", "augment_loop.py", "spawn_train.py"]
+USERS_SCRIPTS = ["tokenize_dataset.py", "char_features.py", "in_memory_loop.py", "augment_loop.py", "spawn_train.py"]
 
 
 OVERHEAD = "collector_overhead"
