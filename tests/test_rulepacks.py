@@ -378,6 +378,10 @@ def test_slow_region_names_the_region_and_leaves_torch_ranges_alone():
     findings = _example_findings("cpu_validate_every_step")["slow-user-region"]
     assert [f.evidence[0].row for f in findings] == ['validate']
     assert '"validate"' in findings[0].message
+    # a share of the recorded window, and that share of the job's own step
+    _, tables = _case("cpu_validate_every_step")
+    assert findings[0].metrics["share_of_step"] == pytest.approx(tables["userdefined"].loc["validate", "cpu_ratio"])
+    assert findings[0].metrics["share_of_step"] <= 1
     # cpu_clean_train's Optimizer.step range is 40% of its step, and is torch's own.
     _, tables = _case("cpu_clean_train")
     assert tables["userdefined"].loc["Optimizer.step#AdamW.step", "cpu_ratio"] > 0.25
