@@ -155,6 +155,18 @@ def test_cli_needs_an_output(tmp_path, capsys):
     assert "timeline needs -o PATH" in capsys.readouterr().err
 
 
+def test_cli_asks_for_one_rank_of_a_job(tmp_path, capsys):
+    job = tmp_path / "job"
+    for rank in (0, 1):
+        sample_session().save(job / f"rank-{rank}")
+    out = tmp_path / "trace.json.gz"
+    assert main(["timeline", str(job), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "is a job of 2 ranks: pass one of them" in err
+    assert str(job / "rank-0") in err and not out.exists()
+    assert main(["timeline", str(job / "rank-1"), "-o", str(out)]) == 0
+
+
 # -- progress while reading and writing ------------------------------------------------------------------
 
 

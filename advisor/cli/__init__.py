@@ -68,10 +68,11 @@ def _add_cache(parser: argparse.ArgumentParser) -> None:
                         help="read traces afresh and keep nothing in the session cache (see README: The cache)")
 
 
-def _add_target(parser: argparse.ArgumentParser, with_script_args: bool) -> None:
-    parser.add_argument("target", help="a training script (.py), a PyTorch profiler trace (.json / .json.gz), "
-                                       "a saved session folder, or a job: a folder of rank traces, several "
-                                       "traces, or a saved job folder")
+def _add_target(parser: argparse.ArgumentParser, with_script_args: bool, *, jobs: bool = True) -> None:
+    what = "a training script (.py), a PyTorch profiler trace (.json / .json.gz), "
+    what += ("a saved session folder, or a job: a folder of rank traces, several traces, or a saved job folder"
+             if jobs else "or a saved session folder (of a job: one rank's)")
+    parser.add_argument("target", help=what)
     if with_script_args:
         parser.add_argument("script_args", nargs=argparse.REMAINDER,
                             help="arguments passed to the script, as python would")
@@ -135,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_rule_options(timeline)
     _add_collection(timeline)
     _add_cache(timeline)
-    _add_target(timeline, with_script_args=True)
+    _add_target(timeline, with_script_args=True, jobs=False)
 
     compare = sub.add_parser("compare", help="compare two profiles: step time, phases, moved rows, findings",
                              description="Set two traces or saved sessions side by side (before and after a change).")
@@ -489,6 +490,13 @@ def _timeline(args: argparse.Namespace, kept) -> int:
     if args.output is None:
         raise UsageError("timeline needs -o PATH: the trace file to write (.json, or .json.gz to gzip it)")
     _check_output(args.output)
+    if not _is_script(Path(args.target)):
+        from advisor.job import job_sources
+
+        ranks = job_sources([Path(args.target), *(Path(a) for a in args.script_args)])
+        if ranks is not None:
+            raise UsageError(f"a timeline draws one profile, and {args.target} is a job of {len(ranks)} ranks: pass "
+                             f"one of them ({ranks[0]}), or `advisor diagnose {args.target}` for the whole job")
     chosen, _ = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
     session, exit_code = _session_for(args, kept=kept)
     _, result = _analyse(session, chosen)
