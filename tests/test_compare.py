@@ -105,6 +105,15 @@ def test_renderers_word_the_comparison(starved_then_fed):
     assert Comparison.model_validate_json(starved_then_fed.model_dump_json()) == starved_then_fed
 
 
+def test_an_80_column_terminal_reads_every_finding_s_title(starved_then_fed):
+    text = comparison_text(starved_then_fed, width=80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    findings = text[text.index("Findings"):]
+    assert not any(line.strip() == "\u2026" for line in findings.splitlines())  # no column squeezed to a "..."
+    for f in starved_then_fed.findings:
+        assert " ".join(f.title.split()[:3]) in " ".join(findings.split()), f.title
+
+
 def test_names_from_traces_are_escaped_in_markdown():
     slow = sample_session()
     ev = slow.events

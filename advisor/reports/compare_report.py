@@ -110,16 +110,23 @@ def _rows_table(title: str, rows: list[RowChange], width: int) -> RenderableType
     return Group(Text(title, style="bold"), view)
 
 
-def _findings_table(comparison: Comparison) -> RenderableType:
+def _findings_table(comparison: Comparison, width: int) -> RenderableType:
     if not comparison.findings:
         return Text("Findings: none in either profile.", style="bold")
+    # Below this width the title gets a column too narrow to read (a character a line in
+    # an 80-column terminal): it goes under the rule instead.
+    wide = width >= 100
     view = RichTable(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     view.add_column("status", no_wrap=True)
-    view.add_column("rule", no_wrap=True)
-    view.add_column("title")
+    if wide:
+        view.add_column("rule", no_wrap=True)
+        view.add_column("title")
+    else:
+        view.add_column("rule and title", min_width=max(len(f.rule) for f in comparison.findings))
     view.add_column("severity and saving, before \u2192 after", no_wrap=True)
     for f in comparison.findings:
-        view.add_row(Text(f.status, style=STATUS_STYLE[f.status]), Text(f.rule), Text(f.title), Text(_finding_line(f)))
+        named = [Text(f.rule), Text(f.title)] if wide else [Text.assemble(f.rule, "\n", (f.title, "dim"))]
+        view.add_row(Text(f.status, style=STATUS_STYLE[f.status]), *named, Text(_finding_line(f)))
     return Group(Text("Findings", style="bold"), view)
 
 
@@ -138,7 +145,7 @@ def render_comparison_terminal(comparison: Comparison, console: Console) -> None
     parts += [Text(""), _changes_table("Headline", comparison.headline, width)]
     if comparison.phases:
         parts += [Text(""), _changes_table("Model Summary phases, mean per step", comparison.phases, width)]
-    parts += [Text(""), _findings_table(comparison)]
+    parts += [Text(""), _findings_table(comparison, width)]
     for (table, column, what), rows in _moved_groups(comparison):
         title = f"Moved most: {table}.{column} ({what}), per {comparison.per}"
         parts += [Text(""), _rows_table(title, rows, width)]
