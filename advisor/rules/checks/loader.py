@@ -273,7 +273,9 @@ def _threads_advice(estimate: OverlapSaving, job_cores: float, workers: int, met
     sits on the CPU floor), the main process's own operators must not compete with them:
     torch's default of a thread per core, its idle threads spinning between operators,
     takes back much of what the workers save (a character tokenizer on 2 cores: 18.3 ms a
-    step, 13.0 with 2 workers, 10.2 with 2 workers and one torch thread)."""
+    step, 13.0 with 2 workers, 10.2 with 2 workers and one torch thread). Returns the
+    sentence to add to the advice ("" where none applies) and records the thread count in
+    ``metrics["torch_threads"]``."""
     if estimate.binding != "cpu" or math.isnan(job_cores):
         return ""
     threads = max(1, math.floor(job_cores + 0.05) - workers)
