@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -19,6 +20,12 @@ SHARED_TRACES = REPO.parent / "shared" / "traces"
 _CACHE = tempfile.mkdtemp(prefix="advisor-test-cache-")
 os.environ["ADVISOR_CACHE_DIR"] = _CACHE
 os.environ.pop("ADVISOR_NO_CACHE", None)
+
+
+# A shell starts background jobs with Ctrl-C ignored, and processes inherit that; the tests
+# of what advisor does on Ctrl-C (here and in the processes they start) need it delivered.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_unconfigure(config):
