@@ -636,6 +636,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if getattr(args, "no_cache", False):  # the environment carries it to worker processes too
         os.environ["ADVISOR_NO_CACHE"] = "1"
+    if args.command in ("diagnose", "summary", "timeline", "compare"):
+        from advisor.pages import plain_pages
+
+        plain_pages()  # advisor's own arrays; a script it runs gets numpy's setting back
     from advisor.cli.keep import Kept
 
     kept = Kept()

@@ -56,6 +56,7 @@ def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: st
     rules, and return its summary; a rank that cannot be read comes back with ``error``
     set instead of raising, so one bad rank does not take the job's report down."""
     from advisor.importers import cache, load
+    from advisor.pages import plain_pages
     from advisor.reports.build import build_report
     from advisor.rules import run_rules
     from advisor.session.startup import leave_out_startup
@@ -63,6 +64,7 @@ def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: st
     from advisor.tables._facts import Facts
     from advisor.tables.job import collective_calls, rank_figures
 
+    plain_pages()  # in a worker process too
     choice = choice or RuleChoice()
     _register_plugin_checks(choice)
     try:

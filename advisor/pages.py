@@ -1,0 +1,60 @@
+"""Memory pages for advisor's own large arrays.
+
+numpy asks the kernel to back every array of 4 MiB or more with transparent huge pages
+(``madvise``). Where the kernel compacts memory to honour that advice
+(``/sys/kernel/mm/transparent_hugepage/defrag`` set to ``madvise``, a common default), a
+fresh array can stall while pages are moved: on a 1 GB trace (3.5 M events) `advisor
+diagnose` spent 3.0 s of system time, half of it there, and 1.5 s of wall time (16.0 ->
+14.5 s; ``benchmarks/ingest.py``). advisor's arrays are written once and read a few times,
+so ordinary pages cost it less.
+
+The advice is turned off for advisor's analysis only. A user's script that advisor runs in
+its own process gets numpy's setting back while it runs (``numpy_pages``): advisor must not
+change how the job it measures uses memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+__all__ = ["numpy_pages", "plain_pages"]
+
+_before: bool | None = None  # numpy's own setting, once plain_pages has changed it
+
+
+def _setter() -> Callable[[bool], bool] | None:
+    """numpy's switch (it returns the previous setting), or None where this numpy has none."""
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:
+        try:
+            from numpy.core.multiarray import _set_madvise_hugepage  # numpy 1.x
+        except ImportError:
+            return None
+    return _set_madvise_hugepage
+
+
+def plain_pages() -> None:
+    """Stop numpy asking for huge pages in this process (for advisor's analysis)."""
+    global _before
+    switch = _setter()
+    if switch is None:
+        return
+    previous = switch(False)
+    if _before is None:
+        _before = previous
+
+
+@contextmanager
+def numpy_pages() -> Iterator[None]:
+    """numpy's own setting while a user's code runs; advisor's after."""
+    switch = _setter()
+    if switch is None or _before is None:
+        yield
+        return
+    ours = switch(_before)
+    try:
+        yield
+    finally:
+        switch(ours)
