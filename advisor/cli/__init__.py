@@ -214,7 +214,9 @@ def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False, h
     with ``spawned_ranks``, ranks the script starts with torch.multiprocessing.spawn are
     profiled and saved, each its own session (advisor.collect.spawned)."""
     from advisor.importers import load
+    from advisor.pages import plain_pages
 
+    plain_pages()  # for advisor's own arrays; a script it runs gets numpy's setting back
     target = Path(args.target)
     script_args = args.script_args
     if _is_script(target):
@@ -636,10 +638,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if getattr(args, "no_cache", False):  # the environment carries it to worker processes too
         os.environ["ADVISOR_NO_CACHE"] = "1"
-    if args.command in ("diagnose", "summary", "timeline", "compare"):
-        from advisor.pages import plain_pages
-
-        plain_pages()  # advisor's own arrays; a script it runs gets numpy's setting back
     from advisor.cli.keep import Kept
 
     kept = Kept()
