@@ -352,12 +352,26 @@ class _Reader:
         self.tid_names: dict[str, int] = {}
         self.big_ids: dict[int, int] = {}
         self.columns = _Columns(self)
+        # A part of the file read by a process of its own (advisor.importers.parts):
+        # where its bytes start, where reading stops (None: the file's end), whether
+        # its first and last events decoded as whole events, and a progress slot.
+        self.offset = 0
+        self.limit: int | None = None
+        self.first_decoded: bool | None = None
+        self.stopped: tuple[bytes, int] | None = None  # the bytes left where a limit stopped it
+        self.clean_end = False
+        self.report_part: Callable[[int, int], None] | None = None
 
     # -- bytes ------------------------------------------------------------------------
 
     def read(self, size: int) -> bytes:
         if self.eof:
             return b""
+        if self.limit is not None:
+            size = min(size, self.limit - self.offset - self.bytes_read)
+            if size <= 0:
+                self.eof = True
+                return b""
         try:
             # read1: read() would gather more from a gzip stream before returning and
             # lose what it had gathered when the stream then turns out to be cut off.
@@ -369,6 +383,8 @@ class _Reader:
         if not data:
             self.eof = True
         self.bytes_read += len(data)
+        if self.report_part is not None:
+            self.report_part(self.bytes_read, self.events_seen)
         if self.progress is not None:
             done = self.raw_file.tell() if not self.eof else self.file_size
             if self.progress_events:
@@ -381,7 +397,9 @@ class _Reader:
 
     def run(self) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
         buffer, start, metadata, array_form = self._head()
-        metadata.update(self._events(buffer, start, array_form))
+        from advisor.importers import parts
+
+        metadata.update(parts.read_in_parts(self, buffer, start, array_form))
         if self.progress_events:  # the last blocks' events, parsed after their bytes were counted
             self.progress(self.file_size, self.file_size, events=self.events_seen)
         if self.cut_reason is not None:
@@ -509,6 +527,8 @@ class _Reader:
                 buffer = buffer[pos:] + self.read(max(BLOCK, want - (len(buffer) - pos)))
                 pos = 0
             if self.eof:
+                if self.limit is not None and self.cut_reason is None:
+                    return self._stop(buffer, pos)
                 return self._finish(buffer[pos:], array_form)
             # The last cut within ``want`` bytes: chunks stay near BLOCK whatever the buffer.
             cut = _last_cut(buffer, pos, min(len(buffer), pos + want))
@@ -530,6 +550,23 @@ class _Reader:
                 # been inside one (a '},{' in a string). Read them again with more after.
                 pos += used
                 want = 2 * (len(buffer) - pos)
+
+    def _stop(self, buffer: bytes, pos: int) -> dict[str, Any]:
+        """The part's limit is reached: decode the events before it, which end there
+        where the limit is a true boundary between events (then ``clean_end``); keep
+        what did not decode, for a reader that goes on past the limit."""
+        piece = _strip_events(buffer[pos:])
+        used = self._decode(piece, 0, len(piece), final=False) if piece.strip() else len(piece)
+        self.clean_end = used == len(piece)
+        # Clean: only the comma before the event at the limit is left.
+        self.stopped = (buffer, len(buffer) if self.clean_end else pos + used)
+        return {}
+
+    def go_on(self, array_form: bool) -> dict[str, Any]:
+        """Read on past the limit to the file's end, from where ``_stop`` left off."""
+        buffer, pos = self.stopped
+        self.limit, self.stopped, self.eof = None, None, False
+        return self._events(buffer, pos, array_form)
 
     def _finish(self, rest: bytes, array_form: bool) -> dict[str, Any]:
         """The last bytes of the file: the last events, the end of the array, and the
@@ -614,9 +651,12 @@ class _Reader:
         try:
             # One copy, with the brackets that make the chunk a JSON array.
             self._add(_DECODER.decode(b"".join((b"[", view, b"]"))))
+            if self.first_decoded is None:
+                self.first_decoded = True
             return end - start
         except _DECODE_ERRORS:
-            pass
+            if self.first_decoded is None:
+                self.first_decoded = False
         chunk = bytes(view)
         if not chunk.strip():
             return end - start

@@ -1,0 +1,292 @@
+"""Reading one large plain trace in parts, each part in a process of its own.
+
+The event array of a plain (not gzipped) Kineto file is cut where one event ends and the
+next begins (``},{``) into about equal parts. Each part after the first is read by a forked
+process with the same reader (advisor.importers.kineto), while this process reads the
+first; the parts' columns come back through a pipe and are joined in file order, their text
+codes, thread labels and large ids renumbered into this process's, so the frame is the one
+a single process would have read (tests/test_parts.py compares them).
+
+A cut can fall inside a string (a name holding ``},{``). The part starting there then
+does not decode at its start, and the part before it not at its end: neither holds whole
+events there. Each part says whether both its ends decoded cleanly; where one did not, the
+other parts' work is dropped and this process reads on from its own part's end to the
+file's end: slower, never different. A part whose process fails for any reason (memory,
+a signal) is treated the same way.
+
+Used on systems with ``fork``, where the file holds at least ``PART_MIN_BYTES`` a part
+and more than one CPU is free to this process; ``ADVISOR_READ_PROCESSES`` caps the number
+of processes (1: read in this process alone).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import signal
+import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from advisor.importers.kineto import _Reader
+
+__all__ = ["PART_MIN_BYTES", "read_in_parts"]
+
+# A part smaller than this is not worth a process (its fork, its columns sent back).
+PART_MIN_BYTES = 32 << 20
+MAX_PROCESSES = 8
+# How far past a part's nominal start its first cut is looked for.
+_CUT_WINDOW = 4 << 20
+_SLOT = struct.Struct("qq")  # a part's progress: bytes read, events parsed
+
+
+def processes_allowed() -> int:
+    """How many processes may read one file: the CPUs free to this process, at most
+    MAX_PROCESSES, or ADVISOR_READ_PROCESSES."""
+    if not hasattr(os, "fork"):
+        return 1
+    wanted = os.environ.get("ADVISOR_READ_PROCESSES", "").strip()
+    if wanted:
+        try:
+            return max(1, int(wanted))
+        except ValueError:
+            return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_PROCESSES))
+
+
+def read_in_parts(reader: _Reader, buffer: bytes, start: int, array_form: bool) -> dict[str, Any]:
+    """Read the event array from buffer[start] on (the head already read), in parts where
+    that pays; returns the top-level keys after the array, as ``reader._events`` does."""
+    starts = _part_starts(reader, len(buffer))
+    if not starts:
+        return reader._events(buffer, start, array_form)
+    slots = mmap.mmap(-1, _SLOT.size * len(starts))
+    children = [_Part.fork(reader, at, end, array_form, slots, index)
+                for index, (at, end) in enumerate(zip(starts, [*starts[1:], None]))]
+    try:
+        reader.limit = starts[0]
+        progress = reader.progress
+        if progress is not None:
+            reader.progress = _with_parts(progress, reader.progress_events, slots, len(starts))
+        reader._events(buffer, start, array_form)
+        reader.progress = progress
+        results = [child.result() for child in children] if reader.clean_end else []
+        if not _joined_cleanly(reader, results):
+            _stop_all(children)
+            return reader.go_on(array_form)
+        for result in results:
+            _absorb(reader, result)
+        reader.limit = None
+        return results[-1]["metadata"]
+    finally:
+        _stop_all(children)
+        slots.close()
+
+
+def _part_starts(reader: _Reader, head_bytes: int) -> list[int]:
+    """Where the parts after the first start (the offset of an event's '{'), or [] where
+    the file is read in one."""
+    if reader.gzipped or not hasattr(os, "fork"):
+        return []
+    size = reader.file_size
+    count = min(processes_allowed(), size // PART_MIN_BYTES)
+    if count < 2:
+        return []
+    from advisor.importers.kineto import _CUT
+
+    starts: list[int] = []
+    try:
+        with open(reader.path, "rb") as file:
+            for i in range(1, count):
+                nominal = max(size * i // count, head_bytes, starts[-1] + 1 if starts else 0)
+                file.seek(nominal)
+                match = _CUT.search(file.read(_CUT_WINDOW))
+                if match is not None and nominal + match.end() - 1 < size:
+                    starts.append(nominal + match.end() - 1)
+    except OSError:
+        return []
+    return starts
+
+
+def _with_parts(progress: Callable[..., None], with_events: bool, slots: mmap.mmap, count: int
+                ) -> Callable[..., None]:
+    """The user's progress callable, hearing of every part's bytes and events."""
+
+    def heard(done: int, total: int, events: int | None = None) -> None:
+        more = [_SLOT.unpack_from(slots, i * _SLOT.size) for i in range(count)]
+        done = min(total, done + sum(b for b, _ in more))
+        if with_events:
+            progress(done, total, events=(events or 0) + sum(e for _, e in more))
+        else:
+            progress(done, total)
+
+    return heard
+
+
+def _joined_cleanly(reader: _Reader, results: list[dict[str, Any] | None]) -> bool:
+    """Whether every part came back and every boundary between parts fell between whole
+    events (each side decoded there)."""
+    if not reader.clean_end or not results or any(r is None for r in results):
+        return False
+    for i, result in enumerate(results):
+        if not result["first_decoded"]:
+            return False
+        if i < len(results) - 1 and not result["clean_end"]:
+            return False
+    return True
+
+
+class _Part:
+    """A forked process reading the bytes [start, end) of the file (to its end: None)."""
+
+    def __init__(self, pid: int, pipe: int):
+        self.pid = pid
+        self.pipe = pipe
+        self.done = False
+
+    @classmethod
+    def fork(cls, reader: _Reader, start: int, end: int | None, array_form: bool, slots: mmap.mmap,
+             index: int) -> _Part:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the part's process: read, send, leave without running the parent's exit code
+            code = 1
+            try:
+                os.close(read_end)
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C, and stops this one
+                result = _read_part(reader, start, end, array_form, slots, index)
+                with os.fdopen(write_end, "wb") as out:
+                    pickle.dump(result, out, protocol=pickle.HIGHEST_PROTOCOL)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write_end)
+        return cls(pid, read_end)
+
+    def result(self) -> dict[str, Any] | None:
+        """The part's columns and counts, or None where its process failed."""
+        try:
+            with os.fdopen(self.pipe, "rb") as source:
+                self.pipe = -1
+                result = pickle.load(source)
+        except (EOFError, OSError, pickle.UnpicklingError, MemoryError):
+            result = None
+        _, status = os.waitpid(self.pid, 0)
+        self.done = True
+        return result if status == 0 else None
+
+    def stop(self) -> None:
+        if self.pipe >= 0:
+            os.close(self.pipe)
+            self.pipe = -1
+        if not self.done:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(self.pid, 0)
+            self.done = True
+
+
+def _stop_all(children: list[_Part]) -> None:
+    for child in children:
+        child.stop()
+
+
+def _read_part(parent: _Reader, start: int, end: int | None, array_form: bool, slots: mmap.mmap,
+               index: int) -> dict[str, Any]:
+    """In the part's process: read it with a reader of its own, and return its columns
+    joined, its text tables and what it counted."""
+    from advisor.importers.kineto import _Reader
+
+    stream = open(parent.path, "rb")  # noqa: SIM115  (the process ends after this)
+    stream.seek(start)
+    reader = _Reader(stream, parent.path, None)
+    reader.offset, reader.limit = start, end
+    reader.report_part = lambda done, events: _SLOT.pack_into(slots, index * _SLOT.size, done, events)
+    metadata = reader._events(b"", 0, array_form)
+    columns = reader.columns
+    joined = {field: np.concatenate(chunks) if chunks else None for field, chunks in columns.parts.items()}
+    return {
+        "first_decoded": bool(reader.first_decoded) or reader.events_seen == 0,
+        "clean_end": end is None or reader.clean_end,
+        "columns": joined,
+        "texts": {field: codes.values for field, codes in columns.codes.items()},
+        "tid_names": reader.tid_names,
+        "big_ids": reader.big_ids,
+        "skipped": reader.damage.skipped,
+        "repaired": reader.damage.repaired,
+        "truncated": reader.damage.truncated,
+        "not_read": reader.not_read,
+        "events_seen": reader.events_seen,
+        "bytes_read": reader.bytes_read,
+        "process_names": reader.process_names,
+        "metadata": metadata,
+    }
+
+
+_ID_FIELDS = ("correlation", "external_id", "python_id", "python_parent")
+
+
+def _absorb(reader: _Reader, part: dict[str, Any]) -> None:
+    """A part's rows after the ones read so far, renumbered into this reader's tables."""
+    columns = reader.columns
+    renumber = {}
+    for field, values in part["texts"].items():
+        codes = columns.codes[field]
+        renumber[field] = np.array([codes[v] for v in values], dtype="int32")
+    labels = _relabelled(part["tid_names"], lambda text: _label_number(reader, text))
+    big = _relabelled(part["big_ids"], lambda value: reader.big_ids.setdefault(value, (1 << 62) + len(reader.big_ids)))
+    for field, values in part["columns"].items():
+        if values is None:
+            continue
+        if field in renumber and len(values):
+            values = renumber[field][values]
+        elif field in ("pid", "tid") and labels:
+            values = _replaced(values, labels)
+        elif field in _ID_FIELDS and big:
+            values = _replaced(values, big)
+        columns.parts[field].append(values)
+    reader.damage.skipped.update(part["skipped"])
+    reader.damage.repaired.update(part["repaired"])
+    reader.damage.truncated |= part["truncated"]
+    reader.not_read += part["not_read"]
+    reader.events_seen += part["events_seen"]
+    reader.bytes_read += part["bytes_read"]
+    reader.process_names.update(part["process_names"])
+
+
+def _label_number(reader: _Reader, text: str) -> int:
+    from advisor.importers.kineto import _tid_number
+
+    return _tid_number(text, reader.tid_names)
+
+
+def _relabelled(theirs: dict[Any, int], ours: Callable[[Any], int]) -> dict[int, int]:
+    """A part's numbers for labels (or large ids) -> this reader's, where they differ."""
+    out = {}
+    for key, number in theirs.items():
+        mine = ours(key)
+        if mine != number:
+            out[number] = mine
+    return out
+
+
+def _replaced(values: np.ndarray, numbers: dict[int, int]) -> np.ndarray:
+    wanted = np.isin(values, list(numbers))
+    if not wanted.any():
+        return values
+    values = values.copy()
+    keys = np.array(list(numbers), dtype=values.dtype)
+    order = np.argsort(keys)
+    found = np.searchsorted(keys[order], values[wanted])
+    values[wanted] = np.array(list(numbers.values()), dtype=values.dtype)[order][found]
+    return values

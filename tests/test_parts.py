@@ -1,0 +1,182 @@
+"""A large plain trace read in parts by forked processes (advisor.importers.parts) gives
+what one process reading it gives: the same frame, metadata, process names, damage and
+progress, wherever the parts are cut."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from advisor.importers import kineto, parts
+from advisor.importers.kineto import open_trace, read_events
+
+REPO = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.skipif(not hasattr(parts.os, "fork"), reason="reading in parts needs fork")
+
+
+def _synth():
+    spec = importlib.util.spec_from_file_location("synth", REPO / "benchmarks" / "synth.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def small_parts(monkeypatch):
+    """Parts of a few tens of KB, so small traces are read in several, each in chunks."""
+    monkeypatch.setattr(parts, "PART_MIN_BYTES", 16 << 10)
+    monkeypatch.setattr(kineto, "BLOCK", 4 << 10)
+    monkeypatch.setenv("ADVISOR_READ_PROCESSES", "4")
+
+
+def _read(path: Path, monkeypatch, processes: int, progress=None):
+    monkeypatch.setenv("ADVISOR_READ_PROCESSES", str(processes))
+    stream = open_trace(path)
+    try:
+        return read_events(stream, path, progress=progress)
+    finally:
+        stream.close()
+
+
+def _same(one, other):
+    frame, metadata, names = one
+    frame2, metadata2, names2 = other
+    pd.testing.assert_frame_equal(frame, frame2)
+    for column in frame.columns:
+        if isinstance(frame[column].dtype, pd.CategoricalDtype):
+            assert list(frame[column].cat.categories) == list(frame2[column].cat.categories), column
+    assert metadata == metadata2
+    assert names == names2
+
+
+def _forks(monkeypatch) -> list[int]:
+    """Records the starts of the parts read by processes of their own."""
+    started: list[int] = []
+    real = parts._Part.fork.__func__
+
+    def fork(cls, reader, start, *args):
+        started.append(start)
+        return real(cls, reader, start, *args)
+
+    monkeypatch.setattr(parts._Part, "fork", classmethod(fork))
+    return started
+
+
+def _read_on(monkeypatch) -> list[int]:
+    """Records each time this process read on past its part's end itself."""
+    calls: list[int] = []
+    real = kineto._Reader.go_on
+
+    def go_on(self, array_form):
+        calls.append(1)
+        return real(self, array_form)
+
+    monkeypatch.setattr(kineto._Reader, "go_on", go_on)
+    return calls
+
+
+def test_a_training_trace_read_in_parts_equals_one_read(tmp_path, small_parts, monkeypatch):
+    path = tmp_path / "trace.json"
+    _synth().generate(path, 20_000)
+    started = _forks(monkeypatch)
+    heard = []
+    in_parts = _read(path, monkeypatch, 4, progress=lambda done, total, events=0: heard.append((done, events)))
+    assert len(started) == 3  # the first part read here, three by processes of their own
+    assert heard[-1][0] == path.stat().st_size and heard[-1][1] >= len(in_parts[0])
+    assert [d for d, _ in heard] == sorted(d for d, _ in heard)
+    _same(_read(path, monkeypatch, 1), in_parts)
+
+
+def _event(i: int, **extra) -> dict:
+    event = {"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 7}", "pid": 1, "tid": 1, "ts": float(i), "dur": 0.5,
+             "args": {"External id": i}}
+    event.update(extra)
+    return event
+
+
+def test_labels_large_ids_and_names_first_seen_in_later_parts(tmp_path, small_parts, monkeypatch):
+    events = [_event(i) for i in range(2000)]
+    events += [_event(i, tid=f"stream label {'xyz'[i % 3]}", pid="host", args={"External id": 2**64 + i % 5})
+               for i in range(2000, 3000)]
+    events += [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}}]
+    events += [_event(i, tid="other", args={"correlation": 2**65 + i % 3}) for i in range(3000, 4000)]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"id": 0}], "after": [1, 2]}))
+    started = _forks(monkeypatch)
+    in_parts = _read(path, monkeypatch, 4)
+    assert len(started) == 3
+    one = _read(path, monkeypatch, 1)
+    _same(one, in_parts)
+    assert in_parts[1]["after"] == [1, 2]
+    assert in_parts[1]["_damage"]["repaired"]["integer past int64"] == 2000
+
+
+def test_a_cut_inside_a_string_reads_on_in_one_process(tmp_path, small_parts, monkeypatch):
+    tricky = "x" * 3000 + '},{"ph": "X", "name": "inside a name"},{' + "y" * 3000
+    events = [_event(i) for i in range(1500)] + [_event(1500, name=tricky)] + [_event(i) for i in range(1501, 3000)]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    data = path.read_bytes()
+    inside = data.index(b'},{\\"ph\\": \\"X\\"') + 2  # the '{' of a cut inside the long name
+    monkeypatch.setattr(parts, "_part_starts", lambda reader, head: [inside])
+    started = _forks(monkeypatch)
+    read_on = _read_on(monkeypatch)
+    in_parts = _read(path, monkeypatch, 2)
+    assert started == [inside] and read_on == [1]
+    one = _read(path, monkeypatch, 1)
+    _same(one, in_parts)
+    assert in_parts[1]["_damage"]["skipped"] == {}
+    assert tricky in set(in_parts[0]["name"].astype(str))
+
+
+def test_damage_in_a_later_part_and_a_file_cut_off_are_told_as_in_one_read(tmp_path, small_parts, monkeypatch):
+    events = [_event(i) for i in range(3000)]
+    text = json.dumps({"traceEvents": events})
+    # One event whose ts is text, one that is not JSON, and the file cut off mid-event.
+    text = text.replace('"ts": 2100.0', '"ts": "soon"').replace('"name": "aten::op4", "pid": 1, "tid": 1, "ts": 2500.0',
+                                                                  '"name": "aten::op4", "pid": 1 "tid": 1, "ts": 2500.0')
+    path = tmp_path / "trace.json"
+    path.write_text(text[:-2000])
+    started = _forks(monkeypatch)
+    read_on = _read_on(monkeypatch)
+    in_parts = _read(path, monkeypatch, 4)
+    assert len(started) >= 2 and read_on == []  # each part's damage is its own, counted with the rest
+    one = _read(path, monkeypatch, 1)
+    _same(one, in_parts)
+    damage = in_parts[1]["_damage"]
+    assert damage["truncated"] and damage["skipped"]
+
+
+def test_a_part_whose_process_fails_is_read_here(tmp_path, small_parts, monkeypatch):
+    path = tmp_path / "trace.json"
+    _synth().generate(path, 10_000)
+
+    def fails(*args):
+        raise MemoryError
+
+    monkeypatch.setattr(parts, "_read_part", fails)
+    started = _forks(monkeypatch)
+    read_on = _read_on(monkeypatch)
+    in_parts = _read(path, monkeypatch, 3)
+    assert len(started) == 2 and read_on == [1]
+    _same(_read(path, monkeypatch, 1), in_parts)
+
+
+def test_gzipped_and_small_traces_are_read_in_one_process(tmp_path, monkeypatch):
+    path = tmp_path / "trace.json.gz"
+    with gzip.open(path, "wt") as out:
+        out.write(json.dumps({"traceEvents": [_event(i) for i in range(3000)]}))
+    monkeypatch.setattr(parts, "PART_MIN_BYTES", 1 << 10)
+    started = _forks(monkeypatch)
+    _read(path, monkeypatch, 4)
+    plain = tmp_path / "small.json"
+    plain.write_text(json.dumps({"traceEvents": [_event(i) for i in range(100)]}))
+    monkeypatch.setattr(parts, "PART_MIN_BYTES", 32 << 20)
+    _read(plain, monkeypatch, 4)
+    assert started == []
