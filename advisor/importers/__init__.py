@@ -3,6 +3,7 @@
     loader            ``load(path)``: a saved session folder or a trace file, decided by
                       what the path is, not by its name
     kineto            the PyTorch profiler / Kineto Chrome trace, plain or gzipped, streamed
+    parts             a large plain trace read in parts, each by a process of its own
     advisor_metadata  what advisor's host collector writes into the traces it exports
     cache             a trace's Session kept (Parquet) for the next command on the same file
 
