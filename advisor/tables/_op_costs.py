@@ -153,13 +153,18 @@ def _per_call(f: Facts) -> pd.DataFrame | None:
     ids = rows["id"].to_numpy()
     top = rows["top_op"].to_numpy()
     nested = (top >= 0) & (top != ids)
-    out = pd.DataFrame({
-        "id": ids,
+    # Kept as object columns: pandas would otherwise copy each into an Arrow string
+    # array, a string at a time (0.3 s on a trace of 1.7 M op calls).
+    texts = {
         "key": _keys(rows["name"], rows["input_dims"]),
         "operator": _as_text(np.where(nested, _suffixed(name, NESTED_SUFFIX), name)),
         "name": name, "input_dims": dims_text, "kind": kind, "dtype": _as_text(dtype),
+    }
+    out = pd.DataFrame({
+        "id": ids,
+        **{column: pd.Series(values, dtype=object, copy=False) for column, values in texts.items()},
         "flops": flops, "bytes": nbytes, "measured_ns": measured, "ideal_ns": np.fmax(compute_ns, memory_ns),
-        "compute_ns": compute_ns, "memory_ns": memory_ns, "unit": unit,
+        "compute_ns": compute_ns, "memory_ns": memory_ns, "unit": pd.Series(unit, dtype=object, copy=False),
         "tc_yes": tc_yes, "tc_no": tc_no,
         **{d: pd.to_numeric(cost[d], errors="coerce").to_numpy(dtype=float) for d in DIMS},
     })
