@@ -24,6 +24,7 @@ inferred ranges are added as rows of kind ``phase`` with category ``advisor-infe
 
 from __future__ import annotations
 
+import heapq
 import re
 from typing import Any
 
@@ -156,37 +157,43 @@ def _innermost_containing(op_starts: np.ndarray, op_ends: np.ndarray, op_ids: np
     """Innermost op containing each point, for ops of one thread sorted by start.
 
     The latest op starting at or before the point either contains it or has ended; in
-    the second case its ancestors are tried, walking up ``parents`` (positions).
+    the second case its ancestors are tried, walking up ``parents`` (positions): all the
+    points at once, a level of nesting a round.
     """
-    idx = np.searchsorted(op_starts, points, side="right") - 1
-    # Python lists: indexing one element of a list is several times faster than of an array.
-    ends, up, at = op_ends.tolist(), parents.tolist(), points.tolist()
-    found = []
-    for i, j in enumerate(idx.tolist()):
-        point = at[i]
-        while j >= 0 and ends[j] < point:
-            j = up[j]
-        found.append(j)
-    found_at = np.asarray(found, dtype="int64")
-    return np.where(found_at >= 0, op_ids[np.maximum(found_at, 0)], -1) if len(found_at) else \
-        np.full(0, -1, dtype="int64")
+    found = np.searchsorted(op_starts, points, side="right") - 1
+    todo = np.flatnonzero(found >= 0)
+    while len(todo):
+        at = found[todo]
+        ended = op_ends[at] < points[todo]
+        todo = todo[ended]
+        found[todo] = parents[at[ended]]
+        todo = todo[found[todo] >= 0]
+    return np.where(found >= 0, op_ids[np.maximum(found, 0)], -1) if len(found) else np.full(0, -1, dtype="int64")
 
 
 def parents_of_sorted(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Position of each interval's innermost enclosing interval (-1 for none), for
-    intervals sorted by start, outer first. A stack walk: one pass, in Python, but only
-    over ops, which are a minority of a trace's events."""
-    # Python lists: indexing one element of a list is several times faster than of an array.
-    start_at, end_at = starts.tolist(), ends.tolist()
-    parents = [-1] * len(start_at)
-    stack: list[int] = []
-    for i, s in enumerate(start_at):
-        while stack and end_at[stack[-1]] <= s and not (end_at[stack[-1]] == s == start_at[stack[-1]]):
-            stack.pop()
-        if stack:
-            parents[i] = stack[-1]
-        stack.append(i)
-    return np.asarray(parents, dtype="int64")
+    intervals sorted by start, outer first.
+
+    That is what a stack walk gives (pop the top while it has ended, a zero-length
+    interval at this very start not counting as ended): the latest earlier interval that
+    is still open at this start. Found for all at once by pointer jumping: each interval's
+    candidate starts as the one before it; a candidate that has ended is replaced by its
+    own candidate, since whatever it skipped ended before it started, so before this one.
+    A few rounds (about log2 of the longest run of closed intervals), each over the
+    intervals still looking.
+    """
+    n = len(starts)
+    zero = starts == ends
+    candidate = np.arange(-1, n - 1, dtype="int64")
+    todo = np.arange(1, n, dtype="int64")
+    while len(todo):
+        c = candidate[todo]
+        open_ = (ends[c] > starts[todo]) | ((ends[c] == starts[todo]) & zero[c])
+        todo = todo[~open_]
+        candidate[todo] = candidate[candidate[todo]]
+        todo = todo[candidate[todo] >= 0]
+    return candidate
 
 
 def _link_ops(ev: pd.DataFrame) -> None:
@@ -361,15 +368,25 @@ def _phase_segments(phases: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.nd
     p_start = phases["start_ns"].to_numpy()
     p_end = phases["end_ns"].to_numpy()
     p_name = text(phases["phase"])
-    bounds = np.unique(np.concatenate([p_start, p_end]))
+    bounds = np.unique(np.concatenate([p_start, p_end])).tolist()
     seg_start, seg_end, seg_name = [], [], []
-    order = np.argsort(p_start, kind="stable")
+    # One sweep over the bounds: the ranges started so far sit on a heap, latest first
+    # (ties: the later in the trace); one that ended before a segment's end is dropped
+    # for good, since later segments end later still.
+    order = np.argsort(p_start, kind="stable").tolist()
+    starts, ends = p_start.tolist(), p_end.tolist()
+    started: list[int] = []  # -(rank in order)
+    pushed = 0
     for a, b in zip(bounds[:-1], bounds[1:]):
-        covering = order[(p_start[order] <= a) & (p_end[order] >= b)]
-        if len(covering):
+        while pushed < len(order) and starts[order[pushed]] <= a:
+            heapq.heappush(started, -pushed)
+            pushed += 1
+        while started and ends[order[-started[0]]] < b:
+            heapq.heappop(started)
+        if started:
             seg_start.append(a)
             seg_end.append(b)
-            seg_name.append(p_name[covering[-1]])
+            seg_name.append(p_name[order[-started[0]]])
     return np.asarray(seg_start, dtype="int64"), np.asarray(seg_end, dtype="int64"), np.asarray(seg_name, dtype=object)
 
 
@@ -391,7 +408,7 @@ def _assign_steps_and_phases(ev: pd.DataFrame, main: tuple[int, int] | None) -> 
         step_col[targets[ok]] = steps["step"].to_numpy()[idx[ok]]
 
         phase_targets = targets[ok & ~is_phase[targets]]
-        seg_start, seg_end, seg_name = _phase_segments(ev[is_phase])
+        seg_start, seg_end, seg_name = _phase_segments(ev.loc[is_phase, ["start_ns", "end_ns", "phase"]])
         others = phase.code("Others")
         assigned = np.full(len(phase_targets), others, dtype=np.int32)
         if len(seg_start):
