@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import multiprocessing
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +18,8 @@ from advisor.importers.kineto import open_trace, read_events
 
 REPO = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.skipif(not hasattr(parts.os, "fork"), reason="reading in parts needs fork")
+pytestmark = pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
+                                reason="reading in parts needs fork")
 
 
 def _synth():
@@ -32,11 +34,11 @@ def small_parts(monkeypatch):
     """Parts of a few tens of KB, so small traces are read in several, each in chunks."""
     monkeypatch.setattr(parts, "PART_MIN_BYTES", 16 << 10)
     monkeypatch.setattr(kineto, "BLOCK", 4 << 10)
-    monkeypatch.setenv("ADVISOR_READ_PROCESSES", "4")
+    monkeypatch.setenv("ADVISOR_PROCESSES", "4")
 
 
 def _read(path: Path, monkeypatch, processes: int, progress=None):
-    monkeypatch.setenv("ADVISOR_READ_PROCESSES", str(processes))
+    monkeypatch.setenv("ADVISOR_PROCESSES", str(processes))
     stream = open_trace(path)
     try:
         return read_events(stream, path, progress=progress)
@@ -58,13 +60,13 @@ def _same(one, other):
 def _forks(monkeypatch) -> list[int]:
     """Records the starts of the parts read by processes of their own."""
     started: list[int] = []
-    real = parts._Part.fork.__func__
+    real = parts._fork
 
-    def fork(cls, reader, start, *args):
+    def fork(reader, start, *args):
         started.append(start)
-        return real(cls, reader, start, *args)
+        return real(reader, start, *args)
 
-    monkeypatch.setattr(parts._Part, "fork", classmethod(fork))
+    monkeypatch.setattr(parts, "_fork", fork)
     return started
 
 

@@ -14,22 +14,21 @@ other parts' work is dropped and this process reads on from its own part's end t
 file's end: slower, never different. A part whose process fails for any reason (memory,
 a signal) is treated the same way.
 
-Used on systems with ``fork``, where the file holds at least ``PART_MIN_BYTES`` a part
-and more than one CPU is free to this process; ``ADVISOR_READ_PROCESSES`` caps the number
-of processes (1: read in this process alone).
+Used where the file holds at least ``PART_MIN_BYTES`` a part and advisor may use more than
+one process (advisor.forked: systems with ``fork``, the CPUs free to this process,
+``ADVISOR_PROCESSES``).
 """
 
 from __future__ import annotations
 
 import mmap
-import os
-import pickle
-import signal
 import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from advisor.forked import Forked, processes_allowed
 
 if TYPE_CHECKING:
     from advisor.importers.kineto import _Reader
@@ -38,28 +37,9 @@ __all__ = ["PART_MIN_BYTES", "read_in_parts"]
 
 # A part smaller than this is not worth a process (its fork, its columns sent back).
 PART_MIN_BYTES = 32 << 20
-MAX_PROCESSES = 8
 # How far past a part's nominal start its first cut is looked for.
 _CUT_WINDOW = 4 << 20
 _SLOT = struct.Struct("qq")  # a part's progress: bytes read, events parsed
-
-
-def processes_allowed() -> int:
-    """How many processes may read one file: the CPUs free to this process, at most
-    MAX_PROCESSES, or ADVISOR_READ_PROCESSES."""
-    if not hasattr(os, "fork"):
-        return 1
-    wanted = os.environ.get("ADVISOR_READ_PROCESSES", "").strip()
-    if wanted:
-        try:
-            return max(1, int(wanted))
-        except ValueError:
-            return 1
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, MAX_PROCESSES))
 
 
 def read_in_parts(reader: _Reader, buffer: bytes, start: int, array_form: bool) -> dict[str, Any]:
@@ -69,7 +49,7 @@ def read_in_parts(reader: _Reader, buffer: bytes, start: int, array_form: bool) 
     if not starts:
         return reader._events(buffer, start, array_form)
     slots = mmap.mmap(-1, _SLOT.size * len(starts))
-    children = [_Part.fork(reader, at, end, array_form, slots, index)
+    children = [_fork(reader, at, end, array_form, slots, index)
                 for index, (at, end) in enumerate(zip(starts, [*starts[1:], None]))]
     try:
         reader.limit = starts[0]
@@ -94,7 +74,7 @@ def read_in_parts(reader: _Reader, buffer: bytes, start: int, array_form: bool) 
 def _part_starts(reader: _Reader, head_bytes: int) -> list[int]:
     """Where the parts after the first start (the offset of an event's '{'), or [] where
     the file is read in one."""
-    if reader.gzipped or not hasattr(os, "fork"):
+    if reader.gzipped:
         return []
     size = reader.file_size
     count = min(processes_allowed(), size // PART_MIN_BYTES)
@@ -144,59 +124,13 @@ def _joined_cleanly(reader: _Reader, results: list[dict[str, Any] | None]) -> bo
     return True
 
 
-class _Part:
-    """A forked process reading the bytes [start, end) of the file (to its end: None)."""
-
-    def __init__(self, pid: int, pipe: int):
-        self.pid = pid
-        self.pipe = pipe
-        self.done = False
-
-    @classmethod
-    def fork(cls, reader: _Reader, start: int, end: int | None, array_form: bool, slots: mmap.mmap,
-             index: int) -> _Part:
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the part's process: read, send, leave without running the parent's exit code
-            code = 1
-            try:
-                os.close(read_end)
-                signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C, and stops this one
-                result = _read_part(reader, start, end, array_form, slots, index)
-                with os.fdopen(write_end, "wb") as out:
-                    pickle.dump(result, out, protocol=pickle.HIGHEST_PROTOCOL)
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(write_end)
-        return cls(pid, read_end)
-
-    def result(self) -> dict[str, Any] | None:
-        """The part's columns and counts, or None where its process failed."""
-        try:
-            with os.fdopen(self.pipe, "rb") as source:
-                self.pipe = -1
-                result = pickle.load(source)
-        except (EOFError, OSError, pickle.UnpicklingError, MemoryError):
-            result = None
-        _, status = os.waitpid(self.pid, 0)
-        self.done = True
-        return result if status == 0 else None
-
-    def stop(self) -> None:
-        if self.pipe >= 0:
-            os.close(self.pipe)
-            self.pipe = -1
-        if not self.done:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            os.waitpid(self.pid, 0)
-            self.done = True
+def _fork(reader: _Reader, start: int, end: int | None, array_form: bool, slots: mmap.mmap,
+          index: int) -> Forked:
+    """A process reading the bytes [start, end) of the file (to its end: None)."""
+    return Forked(lambda: _read_part(reader, start, end, array_form, slots, index))
 
 
-def _stop_all(children: list[_Part]) -> None:
+def _stop_all(children: list[Forked]) -> None:
     for child in children:
         child.stop()
 
@@ -207,7 +141,7 @@ def _read_part(parent: _Reader, start: int, end: int | None, array_form: bool, s
     joined, its text tables and what it counted."""
     from advisor.importers.kineto import _Reader
 
-    stream = open(parent.path, "rb")  # noqa: SIM115  (the process ends after this)
+    stream = open(parent.path, "rb")  # noqa: SIM115  (closed as the process ends)
     stream.seek(start)
     reader = _Reader(stream, parent.path, None)
     reader.offset, reader.limit = start, end
