@@ -1,14 +1,15 @@
 """Work on one large trace shared with a forked process, its result sent back.
 
-advisor reads a large plain trace in parts (advisor.importers.parts) and computes some of
-a large session's tables (advisor.tables) in a second process while this one computes the
-rest. A forked process sees this one's memory as it was, so the work it is handed (a
-closure over the session or the reader) is not pickled; only its result comes back,
+advisor reads a large plain trace in parts (advisor.importers.parts), each part after the
+first in a process of its own. A forked process sees this one's memory as it was, so the
+work it is handed (a closure over the reader) is not pickled; only its result comes back,
 through a pipe. Built on ``multiprocessing`` with the ``fork`` start method.
 
 ``ADVISOR_PROCESSES`` caps the processes advisor uses for one trace (1: none forked);
-without it, the CPUs this process may run on, at most ``MAX_PROCESSES``. Where ``fork``
-is missing (Windows, macOS's default aside) everything runs in this process.
+without it, the CPUs this process may run on, at most ``MAX_PROCESSES``, in processes that
+asked for them (``use_cpus``: advisor's command line does); the process of a user's job
+(advisor.profiler's API) is never forked unasked. Where ``fork`` is missing, or in a
+daemonic process (a worker of a pool), everything runs in this process.
 """
 
 from __future__ import annotations
@@ -19,16 +20,25 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MAX_PROCESSES", "Forked", "processes_allowed"]
+__all__ = ["MAX_PROCESSES", "Forked", "processes_allowed", "use_cpus"]
 
 MAX_PROCESSES = 8
+
+
+_use_cpus = False
+
+
+def use_cpus() -> None:
+    """Let this process fork helpers, as many as it has CPUs (advisor's own commands)."""
+    global _use_cpus
+    _use_cpus = True
 
 
 def processes_allowed() -> int:
     """How many processes advisor may use for one trace, this one included."""
     import multiprocessing
 
-    if "fork" not in multiprocessing.get_all_start_methods():
+    if "fork" not in multiprocessing.get_all_start_methods() or multiprocessing.current_process().daemon:
         return 1
     wanted = os.environ.get("ADVISOR_PROCESSES", "").strip()
     if wanted:
@@ -36,6 +46,8 @@ def processes_allowed() -> int:
             return max(1, int(wanted))
         except ValueError:
             return 1
+    if not _use_cpus:
+        return 1
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -57,6 +69,14 @@ class Forked:
         self._process.start()
         send.close()  # this process only receives: the pipe ends when the forked one's end closes
         self._done = False
+
+    @classmethod
+    def start(cls, work: Callable[[], Any]) -> Forked | None:
+        """The process doing ``work``, or None where one cannot be started here."""
+        try:
+            return cls(work)
+        except (OSError, AssertionError, ValueError):  # no fork, too many processes, a daemon's child
+            return None
 
     def result(self) -> Any | None:
         try:

@@ -214,9 +214,11 @@ def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False, h
     with ``spawned_ranks``, ranks the script starts with torch.multiprocessing.spawn are
     profiled and saved, each its own session (advisor.collect.spawned)."""
     from advisor.importers import load
+    from advisor.forked import use_cpus
     from advisor.pages import plain_pages
 
     plain_pages()  # for advisor's own arrays; a script it runs gets numpy's setting back
+    use_cpus()  # a large plain trace is read in parts, by more than one process
     target = Path(args.target)
     script_args = args.script_args
     if _is_script(target):

@@ -51,6 +51,10 @@ def read_in_parts(reader: _Reader, buffer: bytes, start: int, array_form: bool) 
     slots = mmap.mmap(-1, _SLOT.size * len(starts))
     children = [_fork(reader, at, end, array_form, slots, index)
                 for index, (at, end) in enumerate(zip(starts, [*starts[1:], None]))]
+    if any(child is None for child in children):  # no process could be started here
+        _stop_all(children)
+        slots.close()
+        return reader._events(buffer, start, array_form)
     try:
         reader.limit = starts[0]
         progress = reader.progress
@@ -125,14 +129,15 @@ def _joined_cleanly(reader: _Reader, results: list[dict[str, Any] | None]) -> bo
 
 
 def _fork(reader: _Reader, start: int, end: int | None, array_form: bool, slots: mmap.mmap,
-          index: int) -> Forked:
+          index: int) -> Forked | None:
     """A process reading the bytes [start, end) of the file (to its end: None)."""
-    return Forked(lambda: _read_part(reader, start, end, array_form, slots, index))
+    return Forked.start(lambda: _read_part(reader, start, end, array_form, slots, index))
 
 
-def _stop_all(children: list[Forked]) -> None:
+def _stop_all(children: list[Forked | None]) -> None:
     for child in children:
-        child.stop()
+        if child is not None:
+            child.stop()
 
 
 def _read_part(parent: _Reader, start: int, end: int | None, array_form: bool, slots: mmap.mmap,
