@@ -106,13 +106,11 @@ def _per_call(f: Facts) -> pd.DataFrame | None:
     ops = calls.ops
     if not len(ops):
         return None
-    costs = costs_for_ops(ops)
-    counted = costs["counted"].to_numpy(dtype=bool)
-    if not counted.any():
+    cost = costs_for_ops(ops, counted_only=True)
+    if not len(cost):
         return None
-    positions = np.flatnonzero(counted)
+    positions = ops.index.get_indexer(cost.index)
     rows = ops.iloc[positions]
-    cost = costs.iloc[positions]
 
     gpu_here = f.gpu_measured and (target is None or target.measured_here)
     if gpu_here:

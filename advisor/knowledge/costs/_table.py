@@ -46,7 +46,7 @@ def _shape_text(dims) -> str:
     return "x".join(str(d) for d in dims) if dims else ""
 
 
-def costs_for_ops(frame: pd.DataFrame) -> pd.DataFrame:
+def costs_for_ops(frame: pd.DataFrame, *, counted_only: bool = False) -> pd.DataFrame:
     """The cost of every row of ``frame`` (op rows of a Session's events, or any frame with
     ``name``, ``input_dims``, ``input_types`` and optionally ``input_strides`` and
     ``concrete_inputs``), indexed like ``frame``.
@@ -54,7 +54,9 @@ def costs_for_ops(frame: pd.DataFrame) -> pd.DataFrame:
     Columns (COST_COLUMNS): flops, bytes_read, bytes_written, bytes (NaN where unknown or
     not costed); dtype, kind, model ("" where not costed); the GEMM and convolution dims
     m, n, k, batch, c_in, c_out, groups (nullable integers); kernel and out_spatial as
-    "3x3" text; counted (see the module docstring).
+    "3x3" text; counted (see the module docstring). With ``counted_only``, the counted
+    rows alone: on a large trace most op rows are not (nested or not costed), and the
+    full frame of every row is hundreds of MB.
     """
     if "name" not in frame.columns:
         raise ValueError("costs_for_ops needs a 'name' column")
@@ -98,8 +100,18 @@ def costs_for_ops(frame: pd.DataFrame) -> pd.DataFrame:
                 cost = cost_args(name, args, conv_output_spatial=next(iter(found))) or cost
         costs.append(cost)
 
-    out = _spread(costs, group_ids, frame.index)
-    out["counted"] = _counted(frame, out)
+    if not counted_only:
+        out = _spread(costs, group_ids, frame.index)
+        out["counted"] = _counted(frame, out)
+        return out
+    flops = np.array([c.flops if c else np.nan for c in costs], dtype=np.float64)
+    nbytes = np.array([c.bytes_read + c.bytes_written if c else np.nan for c in costs], dtype=np.float64)
+    if len(group_ids):
+        flops, nbytes = flops[group_ids], nbytes[group_ids]
+    rows = np.flatnonzero(_counted(frame, pd.DataFrame({"flops": flops, "bytes": nbytes}, copy=False)))
+    out = _spread(costs, group_ids[rows], frame.index[rows]) if len(group_ids) else _spread(costs, group_ids,
+                                                                                               frame.index)
+    out["counted"] = True
     return out
 
 
