@@ -50,24 +50,25 @@ def gpu_origin_table(f: Facts) -> pd.DataFrame | None:
         return with_notes(None, f.gpu_not_measured_note)
     gpu = f.gpu
     lo, hi = f.window
-    gpu = gpu[(gpu["end_ns"].to_numpy() > lo) & (gpu["start_ns"].to_numpy() < hi)]
+    inside = (gpu["end_ns"].to_numpy() > lo) & (gpu["start_ns"].to_numpy() < hi)
+    starts, ends = gpu["start_ns"].to_numpy()[inside], gpu["end_ns"].to_numpy()[inside]
     names = f.events["name"]
-    launch = gpu["launch"].to_numpy()
+    launch = gpu["launch"].to_numpy()[inside]
     launched = launch >= 0
-    by_graph = np.zeros(len(gpu), dtype=bool)
+    by_graph = np.zeros(len(launch), dtype=bool)
     if launched.any():
         by_graph[launched] = name_matches(names.iloc[launch[launched]].reset_index(drop=True), GRAPH_LAUNCH)
-    kernel = (gpu["kind"] == "kernel").to_numpy()
-    triton = kernel & name_matches(gpu["name"], TRITON)
-    origin = np.select(
-        [by_graph, ~kernel & launched, ~launched, triton],
-        ["CUDA graph replays", "copies and sets", "unattributed", "compiled (Triton) kernels"],
-        default="eager kernels")
+    kernel = (gpu["kind"] == "kernel").to_numpy()[inside]
+    triton = kernel & name_matches(gpu["name"], TRITON)[inside]
+    # Each event's origin as its position in ROWS (the first condition that holds wins).
+    origin = np.select([by_graph, ~kernel & launched, ~launched, triton], [1, 3, 4, 2], default=0)
     rows = {}
-    for name in ROWS:
-        mine = gpu[origin == name]
-        rows[name] = {"gpu_ns": iv.total_length(f.in_window_intervals(mine)), "kernels": len(mine),
-                      "triton_ns": iv.total_length(f.in_window_intervals(mine[triton[origin == name]]))}
+    for code, name in enumerate(ROWS):
+        mine = origin == code
+        rows[name] = {"gpu_ns": iv.total_length(f.in_window_intervals((starts[mine], ends[mine]))),
+                      "kernels": int(mine.sum()),
+                      "triton_ns": iv.total_length(f.in_window_intervals((starts[mine & triton],
+                                                                          ends[mine & triton])))}
     out = pd.DataFrame.from_dict(rows, orient="index")
     out["share_of_gpu"] = f.ratio(out["gpu_ns"], out["gpu_ns"].sum())
     out.index.name = "key"
