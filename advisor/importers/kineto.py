@@ -1238,11 +1238,12 @@ def events_from_raw(raw: pd.DataFrame) -> pd.DataFrame:
 def _spread_text(values: list[str], codes: np.ndarray) -> pd.Categorical:
     """values[codes] as a categorical of the values used, sorted (as pd.Categorical of
     the same strings would have them), without building a string per row."""
-    used = np.zeros(len(values), dtype=bool)
-    used[np.unique(codes)] = True
+    used = np.bincount(codes, minlength=len(values)) > 0 if len(codes) else np.zeros(len(values), dtype=bool)
     present = sorted({v for v, u in zip(values, used) if u})
     position = {v: i for i, v in enumerate(present)}
-    remap = np.array([position.get(v, -1) for v in values], dtype="int64")
+    # Codes in the smallest type that holds them, as pandas would keep them: one pass, no recast.
+    small = np.int8 if len(present) < 127 else np.int16 if len(present) < 32_767 else np.int32
+    remap = np.array([position.get(v, -1) for v in values], dtype=small)
     return pd.Categorical.from_codes(remap[codes], categories=pd.Index(present, dtype=object).astype(str))
 
 
