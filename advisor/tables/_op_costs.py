@@ -109,8 +109,9 @@ def _per_call(f: Facts) -> pd.DataFrame | None:
     cost = costs_for_ops(ops, counted_only=True)
     if not len(cost):
         return None
-    positions = ops.index.get_indexer(cost.index)
-    rows = ops.iloc[positions]
+    positions = (np.searchsorted(ops.index.to_numpy(), cost.index.to_numpy()) if ops.index.is_monotonic_increasing
+                 else ops.index.get_indexer(cost.index))
+    rows = ops[["id", "name", "input_dims", "top_op", "start_ns", "end_ns"]].iloc[positions]
 
     gpu_here = f.gpu_measured and (target is None or target.measured_here)
     if gpu_here:
@@ -127,7 +128,7 @@ def _per_call(f: Facts) -> pd.DataFrame | None:
         measured = np.full(len(rows), np.nan)
         tc_yes = tc_no = np.zeros(len(rows), dtype=np.int64)
 
-    kind = _as_text(cost["kind"].to_numpy())
+    kind = text(cost["kind"])  # every counted call has a kind
     dtype = compute_dtypes(cost["dtype"].to_numpy())
     flops = cost["flops"].to_numpy(dtype=float)
     nbytes = cost["bytes"].to_numpy(dtype=float)
