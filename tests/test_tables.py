@@ -614,3 +614,28 @@ def test_ddp_trace_has_communication(loaded):
         "Communication", "total_ns"]
     assert "Communication" in tables["overview"].index
     assert tables["userdefined"].loc["nccl:all_reduce", "calls"] > 0
+
+
+def test_kernel_table_costs_a_kernel_that_is_its_ops_only_one(tmp_path):
+    """The cost model's FLOPs, bytes and ideal time reach the kernel table for kernels that
+    are their op's only kernel (the kernel's own launch names an inner op with no cost of
+    its own; the op around it is costed). They were always empty: the kernel rows alone
+    were costed, without the ops that launched them."""
+    import importlib.util
+    from pathlib import Path
+
+    from advisor.knowledge.costs import op_cost
+
+    spec = importlib.util.spec_from_file_location("synth", Path(__file__).parents[1] / "benchmarks" / "synth.py")
+    synth = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(synth)
+    path = tmp_path / "trace.json"
+    synth.generate(path, 30_000)
+    session = load(path)
+    kernels = compute_tables(session, ["kernel"])["kernel"]
+    gemm = kernels.loc["ampere_sgemm_128x64_tn"]
+    linear = op_cost("aten::linear", "[[64,256],[256,256]]", '["float","float"]', None, None)
+    assert gemm["flops"] == pytest.approx(linear.flops * gemm["calls"])
+    assert gemm["bytes"] == pytest.approx((linear.bytes_read + linear.bytes_written) * gemm["calls"])
+    assert 0 < gemm["efficiency"] <= 1 and gemm["ideal_ns"] > 0
+    assert np.isnan(kernels.loc["ampere_sgemm_64x64_nt", "ideal_ns"])  # AddmmBackward0: no shapes recorded

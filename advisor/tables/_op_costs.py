@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.knowledge import hardware as kb
-from advisor.knowledge.costs import costs_for_ops
+from advisor.knowledge.costs import CostGroups, cost_groups, costs_for_ops
 from advisor.knowledge.roofline import MATRIX_KINDS, compute_dtypes, resolve_target
 from advisor.session import text
 from advisor.tables._facts import Facts, ancestors, coded, decode
@@ -65,6 +65,12 @@ class OpCalls:
         return np.where(codes % 2 == 1, names + NESTED_SUFFIX, names)
 
 
+def op_cost_groups(f: Facts) -> CostGroups:
+    """The window's distinct op calls, each costed once (memoised per session): the
+    operator, roofline and kernel tables all start from them."""
+    return f.memo("op_cost_groups", lambda: cost_groups(op_calls(f).ops))
+
+
 def op_calls(f: Facts) -> OpCalls:
     """The window's op calls and the GPU work each launched (memoised per session)."""
     return f.memo("operator_calls", lambda: OpCalls(f))
@@ -106,7 +112,7 @@ def _per_call(f: Facts) -> pd.DataFrame | None:
     ops = calls.ops
     if not len(ops):
         return None
-    cost = costs_for_ops(ops, counted_only=True)
+    cost = costs_for_ops(ops, counted_only=True, groups=op_cost_groups(f))
     if not len(cost):
         return None
     positions = (np.searchsorted(ops.index.to_numpy(), cost.index.to_numpy()) if ops.index.is_monotonic_increasing

@@ -6,10 +6,18 @@ import numpy as np
 import pandas as pd
 
 from advisor.knowledge import hardware as kb
-from advisor.knowledge.costs import kernel_costs
+from advisor.knowledge.costs import KERNEL_COST_COLUMNS, costs_for_ops, kernel_costs
 from advisor.knowledge.roofline import MATRIX_KINDS, compute_dtypes
 from advisor.tables._facts import Facts, coded, decode, most_common, stats, top_names
-from advisor.tables._op_costs import TENSOR_DTYPES, add_rates, call_target, ideal_parts, per_call
+from advisor.tables._op_costs import (
+    TENSOR_DTYPES,
+    add_rates,
+    call_target,
+    ideal_parts,
+    op_calls,
+    op_cost_groups,
+    per_call,
+)
 from advisor.tables._registry import table
 
 TOP_OPS = 5
@@ -79,25 +87,28 @@ def _roofline_columns(f: Facts, kernels: pd.DataFrame, names: np.ndarray, durati
     are the only kernel of an op with a known cost (advisor.knowledge.costs.kernel_costs)."""
     for column in ("bytes", "ideal_ns", "efficiency", "achieved_flops_per_s", "achieved_bytes_per_s"):
         out[column] = np.nan
-    costs = kernel_costs(kernels)
+    ops = op_calls(f).ops
+    costs = kernel_costs(kernels, costs_for_ops(ops, groups=op_cost_groups(f), columns=KERNEL_COST_COLUMNS), ops=ops)
     flops = costs["flops"].to_numpy(dtype=float)
     known = ~np.isnan(flops)
     if not known.any():
         return
     costed = per_call(f)
     target = call_target(f)[0] if costed is not None else None
-    dtype = compute_dtypes(costs["dtype"].to_numpy())
-    kind = costs["kind"].astype(str).to_numpy()
+    rows = np.flatnonzero(known)  # only these are costed: the rest are judged no further
+    flops = flops[rows]
+    dtype = compute_dtypes(costs["dtype"].to_numpy()[rows])
+    kind = costs["kind"].to_numpy()[rows].astype(str)
     names_of = kernels["name"].astype("category")  # judged once per distinct kernel name
     verdicts = np.array([kb.uses_tensor_cores(str(n)) is True for n in names_of.cat.categories] + [False], dtype=bool)
-    codes = names_of.cat.codes.to_numpy()
+    codes = names_of.cat.codes.to_numpy()[rows]
     tensor_name = verdicts[np.where(codes >= 0, codes, len(verdicts) - 1)]
     tensor = np.isin(kind, MATRIX_KINDS) & (np.isin(dtype.astype(str), TENSOR_DTYPES) | tensor_name)
-    nbytes = costs["bytes"].to_numpy(dtype=float)
+    nbytes = costs["bytes"].to_numpy(dtype=float)[rows]
     compute_ns, memory_ns, _ = ideal_parts(target, dtype, tensor, flops, nbytes)
     frame = pd.DataFrame({
-        "code": names[known], "flops": flops[known], "bytes": nbytes[known],
-        "measured_ns": duration[known].astype(float), "ideal_ns": np.fmax(compute_ns, memory_ns)[known],
+        "code": names[rows], "flops": flops, "bytes": nbytes,
+        "measured_ns": duration[rows].astype(float), "ideal_ns": np.fmax(compute_ns, memory_ns),
     })
     per_name = frame.groupby("code").agg(flops=("flops", "sum"), bytes=("bytes", "sum"), measured_ns=("measured_ns", "sum"),
                                          ideal_ns=("ideal_ns", lambda v: v.sum(min_count=1)))

@@ -20,12 +20,21 @@ the trace (a convolution's output size without its stride and padding), that par
 and the model text says why.
 
     op_cost(name, input_dims, input_types, input_strides, concrete_inputs) -> OpCost | None
+    cost_groups(op_rows) -> CostGroups     each distinct call costed once, and each row's group
     costs_for_ops(op_rows) -> DataFrame    one row per op row, each distinct call costed once
     kernel_costs(events) -> DataFrame      the cost of each GPU kernel tied to one op
 """
 
 from advisor.knowledge.costs._model import DTYPES, KINDS, OpCost
 from advisor.knowledge.costs._registry import costed_names, op_cost
-from advisor.knowledge.costs._table import COST_COLUMNS, costs_for_ops, kernel_costs
+from advisor.knowledge.costs._table import (
+    COST_COLUMNS,
+    KERNEL_COST_COLUMNS,
+    CostGroups,
+    cost_groups,
+    costs_for_ops,
+    kernel_costs,
+)
 
-__all__ = ["COST_COLUMNS", "DTYPES", "KINDS", "OpCost", "costed_names", "costs_for_ops", "kernel_costs", "op_cost"]
+__all__ = ["COST_COLUMNS", "DTYPES", "KERNEL_COST_COLUMNS", "KINDS", "CostGroups", "OpCost", "cost_groups",
+           "costed_names", "costs_for_ops", "kernel_costs", "op_cost"]

@@ -14,6 +14,8 @@ over ``counted`` rows counts each FLOP and byte once; it needs the ``id`` and
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
@@ -46,18 +48,16 @@ def _shape_text(dims) -> str:
     return "x".join(str(d) for d in dims) if dims else ""
 
 
-def costs_for_ops(frame: pd.DataFrame, *, counted_only: bool = False) -> pd.DataFrame:
-    """The cost of every row of ``frame`` (op rows of a Session's events, or any frame with
-    ``name``, ``input_dims``, ``input_types`` and optionally ``input_strides`` and
-    ``concrete_inputs``), indexed like ``frame``.
+class CostGroups(NamedTuple):
+    """The distinct calls of a frame of op rows, each costed once: ``costs[g]`` is the cost
+    of group ``g`` (None: not costed) and ``group_ids[row]`` each row's group."""
 
-    Columns (COST_COLUMNS): flops, bytes_read, bytes_written, bytes (NaN where unknown or
-    not costed); dtype, kind, model ("" where not costed); the GEMM and convolution dims
-    m, n, k, batch, c_in, c_out, groups (nullable integers); kernel and out_spatial as
-    "3x3" text; counted (see the module docstring). With ``counted_only``, the counted
-    rows alone: on a large trace most op rows are not (nested or not costed), and the
-    full frame of every row is hundreds of MB.
-    """
+    costs: list[OpCost | None]
+    group_ids: np.ndarray
+
+
+def cost_groups(frame: pd.DataFrame) -> CostGroups:
+    """Each distinct (name, dims, types, strides, concrete inputs) of ``frame`` costed once."""
     if "name" not in frame.columns:
         raise ValueError("costs_for_ops needs a 'name' column")
     n_rows = len(frame)
@@ -99,18 +99,37 @@ def costs_for_ops(frame: pd.DataFrame, *, counted_only: bool = False) -> pd.Data
             if found is not None and len(found) == 1:
                 cost = cost_args(name, args, conv_output_spatial=next(iter(found))) or cost
         costs.append(cost)
+    return CostGroups(costs, group_ids)
 
+
+def costs_for_ops(frame: pd.DataFrame, *, counted_only: bool = False, groups: CostGroups | None = None,
+                  columns: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """The cost of every row of ``frame`` (op rows of a Session's events, or any frame with
+    ``name``, ``input_dims``, ``input_types`` and optionally ``input_strides`` and
+    ``concrete_inputs``), indexed like ``frame``.
+
+    Columns (COST_COLUMNS): flops, bytes_read, bytes_written, bytes (NaN where unknown or
+    not costed); dtype, kind, model ("" where not costed); the GEMM and convolution dims
+    m, n, k, batch, c_in, c_out, groups (nullable integers); kernel and out_spatial as
+    "3x3" text; counted (see the module docstring). With ``counted_only``, the counted
+    rows alone: on a large trace most op rows are not (nested or not costed), and the
+    full frame of every row is hundreds of MB. ``columns``: only these of COST_COLUMNS
+    (and counted). ``groups``: ``cost_groups(frame)``, where the caller has it already.
+    """
+    costs, group_ids = groups if groups is not None else cost_groups(frame)
     if not counted_only:
-        out = _spread(costs, group_ids, frame.index)
-        out["counted"] = _counted(frame, out)
+        out = _spread(costs, group_ids, frame.index, columns)
+        amounts = out if {"flops", "bytes"} <= set(out.columns) else \
+            _spread(costs, group_ids, frame.index, ("flops", "bytes"))
+        out["counted"] = _counted(frame, amounts)
         return out
     flops = np.array([c.flops if c else np.nan for c in costs], dtype=np.float64)
     nbytes = np.array([c.bytes_read + c.bytes_written if c else np.nan for c in costs], dtype=np.float64)
     if len(group_ids):
         flops, nbytes = flops[group_ids], nbytes[group_ids]
     rows = np.flatnonzero(_counted(frame, pd.DataFrame({"flops": flops, "bytes": nbytes}, copy=False)))
-    out = _spread(costs, group_ids[rows], frame.index[rows]) if len(group_ids) else _spread(costs, group_ids,
-                                                                                               frame.index)
+    out = _spread(costs, group_ids[rows], frame.index[rows], columns) if len(group_ids) else \
+        _spread(costs, group_ids, frame.index, columns)
     out["counted"] = True
     return out
 
@@ -128,27 +147,32 @@ def _conv_output_hints(parsed: list[tuple[str, Args | None]]) -> dict[tuple, set
     return hints
 
 
-def _spread(costs: list[OpCost | None], group_ids: np.ndarray, index: pd.Index) -> pd.DataFrame:
+def _spread(costs: list[OpCost | None], group_ids: np.ndarray, index: pd.Index,
+            wanted: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """The groups' costs spread over their rows: the ``wanted`` columns (default all)."""
+    wanted = tuple(c for c in COST_COLUMNS if c != "counted" and (wanted is None or c in wanted))
     n = len(costs)
     nan = np.nan
-    flops = np.array([c.flops if c else nan for c in costs], dtype=np.float64)
-    read = np.array([c.bytes_read if c else nan for c in costs], dtype=np.float64)
-    written = np.array([c.bytes_written if c else nan for c in costs], dtype=np.float64)
-    columns: dict[str, object] = {
-        "flops": flops[group_ids] if n else flops,
-        "bytes_read": read[group_ids] if n else read,
-        "bytes_written": written[group_ids] if n else written,
-    }
-    columns["bytes"] = columns["bytes_read"] + columns["bytes_written"]
+    columns: dict[str, object] = {}
+    numbers = {"flops": lambda c: c.flops, "bytes_read": lambda c: c.bytes_read,
+               "bytes_written": lambda c: c.bytes_written, "bytes": lambda c: c.bytes_read + c.bytes_written}
+    for field, getter in numbers.items():
+        if field in wanted:
+            values = np.array([getter(c) if c else nan for c in costs], dtype=np.float64)
+            columns[field] = values[group_ids] if n else values
     for field, getter in (("dtype", lambda c: c.dtype), ("kind", lambda c: c.kind),
                           ("kernel", lambda c: _shape_text(c.kernel)),
                           ("out_spatial", lambda c: _shape_text(c.out_spatial)), ("model", lambda c: c.model)):
+        if field not in wanted:
+            continue
         values = [getter(c) if c else "" for c in costs]
         categories = sorted(set(values))
         lookup = {v: i for i, v in enumerate(categories)}
         codes = np.array([lookup[v] for v in values], dtype=np.int64)
         columns[field] = pd.Categorical.from_codes(codes[group_ids] if n else codes, categories=categories)
     for field in DIM_COLUMNS:
+        if field not in wanted:
+            continue
         values = [getattr(c, field) if c else None for c in costs]
         data = np.array([v if v is not None else 0 for v in values], dtype=np.int64)
         missing = np.array([v is None for v in values], dtype=bool)
@@ -156,7 +180,7 @@ def _spread(costs: list[OpCost | None], group_ids: np.ndarray, index: pd.Index) 
             data, missing = data[group_ids], missing[group_ids]
         columns[field] = pd.arrays.IntegerArray(data, missing)
     frame = pd.DataFrame(columns, index=index)
-    return frame[[c for c in COST_COLUMNS if c != "counted"]]
+    return frame[list(wanted)]
 
 
 def _positions(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
@@ -194,7 +218,12 @@ def _counted(frame: pd.DataFrame, costs: pd.DataFrame) -> np.ndarray:
     return complete & ~covered
 
 
-def kernel_costs(events: pd.DataFrame, op_costs: pd.DataFrame | None = None) -> pd.DataFrame:
+# What kernel_costs reads of the op rows' costs.
+KERNEL_COST_COLUMNS = ("flops", "bytes_read", "bytes_written", "bytes", "dtype", "kind", "model")
+
+
+def kernel_costs(events: pd.DataFrame, op_costs: pd.DataFrame | None = None, *,
+                 ops: pd.DataFrame | None = None) -> pd.DataFrame:
     """The cost of each GPU kernel, where the kernel is tied to an op.
 
     A kernel's op is the nearest op around its launch (``parent_op`` and up) whose cost is
@@ -202,12 +231,16 @@ def kernel_costs(events: pd.DataFrame, op_costs: pd.DataFrame | None = None) -> 
     where it launched several, the cost belongs to them together and the kernel's FLOPs
     and bytes are NaN (``op`` and ``op_kernels`` say which op and how many kernels, so a
     caller can sum their times and compare). Indexed like the kernel rows of ``events``.
-    ``op_costs`` is costs_for_ops over the op rows of ``events``, computed if not given.
+    ``op_costs`` is costs_for_ops over the op rows of ``events``, computed if not given
+    (KERNEL_COST_COLUMNS are all it needs). ``ops``: the op rows, where ``events`` holds
+    the kernels alone.
     """
-    ops = events[events["kind"] == "op"]
-    kernels = events[events["kind"] == "kernel"]
+    is_kernel = (events["kind"] == "kernel").to_numpy()
+    kernels = events if is_kernel.all() else events[is_kernel]
+    if ops is None:
+        ops = events[(events["kind"] == "op").to_numpy()]
     if op_costs is None:
-        op_costs = costs_for_ops(ops)
+        op_costs = costs_for_ops(ops, columns=KERNEL_COST_COLUMNS)
     picked = op_costs.reindex(ops.index)
     complete = _complete(picked) if len(ops) else np.zeros(0, dtype=bool)
     op_ids = ops["id"].to_numpy(dtype=np.int64)
@@ -242,6 +275,10 @@ def kernel_costs(events: pd.DataFrame, op_costs: pd.DataFrame | None = None) -> 
         values = picked[column].to_numpy(dtype=np.float64)[at] if len(ops) else np.zeros(len(kernels))
         out[column] = np.where(sole, values, np.nan)
     for column in ("dtype", "kind", "model"):
-        values = np.asarray(picked[column].astype(str), dtype=object)[at] if len(ops) else np.full(len(kernels), "")
-        out[column] = np.where(tied, values, "")
+        # One str per category, taken by code: not a string made per op row.
+        values = picked[column].astype("category")
+        labels = np.asarray([str(c) for c in values.cat.categories] + [""], dtype=object)
+        codes = values.cat.codes.to_numpy()
+        codes = np.where(codes >= 0, codes, len(labels) - 1)[at] if len(ops) else np.full(len(kernels), len(labels) - 1)
+        out[column] = pd.Series(labels[np.where(tied, codes, len(labels) - 1)], dtype=object, copy=False)
     return pd.DataFrame(out, index=kernels.index)
