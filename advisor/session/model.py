@@ -204,7 +204,10 @@ def one_of(column: pd.Series, values: Iterable[str]) -> np.ndarray:
     row_codes = column.cat.codes.to_numpy()
     if len(codes) == 1:
         return row_codes == codes[0]
-    return np.isin(row_codes, codes)
+    # A table of the wanted codes, looked up per row (a missing value, -1, is the last slot).
+    wanted_code = np.zeros(len(column.cat.categories) + 1, dtype=bool)
+    wanted_code[codes] = True
+    return wanted_code[row_codes]
 
 
 def start_order(start_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
