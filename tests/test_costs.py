@@ -746,6 +746,12 @@ def test_kernel_costs_tie_kernels_to_the_op_that_launched_them():
     assert kernels["op"].tolist() == [1, 3, 3, -1] and kernels["op_kernels"].tolist() == [1, 2, 2, 0]
     assert kernels["flops"].iloc[0] == 2 * 8 * 5 * 4 and kernels["kind"].iloc[0] == "gemm"
     assert kernels["flops"].iloc[1:].isna().all()
+    # Each kernel's op's kind and dtype, row by row (the untied kernel has none).
+    assert kernels["kind"].tolist() == ["gemm", "gemm", "gemm", ""]
+    assert kernels["dtype"].tolist() == ["tf32-eligible", "tf32-eligible", "tf32-eligible", ""]
+    # The op rows apart from the kernels (a Session's frames of one kind) give the same.
+    apart = kernel_costs(events[events["kind"] == "kernel"], ops=events[events["kind"] == "op"])
+    pd.testing.assert_frame_equal(apart, kernels)
 
 
 # -- real GPU traces -----------------------------------------------------------------------

@@ -280,5 +280,6 @@ def kernel_costs(events: pd.DataFrame, op_costs: pd.DataFrame | None = None, *,
         labels = np.asarray([str(c) for c in values.cat.categories] + [""], dtype=object)
         codes = values.cat.codes.to_numpy()
         codes = np.where(codes >= 0, codes, len(labels) - 1)[at] if len(ops) else np.full(len(kernels), len(labels) - 1)
-        out[column] = pd.Series(labels[np.where(tied, codes, len(labels) - 1)], dtype=object, copy=False)
+        out[column] = pd.Series(labels[np.where(tied, codes, len(labels) - 1)], index=kernels.index, dtype=object,
+                                copy=False)
     return pd.DataFrame(out, index=kernels.index)
