@@ -71,15 +71,16 @@ def _forks(monkeypatch) -> list[int]:
 
 
 def _read_on(monkeypatch) -> list[int]:
-    """Records each time this process read on past its part's end itself."""
+    """Records each time the parts were dropped and the file read again in one process."""
     calls: list[int] = []
-    real = kineto._Reader.go_on
+    real = kineto._Reader.run
 
-    def go_on(self, array_form):
-        calls.append(1)
-        return real(self, array_form)
+    def run(self):
+        if not self.in_parts:
+            calls.append(1)
+        return real(self)
 
-    monkeypatch.setattr(kineto._Reader, "go_on", go_on)
+    monkeypatch.setattr(kineto._Reader, "run", run)
     return calls
 
 
@@ -111,8 +112,9 @@ def test_labels_large_ids_and_names_first_seen_in_later_parts(tmp_path, small_pa
     path = tmp_path / "trace.json"
     path.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"id": 0}], "after": [1, 2]}))
     started = _forks(monkeypatch)
+    read_on = _read_on(monkeypatch)
     in_parts = _read(path, monkeypatch, 4)
-    assert len(started) == 3
+    assert len(started) == 3 and read_on == [1]  # numbered in order of first sight: read again
     one = _read(path, monkeypatch, 1)
     _same(one, in_parts)
     assert in_parts[1]["after"] == [1, 2]
@@ -137,22 +139,48 @@ def test_a_cut_inside_a_string_reads_on_in_one_process(tmp_path, small_parts, mo
     assert tricky in set(in_parts[0]["name"].astype(str))
 
 
-def test_damage_in_a_later_part_and_a_file_cut_off_are_told_as_in_one_read(tmp_path, small_parts, monkeypatch):
+def test_damage_in_a_later_part_is_read_again_in_one_process(tmp_path, small_parts, monkeypatch):
+    """Which pieces around damage are recovered depends on where chunks start, so a
+    damaged file is read again by one process: the same rows and the same counts."""
     events = [_event(i) for i in range(3000)]
     text = json.dumps({"traceEvents": events})
-    # One event whose ts is text, one that is not JSON, and the file cut off mid-event.
-    text = text.replace('"ts": 2100.0', '"ts": "soon"').replace('"name": "aten::op4", "pid": 1, "tid": 1, "ts": 2500.0',
-                                                                  '"name": "aten::op4", "pid": 1 "tid": 1, "ts": 2500.0')
+    # One event whose ts is text, one that is not JSON.
+    text = text.replace('"ts": 2100.0', '"ts": "soon"').replace('"pid": 1, "tid": 1, "ts": 2500.0',
+                                                                  '"pid": 1 "tid": 1, "ts": 2500.0')
     path = tmp_path / "trace.json"
-    path.write_text(text[:-2000])
+    path.write_text(text)
     started = _forks(monkeypatch)
     read_on = _read_on(monkeypatch)
     in_parts = _read(path, monkeypatch, 4)
-    assert len(started) >= 2 and read_on == []  # each part's damage is its own, counted with the rest
+    assert len(started) >= 2 and read_on == [1]
     one = _read(path, monkeypatch, 1)
     _same(one, in_parts)
-    damage = in_parts[1]["_damage"]
-    assert damage["truncated"] and damage["skipped"]
+    assert in_parts[1]["_damage"]["skipped"] == {"unparseable": 1, "wrong type": 1}
+
+
+def test_a_file_cut_off_is_read_in_parts_and_told_truncated(tmp_path, small_parts, monkeypatch):
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": [_event(i) for i in range(3000)]})[:-2000])
+    started = _forks(monkeypatch)
+    read_on = _read_on(monkeypatch)
+    in_parts = _read(path, monkeypatch, 4)
+    assert len(started) >= 2 and read_on == []
+    _same(_read(path, monkeypatch, 1), in_parts)
+    assert in_parts[1]["_damage"]["truncated"] and len(in_parts[0]) > 2900
+
+
+def test_many_lists_of_objects_before_the_arrays_end(tmp_path, monkeypatch):
+    """Each of these events ends '}]}' like the array does: the array's end is found past
+    all of them (thousands in the file's last chunk) however the file is cut, and nothing
+    is called damaged."""
+    monkeypatch.setattr(parts, "PART_MIN_BYTES", 64 << 10)
+    events = [_event(i) for i in range(2000)] + [_event(i, args={"o": [{"a": i}]}) for i in range(2000, 4000)]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events, "traceName": "after"}, indent=1))
+    in_parts = _read(path, monkeypatch, 4)
+    _same(_read(path, monkeypatch, 1), in_parts)
+    assert len(in_parts[0]) == 4000 and in_parts[1]["traceName"] == "after"
+    assert in_parts[1]["_damage"]["skipped"] == {} and not in_parts[1]["_damage"]["truncated"]
 
 
 def test_a_part_whose_process_fails_is_read_here(tmp_path, small_parts, monkeypatch):

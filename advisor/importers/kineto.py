@@ -38,7 +38,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable
 from functools import reduce
-from itertools import compress, islice
+from itertools import compress
 from operator import or_
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -58,8 +58,10 @@ _HEAD_LIMIT = 64 << 20
 _MAX_EVENT_BYTES = 256 << 20
 # How many candidate cuts a bad event may span before it is given up on.
 _MAX_JOIN = 8
-# How many candidates for the end of the event array are tried.
+# How many candidates for the end of the event array are tried where each costs a parse
+# of the event before it, and how many characters may be parsed past candidates in all.
 _MAX_TRIES = 256
+_PARSE_BUDGET = 1 << 24
 
 # Category spellings, old and new, to the Session's kinds.
 CATEGORY_KIND = {
@@ -352,14 +354,14 @@ class _Reader:
         self.tid_names: dict[str, int] = {}
         self.big_ids: dict[int, int] = {}
         self.columns = _Columns(self)
-        # A part of the file read by a process of its own (advisor.importers.parts):
-        # where its bytes start, where reading stops (None: the file's end), whether
-        # its first and last events decoded as whole events, and a progress slot.
+        # Reading in parts (advisor.importers.parts): whether this reader may, where its
+        # part's bytes start and where reading stops (None: the file's end), whether a
+        # chunk took the careful path (damage, or a part cut inside an event), and a
+        # progress slot.
+        self.in_parts = True
         self.offset = 0
         self.limit: int | None = None
-        self.first_decoded: bool | None = None
-        self.stopped: tuple[bytes, int] | None = None  # the bytes left where a limit stopped it
-        self.clean_end = False
+        self.careful_used = False
         self.report_part: Callable[[int, int], None] | None = None
 
     # -- bytes ------------------------------------------------------------------------
@@ -397,9 +399,12 @@ class _Reader:
 
     def run(self) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
         buffer, start, metadata, array_form = self._head()
-        from advisor.importers import parts
+        if self.in_parts:
+            from advisor.importers import parts
 
-        metadata.update(parts.read_in_parts(self, buffer, start, array_form))
+            metadata.update(parts.read_in_parts(self, buffer, start, array_form))
+        else:
+            metadata.update(self._events(buffer, start, array_form))
         if self.progress_events:  # the last blocks' events, parsed after their bytes were counted
             self.progress(self.file_size, self.file_size, events=self.events_seen)
         if self.cut_reason is not None:
@@ -552,37 +557,33 @@ class _Reader:
                 want = 2 * (len(buffer) - pos)
 
     def _stop(self, buffer: bytes, pos: int) -> dict[str, Any]:
-        """The part's limit is reached: decode the events before it, which end there
-        where the limit is a true boundary between events (then ``clean_end``); keep
-        what did not decode, for a reader that goes on past the limit."""
+        """The part's limit is reached: decode the events before it (all of them, where
+        the limit falls between two events; otherwise the careful path says so)."""
         piece = _strip_events(buffer[pos:])
-        used = self._decode(piece, 0, len(piece), final=False) if piece.strip() else len(piece)
-        self.clean_end = used == len(piece)
-        # Clean: only the comma before the event at the limit is left.
-        self.stopped = (buffer, len(buffer) if self.clean_end else pos + used)
+        if piece.strip():
+            self._decode(piece, 0, len(piece), final=True)
         return {}
-
-    def go_on(self, array_form: bool) -> dict[str, Any]:
-        """Read on past the limit to the file's end, from where ``_stop`` left off."""
-        buffer, pos = self.stopped
-        self.limit, self.stopped, self.eof = None, None, False
-        return self._events(buffer, pos, array_form)
 
     def _finish(self, rest: bytes, array_form: bool) -> dict[str, Any]:
         """The last bytes of the file: the last events, the end of the array, and the
         top-level keys after it."""
         text = rest.decode("latin-1")
-        # At most _MAX_TRIES candidates of each kind: a damaged end must not cost a
-        # parse of the rest per bracket.
-        closes = [m.end() for m in islice(_ARRAY_END.finditer(text), _MAX_TRIES)]
+        closes = [m.end() for m in _ARRAY_END.finditer(text)]
         # The array ends at the first ']' after which the document ends properly. A ']'
         # that follows no event's brace is tried only for arrays of something else.
+        # Most candidates are inside events (an args list of objects ends '}]') and are
+        # rejected at the next character; the text parsed past candidates is bounded, so
+        # a damaged end cannot cost a parse of the rest per bracket.
+        budget = max(_PARSE_BUDGET, 4 * len(text))
         failed: set[int] = set()  # ends of values that a failed parse went through
-        for candidates in (closes, [m.end() for m in islice(_ANY_CLOSE.finditer(text), _MAX_TRIES)]):
+        for candidates in (closes, [m.end() for m in _ANY_CLOSE.finditer(text)]):
             for close in candidates:
                 if close in failed:
                     continue  # the parse from here is the rest of one that failed
+                if budget < 0:
+                    break
                 spans, complete = _members_after_events(text, close, array_form)
+                budget -= 1 + (spans[-1][2] - close if spans else 0)
                 # A ']' inside the last event (a file cut off just after that event's
                 # args) can be followed by what looks like the end of the document; the
                 # braces since the last cut then do not balance.
@@ -593,7 +594,7 @@ class _Reader:
                     failed.update(end for _, _, end in spans)
         # The array ended all the same where a ']' follows a whole event; what comes
         # after it is cut off (it does not end as a document does) or damaged.
-        for close in closes:
+        for close in closes[:_MAX_TRIES]:
             if self._ends_an_event(rest, close - 1):
                 self._decode(rest, 0, len(_strip_events(rest[:close - 1])), final=True)
                 spans, _ = _members_after_events(text, close, array_form)
@@ -651,12 +652,9 @@ class _Reader:
         try:
             # One copy, with the brackets that make the chunk a JSON array.
             self._add(_DECODER.decode(b"".join((b"[", view, b"]"))))
-            if self.first_decoded is None:
-                self.first_decoded = True
             return end - start
         except _DECODE_ERRORS:
-            if self.first_decoded is None:
-                self.first_decoded = False
+            self.careful_used = True
         chunk = bytes(view)
         if not chunk.strip():
             return end - start
@@ -1145,6 +1143,11 @@ def _repair_quotes(text: str, constant: Callable[[str], float]) -> dict[str, Any
     return None
 
 
+class ReadAgain(Exception):
+    """Reading in parts would not give exactly what one process reads: read the file
+    again, from the start, in one process (advisor.importers.parts)."""
+
+
 def read_events(stream: BinaryIO, path: Path, *, progress: Callable[[int, int], None] | None = None
                 ) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
     """Read the events of a Kineto trace.
@@ -1159,7 +1162,13 @@ def read_events(stream: BinaryIO, path: Path, *, progress: Callable[[int, int], 
     bytes of the file have been read; one that takes an ``events`` keyword hears how many
     events were parsed so far as well.
     """
-    return _Reader(stream, path, progress).run()
+    try:
+        return _Reader(stream, path, progress).run()
+    except ReadAgain:
+        stream.seek(0)
+        reader = _Reader(stream, path, progress)
+        reader.in_parts = False
+        return reader.run()
 
 
 def _takes_events(progress: Callable[..., None]) -> bool:

@@ -4,15 +4,17 @@ The event array of a plain (not gzipped) Kineto file is cut where one event ends
 next begins (``},{``) into about equal parts. Each part after the first is read by a forked
 process with the same reader (advisor.importers.kineto), while this process reads the
 first; the parts' columns come back through a pipe and are joined in file order, their text
-codes, thread labels and large ids renumbered into this process's, so the frame is the one
-a single process would have read (tests/test_parts.py compares them).
+codes renumbered into this process's tables, so the frame is the one a single process
+reads (tests/test_parts.py compares them).
 
-A cut can fall inside a string (a name holding ``},{``). The part starting there then
-does not decode at its start, and the part before it not at its end: neither holds whole
-events there. Each part says whether both its ends decoded cleanly; where one did not, the
-other parts' work is dropped and this process reads on from its own part's end to the
-file's end: slower, never different. A part whose process fails for any reason (memory,
-a signal) is treated the same way.
+Where that could fail to hold, the parts are dropped and the file is read again, from the
+start, by this process alone (kineto.ReadAgain): slower, never different. That is where a
+part's process fails (memory, a signal); where any part took the careful path, which a
+cut inside an event always causes (a name holding ``},{``: neither part holds whole events
+there) and which damage causes too (the pieces it recovers depend on where chunks start);
+and where a part after the first numbered a thread label or an id past int64 (numbers
+given in order of first sight across the file). A file that reads cleanly, the usual
+case, is read in parts.
 
 Used where the file holds at least ``PART_MIN_BYTES`` a part and advisor may use more than
 one process (advisor.forked: systems with ``fork``, the CPUs free to this process,
@@ -47,28 +49,31 @@ _SLOT = struct.Struct("qq")  # a part's progress: bytes read, events parsed
 
 def read_in_parts(reader: _Reader, buffer: bytes, start: int, array_form: bool) -> dict[str, Any]:
     """Read the event array from buffer[start] on (the head already read), in parts where
-    that pays; returns the top-level keys after the array, as ``reader._events`` does."""
+    that pays; returns the top-level keys after the array, as ``reader._events`` does.
+    Raises ReadAgain where the parts would not give exactly what one process reads."""
+    from advisor.importers.kineto import ReadAgain
+
     starts = _part_starts(reader, len(buffer))
     if not starts:
         return reader._events(buffer, start, array_form)
     slots = mmap.mmap(-1, _SLOT.size * len(starts))
     children = [_fork(reader, at, end, array_form, slots, index)
                 for index, (at, end) in enumerate(zip(starts, [*starts[1:], None]))]
-    if any(child is None for child in children):  # no process could be started here
-        _stop_all(children)
-        slots.close()
-        return reader._events(buffer, start, array_form)
     try:
+        if any(child is None for child in children):  # no process could be started here
+            _stop_all(children)
+            return reader._events(buffer, start, array_form)
         reader.limit = starts[0]
         progress = reader.progress
         if progress is not None:
             reader.progress = _with_parts(progress, reader.progress_events, slots, len(starts))
         reader._events(buffer, start, array_form)
         reader.progress = progress
-        results = [child.result() for child in children] if reader.clean_end else []
-        if not _joined_cleanly(reader, results):
-            _stop_all(children)
-            return reader.go_on(array_form)
+        if reader.careful_used:  # damage in this part, or a part cut inside an event
+            raise ReadAgain
+        results = [child.result() for child in children]
+        if not all(_exact(result) for result in results):
+            raise ReadAgain
         for result in results:
             _absorb(reader, result)
         reader.limit = None
@@ -76,6 +81,14 @@ def read_in_parts(reader: _Reader, buffer: bytes, start: int, array_form: bool) 
     finally:
         _stop_all(children)
         slots.close()
+
+
+def _exact(result: dict[str, Any] | None) -> bool:
+    """Whether a part's rows are what one process would have read there: its process
+    came back, no chunk of it needed the careful path (whose pieces depend on where
+    chunks start), and it numbered no thread label or id past int64 (numbered in order
+    of first sight across the whole file)."""
+    return result is not None and not result["careful_used"] and not result["numbered"]
 
 
 def _part_starts(reader: _Reader, head_bytes: int) -> list[int]:
@@ -119,19 +132,6 @@ def _with_parts(progress: Callable[..., None], with_events: bool, slots: mmap.mm
     return heard
 
 
-def _joined_cleanly(reader: _Reader, results: list[dict[str, Any] | None]) -> bool:
-    """Whether every part came back and every boundary between parts fell between whole
-    events (each side decoded there)."""
-    if not reader.clean_end or not results or any(r is None for r in results):
-        return False
-    for i, result in enumerate(results):
-        if not result["first_decoded"]:
-            return False
-        if i < len(results) - 1 and not result["clean_end"]:
-            return False
-    return True
-
-
 def _fork(reader: _Reader, start: int, end: int | None, array_form: bool, slots: mmap.mmap,
           index: int) -> Forked | None:
     """A process reading the bytes [start, end) of the file (to its end: None)."""
@@ -159,12 +159,10 @@ def _read_part(parent: _Reader, start: int, end: int | None, array_form: bool, s
     columns = reader.columns
     joined = {field: np.concatenate(chunks) if chunks else None for field, chunks in columns.parts.items()}
     return {
-        "first_decoded": bool(reader.first_decoded) or reader.events_seen == 0,
-        "clean_end": end is None or reader.clean_end,
+        "careful_used": reader.careful_used,
+        "numbered": bool(reader.tid_names or reader.big_ids),
         "columns": joined,
         "texts": {field: codes.values for field, codes in columns.codes.items()},
-        "tid_names": reader.tid_names,
-        "big_ids": reader.big_ids,
         "skipped": reader.damage.skipped,
         "repaired": reader.damage.repaired,
         "truncated": reader.damage.truncated,
@@ -176,27 +174,19 @@ def _read_part(parent: _Reader, start: int, end: int | None, array_form: bool, s
     }
 
 
-_ID_FIELDS = ("correlation", "external_id", "python_id", "python_parent")
-
-
 def _absorb(reader: _Reader, part: dict[str, Any]) -> None:
-    """A part's rows after the ones read so far, renumbered into this reader's tables."""
+    """A part's rows after the ones read so far, its text codes renumbered into this
+    reader's tables."""
     columns = reader.columns
     renumber = {}
     for field, values in part["texts"].items():
         codes = columns.codes[field]
         renumber[field] = np.array([codes[v] for v in values], dtype="int32")
-    labels = _relabelled(part["tid_names"], lambda text: _label_number(reader, text))
-    big = _relabelled(part["big_ids"], lambda value: reader.big_ids.setdefault(value, (1 << 62) + len(reader.big_ids)))
     for field, values in part["columns"].items():
         if values is None:
             continue
         if field in renumber and len(values):
             values = renumber[field][values]
-        elif field in ("pid", "tid") and labels:
-            values = _replaced(values, labels)
-        elif field in _ID_FIELDS and big:
-            values = _replaced(values, big)
         columns.parts[field].append(values)
     reader.damage.skipped.update(part["skipped"])
     reader.damage.repaired.update(part["repaired"])
@@ -205,31 +195,3 @@ def _absorb(reader: _Reader, part: dict[str, Any]) -> None:
     reader.events_seen += part["events_seen"]
     reader.bytes_read += part["bytes_read"]
     reader.process_names.update(part["process_names"])
-
-
-def _label_number(reader: _Reader, text: str) -> int:
-    from advisor.importers.kineto import _tid_number
-
-    return _tid_number(text, reader.tid_names)
-
-
-def _relabelled(theirs: dict[Any, int], ours: Callable[[Any], int]) -> dict[int, int]:
-    """A part's numbers for labels (or large ids) -> this reader's, where they differ."""
-    out = {}
-    for key, number in theirs.items():
-        mine = ours(key)
-        if mine != number:
-            out[number] = mine
-    return out
-
-
-def _replaced(values: np.ndarray, numbers: dict[int, int]) -> np.ndarray:
-    wanted = np.isin(values, list(numbers))
-    if not wanted.any():
-        return values
-    values = values.copy()
-    keys = np.array(list(numbers), dtype=values.dtype)
-    order = np.argsort(keys)
-    found = np.searchsorted(keys[order], values[wanted])
-    values[wanted] = np.array(list(numbers.values()), dtype=values.dtype)[order][found]
-    return values
