@@ -126,7 +126,11 @@ def test_children_count_and_a_late_found_child_is_no_spike(monkeypatch, counters
     assert mean_cores(samples, t0, t1) > 0.4
     assert samples.rss_bytes.min() > 0 and np.isfinite(samples.events(0)["system_value"]).any()
     per_sample = samples.events(0)["value"].to_numpy()
-    assert per_sample.max() < 1.9, per_sample  # one spinning child, 10 ms clock ticks of noise
+    # One spinning child: about one core a read, give or take the counters' 10 ms clock
+    # ticks, which over a 30 ms read (and the child's last ticks, counted as it exits) can
+    # read as up to two. The child's earlier time lumped into one read would be about
+    # eight (0.25 s of it in a 30 ms read).
+    assert per_sample.max() < 2.5, per_sample
 
 
 def test_capped_reads_are_halved_and_keep_the_span():
