@@ -210,3 +210,17 @@ def test_gzipped_and_small_traces_are_read_in_one_process(tmp_path, monkeypatch)
     monkeypatch.setattr(parts, "PART_MIN_BYTES", 32 << 20)
     _read(plain, monkeypatch, 4)
     assert started == []
+
+
+def test_a_stream_that_is_not_the_file_is_read_in_one_process(tmp_path, small_parts, monkeypatch):
+    """read_events given bytes from elsewhere (a stream, with a path for messages) reads
+    that stream; the parts would read the file at the path."""
+    import io
+
+    path = tmp_path / "trace.json"
+    _synth().generate(path, 10_000)
+    other = json.dumps({"traceEvents": [_event(i) for i in range(50)]}).encode()
+    started = _forks(monkeypatch)
+    monkeypatch.setenv("ADVISOR_PROCESSES", "4")
+    frame, _, _ = read_events(io.BytesIO(other), path)
+    assert started == [] and len(frame) == 50

@@ -24,6 +24,7 @@ one process (advisor.forked: systems with ``fork``, the CPUs free to this proces
 from __future__ import annotations
 
 import mmap
+import os
 import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -94,7 +95,7 @@ def _exact(result: dict[str, Any] | None) -> bool:
 def _part_starts(reader: _Reader, head_bytes: int) -> list[int]:
     """Where the parts after the first start (the offset of an event's '{'), or [] where
     the file is read in one."""
-    if reader.gzipped:
+    if reader.gzipped or not _reads_the_file(reader):
         return []
     size = reader.file_size
     count = min(processes_allowed(), size // PART_MIN_BYTES)
@@ -115,6 +116,14 @@ def _part_starts(reader: _Reader, head_bytes: int) -> list[int]:
     except OSError:
         return []
     return starts
+
+
+def _reads_the_file(reader: _Reader) -> bool:
+    """Whether the reader's stream is the file at its path (the parts read that file)."""
+    try:
+        return os.path.samefile(reader.stream.name, reader.path)
+    except (AttributeError, OSError, TypeError, ValueError):
+        return False
 
 
 def _with_parts(progress: Callable[..., None], with_events: bool, slots: mmap.mmap, count: int
