@@ -62,7 +62,6 @@ def read_in_parts(reader: _Reader, buffer: bytes, start: int, array_form: bool) 
                 for index, (at, end) in enumerate(zip(starts, [*starts[1:], None]))]
     try:
         if any(child is None for child in children):  # no process could be started here
-            _stop_all(children)
             return reader._events(buffer, start, array_form)
         reader.limit = starts[0]
         progress = reader.progress

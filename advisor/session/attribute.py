@@ -143,15 +143,6 @@ def classify_names(events: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _top_level(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """For rows sorted by start (outer first on ties) on one thread: is each outermost?"""
-    if not len(starts):
-        return np.zeros(0, dtype=bool)
-    running_end = np.maximum.accumulate(ends)
-    before = np.concatenate([[np.iinfo(np.int64).min], running_end[:-1]])
-    return before <= starts
-
-
 def _innermost_containing(op_starts: np.ndarray, op_ends: np.ndarray, op_ids: np.ndarray,
                           parents: np.ndarray, points: np.ndarray) -> np.ndarray:
     """Innermost op containing each point, for ops of one thread sorted by start.

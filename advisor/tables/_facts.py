@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advisor.session import GPU_KINDS, PHASES, Session, select_rows
+from advisor.session import GPU_KINDS, PHASES, Session, one_of, select_rows
 from advisor.session import intervals as iv
 from advisor.session.attribute import main_thread, name_matches
 
@@ -153,7 +153,7 @@ class Facts:
 
         def compute() -> np.ndarray:
             ev = self.events
-            mask = ev["kind"].isin(kinds).to_numpy().copy()
+            mask = one_of(ev["kind"], kinds)
             if self.has_steps:
                 lo, hi = self.window
                 start = ev["start_ns"].to_numpy()
