@@ -40,6 +40,18 @@ def shared_trace(name: str) -> Path:
     return path
 
 
+def synth_trace(path: Path, events: int) -> Path:
+    """A synthetic training-loop trace of about ``events`` events (benchmarks/synth.py):
+    steps, a loader, ops that launch kernels, flow events."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("synth", REPO / "benchmarks" / "synth.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.generate(path, events)
+    return path
+
+
 def write_trace(path: Path, events: list[dict], **top) -> Path:
     document = {"schemaVersion": 1, **top, "traceEvents": events}
     data = json.dumps(document).encode()

@@ -5,28 +5,19 @@ progress, wherever the parts are cut."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import multiprocessing
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import synth_trace
 
 from advisor.importers import kineto, parts
 from advisor.importers.kineto import open_trace, read_events
 
-REPO = Path(__file__).resolve().parents[1]
-
 pytestmark = pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
                                 reason="reading in parts needs fork")
-
-
-def _synth():
-    spec = importlib.util.spec_from_file_location("synth", REPO / "benchmarks" / "synth.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
@@ -86,7 +77,7 @@ def _read_on(monkeypatch) -> list[int]:
 
 def test_a_training_trace_read_in_parts_equals_one_read(tmp_path, small_parts, monkeypatch):
     path = tmp_path / "trace.json"
-    _synth().generate(path, 20_000)
+    synth_trace(path, 20_000)
     started = _forks(monkeypatch)
     heard = []
     in_parts = _read(path, monkeypatch, 4, progress=lambda done, total, events=0: heard.append((done, events)))
@@ -185,7 +176,7 @@ def test_many_lists_of_objects_before_the_arrays_end(tmp_path, monkeypatch):
 
 def test_a_part_whose_process_fails_is_read_here(tmp_path, small_parts, monkeypatch):
     path = tmp_path / "trace.json"
-    _synth().generate(path, 10_000)
+    synth_trace(path, 10_000)
 
     def fails(*args):
         raise MemoryError
@@ -218,7 +209,7 @@ def test_a_stream_that_is_not_the_file_is_read_in_one_process(tmp_path, small_pa
     import io
 
     path = tmp_path / "trace.json"
-    _synth().generate(path, 10_000)
+    synth_trace(path, 10_000)
     other = json.dumps({"traceEvents": [_event(i) for i in range(50)]}).encode()
     started = _forks(monkeypatch)
     monkeypatch.setenv("ADVISOR_PROCESSES", "4")

@@ -4,7 +4,6 @@ once anything the report depends on has changed."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,25 +11,18 @@ import sys
 import textwrap
 
 import pytest
-from conftest import REPO
+from conftest import REPO, synth_trace
 
 from advisor.cli import FAIL_ON_EXIT, main
 from advisor.cli.report_cache import PLUGIN_GROUP
 from advisor.importers import loader
 
 
-def _synth():
-    spec = importlib.util.spec_from_file_location("synth", REPO / "benchmarks" / "synth.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture
 def trace(tmp_path):
     """A small trace of a training loop (benchmarks/synth.py): steps, a loader, kernels."""
     path = tmp_path / "train.json"
-    _synth().generate(path, 3000)
+    synth_trace(path, 3000)
     return path
 
 
@@ -105,7 +97,7 @@ def test_a_kept_report_is_never_used_once_what_it_depends_on_changed(tmp_path, t
     (packs / "more.yaml").write_text(_pack("more-rule", 'key == "Forward"'))
     assert diagnose("--rules", str(packs)) == 7
     # The trace itself changes.
-    _synth().generate(trace, 3600)
+    synth_trace(trace, 3600)
     assert diagnose("--rules", str(packs)) == 8
     # And --no-cache never reads a kept report.
     assert diagnose("--rules", str(packs), "--no-cache") == 9

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import SHARED_TRACES, shared_trace
+from conftest import SHARED_TRACES, shared_trace, synth_trace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -621,17 +621,9 @@ def test_kernel_table_costs_a_kernel_that_is_its_ops_only_one(tmp_path):
     are their op's only kernel (the kernel's own launch names an inner op with no cost of
     its own; the op around it is costed). They were always empty: the kernel rows alone
     were costed, without the ops that launched them."""
-    import importlib.util
-    from pathlib import Path
-
     from advisor.knowledge.costs import op_cost
 
-    spec = importlib.util.spec_from_file_location("synth", Path(__file__).parents[1] / "benchmarks" / "synth.py")
-    synth = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(synth)
-    path = tmp_path / "trace.json"
-    synth.generate(path, 30_000)
-    session = load(path)
+    session = load(synth_trace(tmp_path / "trace.json", 30_000))
     kernels = compute_tables(session, ["kernel"])["kernel"]
     gemm = kernels.loc["ampere_sgemm_128x64_tn"]
     linear = op_cost("aten::linear", "[[64,256],[256,256]]", '["float","float"]', None, None)
