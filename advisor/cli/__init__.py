@@ -213,8 +213,8 @@ def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False, h
     """(session, exit code or None, the launch of the ranks the script spawned or None);
     with ``spawned_ranks``, ranks the script starts with torch.multiprocessing.spawn are
     profiled and saved, each its own session (advisor.collect.spawned)."""
-    from advisor.importers import load
     from advisor.forked import use_cpus
+    from advisor.importers import load
     from advisor.pages import plain_pages
 
     plain_pages()  # for advisor's own arrays; a script it runs gets numpy's setting back
