@@ -1,7 +1,5 @@
 """`python -m advisor` is the `advisor` command."""
 
-import sys
+from advisor.cli import console_main
 
-from advisor.cli import main
-
-sys.exit(main())
+console_main()

@@ -23,6 +23,7 @@ from typing import Any
 __all__ = ["MAX_PROCESSES", "Forked", "processes_allowed", "use_cpus"]
 
 MAX_PROCESSES = 8
+WAIT_TICK_S = 0.05
 
 
 _use_cpus = False
@@ -78,8 +79,14 @@ class Forked:
         except (OSError, AssertionError, ValueError):  # no fork, too many processes, a daemon's child
             return None
 
-    def result(self) -> Any | None:
+    def result(self, *, waiting: Callable[[], None] | None = None) -> Any | None:
+        """``waiting()``, where given, is called every ``WAIT_TICK_S`` until the result
+        begins to come (a progress bar's update)."""
         try:
+            if waiting is not None:
+                while not self._receive.poll(WAIT_TICK_S):
+                    waiting()
+                waiting()
             value = _receive(self._receive)
         except (EOFError, OSError, MemoryError, pickle.UnpicklingError):
             value = None

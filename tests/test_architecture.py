@@ -157,17 +157,22 @@ def test_the_version_is_one_figure():
     assert reported == advisor.__version__
 
 
-# What `advisor diagnose TRACE` may not have imported when it opens the trace: the
-# collector (torch's hooks), the HTML report, the graph library. Each is for another
-# command or comes after the read; importing it first makes every small trace wait.
+# What `advisor diagnose TRACE` may not have imported when it opens the trace to read it:
+# the collector (torch's hooks), the HTML report, the graph library. Each is for another
+# command or comes after the read; importing it first makes every small trace wait. Where
+# the trace is read ahead by a forked process (advisor.importers.ahead), that process is
+# the one reading it, forked before the command's own imports.
 _NOT_BEFORE_THE_READ = ("advisor.collect.torch_hooks", "advisor.collect.assemble", "advisor.reports._html",
                         "advisor.reports._terminal", "networkx", "torch")
 
+# The first open of the trace by the reader (not a look at its first bytes to decide how to
+# read it): the modules of the process opening it, which then ends.
 _WATCH_THE_OPEN = r'''
 import os, sys
 target = os.path.abspath(sys.argv[1])
 def hook(event, args):
-    if event == "open" and isinstance(args[0], str) and os.path.abspath(args[0]) == target:
+    if event == "open" and isinstance(args[0], str) and os.path.abspath(args[0]) == target \
+            and "advisor.importers.kineto" in sys.modules:
         print("LOADED " + " ".join(sorted(sys.modules)), file=sys.stderr)
         sys.stderr.flush()
         os._exit(0)
@@ -177,14 +182,16 @@ main(["diagnose", target, "--format", "json", "--no-cache"])
 '''
 
 
-def test_diagnosing_a_trace_reads_it_before_importing_what_it_does_not_need(make_trace):
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_diagnosing_a_trace_reads_it_before_importing_what_it_does_not_need(make_trace, processes):
+    import os
     import subprocess
     import sys
 
     trace = make_trace([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}])
     done = subprocess.run([sys.executable, "-c", _WATCH_THE_OPEN, str(trace)], capture_output=True, text=True,
-                          timeout=120)
-    (line,) = [x for x in done.stderr.splitlines() if x.startswith("LOADED ")]
+                          timeout=120, env={**os.environ, "ADVISOR_PROCESSES": processes})
+    line = next(x for x in done.stderr.splitlines() if x.startswith("LOADED "))
     loaded = set(line.split()[1:])
     assert "advisor.importers.kineto" in loaded  # the hook saw the trace's own open
     assert not loaded & set(_NOT_BEFORE_THE_READ), sorted(loaded & set(_NOT_BEFORE_THE_READ))

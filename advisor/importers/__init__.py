@@ -6,6 +6,7 @@
     parts             a large plain trace read in parts, each by a process of its own
     advisor_metadata  what advisor's host collector writes into the traces it exports
     cache             a trace's Session kept (Parquet) for the next command on the same file
+    ahead             a trace read by a forked process while the command starts up
 
 A new trace format is a module here that turns the file into events and metadata, and
 a branch in ``load``; attribution (who launched what) is the Session's, shared by all.

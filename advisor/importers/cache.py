@@ -39,7 +39,7 @@ from advisor.session.layout import SESSION_FORMAT
 if TYPE_CHECKING:
     from advisor.session import Session
 
-__all__ = ["cache_dir", "cache_key", "cached", "code_fingerprint", "enabled", "store", "tables"]
+__all__ = ["cache_dir", "cache_key", "cached", "code_fingerprint", "enabled", "holds", "store", "tables"]
 
 EDGE_BYTES = 64 * 1024
 DEFAULT_MAX_MB = 4096
@@ -68,6 +68,14 @@ def cache_key(path: Path) -> str:
             handle.seek(-EDGE_BYTES, os.SEEK_END)
             digest.update(handle.read(EDGE_BYTES))
     return digest.hexdigest()[:32]
+
+
+def holds(path: Path) -> bool:
+    """Whether an entry for ``path`` is kept (not read: ``cached`` reads it)."""
+    try:
+        return (cache_dir() / cache_key(path) / "session.json").is_file()
+    except OSError:
+        return False
 
 
 def cached(path: Path) -> Session | None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from advisor.errors import SessionError, TraceError
 from advisor.importers import cache
 from advisor.importers.advisor_metadata import read_trace_metadata
-from advisor.importers.kineto import events_from_raw, open_trace, read_events
+from advisor.importers.kineto import _takes_events, events_from_raw, open_trace, read_events
 from advisor.session import (
     CollectorInfo,
     DeviceInfo,
@@ -27,12 +27,17 @@ from advisor.session import (
 )
 from advisor.session.attribute import attribute
 
+if TYPE_CHECKING:
+    from advisor.importers.ahead import Ahead
+
 __all__ = ["load", "load_kineto"]
 
 
-def load(path: str | Path, *, progress: Callable[[int, int], None] | None = None) -> Session:
+def load(path: str | Path, *, progress: Callable[[int, int], None] | None = None,
+         ahead: Ahead | None = None) -> Session:
     """A saved session folder or a PyTorch profiler / Kineto trace, as a Session.
-    ``progress(done, total)`` hears of the bytes of a trace read so far."""
+    ``progress(done, total)`` hears of the bytes of a trace read so far. ``ahead``: the
+    read of this trace already started in a forked process (advisor.importers.ahead)."""
     target = Path(path)
     if not target.exists():
         raise TraceError(f"{target}: no such file or directory")
@@ -41,16 +46,29 @@ def load(path: str | Path, *, progress: Callable[[int, int], None] | None = None
             return Session.load(target)
         raise SessionError(f"{target} is a directory but not an advisor session (it has no session.json)")
     if not cache.enabled():
-        return load_kineto(target, progress=progress)
+        return _read(target, progress, ahead)
     found = cache.cached(target)
     if found is not None:
+        if ahead is not None:  # kept by another command since the read began
+            ahead.stop()
         if progress is not None:
             size = target.stat().st_size
             progress(size, size)
         return found
-    session = load_kineto(target, progress=progress)
+    session = _read(target, progress, ahead)
     cache.store(target, session)
     return session
+
+
+def _read(target: Path, progress: Callable[..., None] | None, ahead: Ahead | None) -> Session:
+    """The trace's Session: from the forked read where one was started and came back, else
+    read here."""
+    if ahead is not None and ahead.path == target:
+        session = ahead.session(progress if progress is None or _takes_events(progress)
+                                else lambda done, total, events=None: progress(done, total))
+        if session is not None:
+            return session
+    return load_kineto(target, progress=progress)
 
 
 def _int_or(value: Any, default: int | None) -> int | None:

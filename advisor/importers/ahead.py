@@ -1,0 +1,121 @@
+"""Reading a trace in a forked process while this one starts up.
+
+On a trace of tens of MB, a command used to spend longer importing what it needs (pandas,
+the rules, the report models) than reading the file; on two CPUs the two need not wait for
+each other. ``start(path)``, called before those imports, forks a process that reads the
+trace into a Session (advisor.importers.loader.load_kineto, the same code as ever) and
+sends it back (advisor.forked: the columns' memory as it is, a few ms for 35 MB of JSON);
+``load(path, ahead=...)`` takes it from there.
+
+Only where it pays and cannot change the result:
+- a file the one-process reader would read (gzipped, or plain and too small to be read in
+  parts, advisor.importers.parts), of at most ``MAX_BYTES`` of JSON: the Session comes
+  back through a pipe, whose cost grows with it while the start-up it hides does not;
+- not a file the session cache holds (loading the cached Session is this process's work);
+- more than one process allowed (advisor.forked.processes_allowed).
+
+A forked read that fails for any reason (a damaged trace, memory, a signal) gives nothing
+back, and the file is read again here, where the failure is reported as it always is.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from advisor.forked import Forked, processes_allowed
+
+if TYPE_CHECKING:
+    from advisor.session import Session
+
+__all__ = ["MAX_BYTES", "Ahead", "start"]
+
+# The JSON a read ahead may hold (a gzipped file's size as its trailer gives it): a Session
+# of 128 MB of JSON comes back in about a tenth of a second; the imports it overlaps take
+# most of a second, however large the trace.
+MAX_BYTES = 128 << 20
+_SLOT = struct.Struct("qq")  # bytes read, events parsed
+
+
+class Ahead:
+    """A trace being read by a forked process."""
+
+    def __init__(self, path: Path, child: Forked, slot: mmap.mmap):
+        self.path = path
+        self._child = child
+        self._slot = slot
+
+    def session(self, progress: Callable[..., None] | None = None) -> Session | None:
+        """The Session read, or None where the process failed (the caller reads the file
+        itself). ``progress(done, total, events=...)`` hears of the forked read while
+        this process waits for it."""
+        heard = None
+        if progress is not None:
+            total = self.path.stat().st_size
+
+            def heard() -> None:
+                done, events = _SLOT.unpack_from(self._slot)
+                progress(min(done, total), total, events=events)
+
+        try:
+            return self._child.result(waiting=heard)
+        finally:
+            self._slot.close()
+
+    def stop(self) -> None:
+        """Stop the read where its result is not wanted (the command stopped first)."""
+        self._child.stop()
+        if not self._slot.closed:
+            self._slot.close()
+
+
+def start(path: Path) -> Ahead | None:
+    """A forked read of the trace at ``path``, or None where one does not pay here."""
+    if processes_allowed() < 2 or not _small(path):
+        return None
+    from advisor.importers import cache
+
+    if cache.enabled() and cache.holds(path):
+        return None
+    slot = mmap.mmap(-1, _SLOT.size)
+    child = Forked.start(lambda: _read(path, slot))
+    if child is None:
+        slot.close()
+        return None
+    return Ahead(path, child, slot)
+
+
+def _small(path: Path) -> bool:
+    """Whether the one-process reader reads ``path`` and its JSON is at most MAX_BYTES."""
+    from advisor.importers.parts import PART_MIN_BYTES
+
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as file:
+            gzipped = file.read(2) == b"\x1f\x8b"
+            if not gzipped:
+                return size < min(2 * PART_MIN_BYTES, MAX_BYTES)
+            # A gzip member's trailer holds its uncompressed size modulo 4 GiB: more
+            # compressed bytes than that (past a tiny file's headers) means it wrapped.
+            file.seek(-4, os.SEEK_END)
+            unpacked = int.from_bytes(file.read(4), "little")
+    except OSError:
+        return False
+    return unpacked <= MAX_BYTES and (size <= unpacked or size < 1 << 16)
+
+
+def _read(path: Path, slot: mmap.mmap) -> Session:
+    """In the forked process."""
+    from advisor.importers.loader import load_kineto
+    from advisor.pages import plain_pages
+
+    plain_pages()  # as the command's own reading does (advisor.pages)
+
+    def heard(done: int, total: int, events: int | None = None) -> None:
+        _SLOT.pack_into(slot, 0, done, events or 0)
+
+    return load_kineto(path, progress=heard)
