@@ -85,12 +85,11 @@ CATEGORY_KIND = {
 _GPU_KINDS = frozenset({"kernel", "memcpy", "memset", "gpu_annotation", "sync"})
 # Groups of kinds whose events carry fields the others do not, a code for each (0: none),
 # and which group carries which field: only the rows of that group read it.
-_CARRIERS = {"op": 1, "python": 2, "gpu": 3}
-_CARRIER_OF_KIND = {"op": 1, "python": 2, **{kind: 3 for kind in _GPU_KINDS}}
+_CARRIERS = {"op": 1, "gpu": 3}
+_CARRIER_OF_KIND = {"op": 1, **{kind: 3 for kind in _GPU_KINDS}}
 _CARRIED_BY = {
     **dict.fromkeys(("device", "stream", "bytes", "registers", "shared_memory", "grid", "block"), "gpu"),
     **dict.fromkeys(("flops", "input_dims", "input_types", "input_strides", "concrete_inputs", "comm"), "op"),
-    **dict.fromkeys(("python_id", "python_parent"), "python"),
 }
 _NAN = float("nan")
 _COPY_NAME = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
@@ -106,7 +105,8 @@ _NO_RAW = msgspec.Raw(b"")
 
 
 class _Args(msgspec.Struct, frozen=True, gc=False):
-    # null is written for some (a root's "Python parent id"): it reads as absent.
+    # null is written for some fields: it reads as absent. (A python_function's "Python id"
+    # and "Python parent id" are not read: the Session nests frames by their times.)
     correlation: int | None = -1
     external_id: int | None = msgspec.field(default=-1, name="External id")
     external_id_lower: int | None = msgspec.field(default=-1, name="external id")
@@ -115,8 +115,6 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     nbytes: int | None = msgspec.field(default=-1, name="bytes")
     registers: int | None = msgspec.field(default=-1, name="registers per thread")
     shared_memory: int | None = msgspec.field(default=-1, name="shared memory")
-    python_id: int | None = msgspec.field(default=-1, name="Python id")
-    python_parent: int | None = msgspec.field(default=-1, name="Python parent id")
     flops: float | None = _NAN
     call_stack: str | None = msgspec.field(default="", name="Call stack")
     # Shapes, types and launch geometry stay raw JSON text: they become columns of text,
@@ -867,13 +865,12 @@ class _Columns:
     are still in cache (reading them later, cold, costs several times more); text becomes
     codes into one table per column, so no chunk keeps a string of its own."""
 
-    INTS = ("pid", "tid", "device", "stream", "correlation", "external_id", "bytes", "registers", "shared_memory",
-            "python_id", "python_parent")
+    INTS = ("pid", "tid", "device", "stream", "correlation", "external_id", "bytes", "registers", "shared_memory")
     TEXTS = ("name", "category", "call_stack", "input_dims", "input_types", "input_strides", "concrete_inputs",
              "grid", "block", "comm")
     FIELDS = (
         "name", "category", "ts", "dur", "pid", "tid", "device", "stream", "correlation", "external_id", "bytes",
-        "registers", "shared_memory", "python_id", "python_parent", "flops", "input_dims", "input_types",
+        "registers", "shared_memory", "flops", "input_dims", "input_types",
         "input_strides", "concrete_inputs", "call_stack", "grid", "block", "comm",
     )
 
@@ -950,14 +947,12 @@ class _Columns:
             rows = carrier == code
             parts["@" + group].append(rows)
             carried[group] = args if rows.all() else list(compress(args, rows.tolist()))
-        gpu, op, python = carried["gpu"], carried["op"], carried["python"]
+        gpu, op = carried["gpu"], carried["op"]
         parts["device"].append(ints([a.device for a in gpu]))
         parts["stream"].append(ints([a.stream for a in gpu]))
         parts["bytes"].append(ints([a.nbytes for a in gpu]))
         parts["registers"].append(ints([a.registers for a in gpu]))
         parts["shared_memory"].append(ints([a.shared_memory for a in gpu]))
-        parts["python_id"].append(ints([a.python_id for a in python], self._big_id))
-        parts["python_parent"].append(ints([a.python_parent for a in python], self._big_id))
         parts["flops"].append(np.array([a.flops for a in op], dtype="float64"))
         absent, raw_bytes = _NO_RAW, bytes
         groups, messages = [a.pg_name for a in op], [a.msg_nelems for a in op]
