@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.session import GPU_KINDS, PHASES, concat_events, conform_events, one_of, text
-from advisor.session.model import start_order
+from advisor.session.model import RELATION_COLUMNS, start_order
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 ADVISOR_PHASE = re.compile(r"^advisor::(Dataloader|Forward|Backward|Optimization)$")
@@ -461,6 +461,36 @@ def _python_stacks(ev: pd.DataFrame, *, blocking_calls_only: bool = False) -> No
     ev["call_stack"] = stacks.categorical()
 
 
+def _python_the_tables_read(ev: pd.DataFrame, main: tuple[int, int] | None) -> pd.DataFrame:
+    """The events without the Python frames (python_function events, torch.profiler's
+    with_stack=True) that nothing reads once the call stacks are written (_python_stacks):
+    those on threads other than the one that runs the steps, and, where there are steps,
+    those wholly outside the first step's start to the last step's end. The tables read
+    Python frames on that thread only, for the time they overlap that window
+    (gpu_idle_host, the job's host time outside the phases); a frame overlapping it keeps
+    every frame that encloses it. Ids are renumbered to positions again."""
+    is_python = one_of(ev["kind"], ["python"])
+    if main is None or not is_python.any():
+        return ev
+    pid, tid = main
+    drop = is_python & ((ev["pid"].to_numpy() != pid) | (ev["tid"].to_numpy() != tid))
+    steps = one_of(ev["kind"], ["step"])
+    if steps.any():
+        starts, ends = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
+        drop |= is_python & ((ends <= starts[steps].min()) | (starts >= ends[steps].max()))
+    if not drop.any():
+        return ev
+    kept = np.flatnonzero(~drop)
+    position = np.full(len(ev), -1, dtype="int64")
+    position[kept] = np.arange(len(kept))
+    out = ev.take(kept).reset_index(drop=True)
+    out["id"] = np.arange(len(out), dtype="int64")
+    for column in RELATION_COLUMNS:  # they name ops and CUDA calls, never a Python frame
+        ids = out[column].to_numpy()
+        out[column] = np.where(ids >= 0, position[np.maximum(ids, 0)], -1)
+    return out
+
+
 def _sorted(ev: pd.DataFrame, order: np.ndarray) -> pd.DataFrame:
     """Rows in ``order`` (start_order: by start time, outer ranges first on ties); ids
     renumbered to positions."""
@@ -525,4 +555,4 @@ def attribute(events: pd.DataFrame, *, sync_ranges_only: bool = False) -> pd.Dat
     _assign_steps_and_phases(ev, main)
     _sync_range_stacks(ev)
     _python_stacks(ev, blocking_calls_only=sync_ranges_only)
-    return conform_events(ev)
+    return conform_events(_python_the_tables_read(ev, main))
