@@ -1,14 +1,17 @@
-"""Work on one large trace shared with a forked process, its result sent back.
+"""Work on one trace shared with a forked process, its result sent back.
 
 advisor reads a large plain trace in parts (advisor.importers.parts), each part after the
-first in a process of its own. A forked process sees this one's memory as it was, so the
-work it is handed (a closure over the reader) is not pickled; only its result comes back,
-through a pipe. Built on ``multiprocessing`` with the ``fork`` start method.
+first in a process of its own; reads a smaller trace in a process forked before the
+command's imports (advisor.importers.ahead); and computes the op-cost tables in one while
+it computes the others (advisor.tables.compute_tables). A forked process sees this one's
+memory as it was, so the work it is handed (a closure over the reader, the session) is not
+pickled; only its result comes back, through a pipe. Built on ``multiprocessing`` with the
+``fork`` start method.
 
-``ADVISOR_PROCESSES`` caps the processes advisor uses for one trace (1: none forked);
-without it, the CPUs this process may run on, at most ``MAX_PROCESSES``, in processes that
-asked for them (``use_cpus``: advisor's command line does); the process of a user's job
-(advisor.profiler's API) is never forked unasked. Where ``fork`` is missing, or in a
+Only a process that asked for them (``use_cpus``: advisor's command line does) forks
+helpers: the process of a user's job (advisor.profiler's API) never does.
+``ADVISOR_PROCESSES`` sets how many processes advisor uses for one trace there (1: none
+forked); without it, the CPUs this process may run on, at most ``MAX_PROCESSES``. Where ``fork`` is missing, or in a
 daemonic process (a worker of a pool), everything runs in this process.
 """
 
@@ -17,6 +20,8 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +29,7 @@ __all__ = ["MAX_PROCESSES", "Forked", "processes_allowed", "use_cpus"]
 
 MAX_PROCESSES = 8
 WAIT_TICK_S = 0.05
+JOIN_TIMEOUT_S = 10.0
 
 
 _use_cpus = False
@@ -41,14 +47,14 @@ def processes_allowed() -> int:
 
     if "fork" not in multiprocessing.get_all_start_methods() or multiprocessing.current_process().daemon:
         return 1
+    if not _use_cpus:  # a user's job (advisor.Profiler) is never forked, whatever the environment says
+        return 1
     wanted = os.environ.get("ADVISOR_PROCESSES", "").strip()
     if wanted:
         try:
             return max(1, int(wanted))
         except ValueError:
             return 1
-    if not _use_cpus:
-        return 1
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -92,10 +98,16 @@ class Forked:
             value = None
         finally:
             self._receive.close()
-        self._process.join()
+        self._process.join(JOIN_TIMEOUT_S)  # all it has left to do is end
+        if self._process.exitcode is None:
+            self._process.kill()
+            self._process.join()
         self._done = True
-        ok = self._process.exitcode == 0 and isinstance(value, tuple) and value[0] == "ok"
-        return value[1] if ok else None
+        if not isinstance(value, tuple) or len(value) != 3:
+            return None
+        for text, category, filename, lineno in value[2]:
+            warnings.warn_explicit(text, category, filename, lineno)
+        return value[1] if value[0] == "ok" else None
 
     def stop(self) -> None:
         """Stop the process if it is still working (a result not wanted after all)."""
@@ -110,15 +122,31 @@ class Forked:
 def _run(work: Callable[[], Any], send) -> None:
     """In the forked process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent hears Ctrl-C and stops this one
-    try:
-        value = ("ok", work())
-    except BaseException as exc:  # noqa: BLE001  (any failure: the parent does the work itself)
-        value = ("failed", f"{type(exc).__name__}: {exc}")
+    _own_streams()
+    with warnings.catch_warnings(record=True) as caught:
+        try:
+            value = ("ok", work())
+        except BaseException as exc:  # noqa: BLE001  (any failure: the parent does the work itself)
+            value = ("failed", f"{type(exc).__name__}: {exc}")
+    # Said by the parent, under its filters, as if it had done the work itself.
+    value = (*value, [(str(w.message), w.category, w.filename, w.lineno) for w in caught])
     try:
         _send(send, value)
     except BaseException:  # noqa: BLE001  (a result that cannot be sent: the parent hears EOF)
         pass
     send.close()
+
+
+def _own_streams() -> None:
+    """Standard output and error of this process's own, on the same descriptors: the
+    parent's may be a progress display's proxy, whose lock another of its threads (the
+    display's refresh) may have held at the fork, and would then never be let go here."""
+    for name, descriptor in (("stdout", 1), ("stderr", 2)):
+        try:
+            stream = open(descriptor, "w", closefd=False, errors="backslashreplace")  # noqa: SIM115
+        except OSError:
+            stream = open(os.devnull, "w")  # noqa: SIM115
+        setattr(sys, name, stream)
 
 
 def _send(connection, value: Any) -> None:

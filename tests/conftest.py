@@ -52,6 +52,29 @@ def synth_trace(path: Path, events: int) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def _forks_only_where_asked(monkeypatch):
+    """Each test starts as a user's process does, which advisor never forks: a command run
+    in-process (advisor.cli.main) asks for the CPUs, and that is undone after its test."""
+    import advisor.forked
+
+    monkeypatch.setattr(advisor.forked, "_use_cpus", False)
+
+
+@pytest.fixture
+def processes(monkeypatch):
+    """``processes(n)``: advisor may use ``n`` processes for one trace here, as in its own
+    commands (advisor.forked: they ask for the CPUs; ADVISOR_PROCESSES sets how many)."""
+    import advisor.forked
+
+    monkeypatch.setattr(advisor.forked, "_use_cpus", True)
+
+    def allow(count: int) -> None:
+        monkeypatch.setenv("ADVISOR_PROCESSES", str(count))
+
+    return allow
+
+
 def write_trace(path: Path, events: list[dict], **top) -> Path:
     document = {"schemaVersion": 1, **top, "traceEvents": events}
     data = json.dumps(document).encode()

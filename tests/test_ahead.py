@@ -24,8 +24,8 @@ pytestmark = pytest.mark.skipif("fork" not in multiprocessing.get_all_start_meth
 
 
 @pytest.fixture
-def two(monkeypatch, tmp_path):
-    monkeypatch.setenv("ADVISOR_PROCESSES", "2")
+def two(monkeypatch, tmp_path, processes):
+    processes(2)
     monkeypatch.setenv("ADVISOR_CACHE_DIR", str(tmp_path / "cache"))
 
 
@@ -127,3 +127,13 @@ def test_a_script_keeps_the_interpreters_teardown(tmp_path):
                           env=_env(ADVISOR_NO_CACHE="1"), timeout=300)
     assert done.returncode == 0, done.stderr
     assert note.read_text() == "written at exit"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full, a device every write to fails")
+@pytest.mark.parametrize("command", [["summary", "-t", "device", "-f", "csv"], ["diagnose", "--format", "json"]])
+def test_output_that_cannot_be_written_is_an_error_not_a_quiet_exit(tmp_path, trace, command):
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "advisor", *command, "--no-cache", str(trace)], stdout=full,
+                              stderr=subprocess.PIPE, text=True, env=_env(), timeout=300)
+    assert done.returncode != 0
+    assert [line for line in done.stderr.splitlines() if line] == ["advisor: No space left on device"]

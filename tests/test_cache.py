@@ -42,6 +42,16 @@ def test_a_changed_trace_is_read_again(tmp_path, cache_dir):
     assert (load(trace).events["name"] == "aten::mm").sum() == 7
 
 
+def test_a_session_kept_by_another_reader_is_read_again(tmp_path, cache_dir, monkeypatch):
+    """An edited reader or attribution (advisor.importers, advisor.session) misses: the same
+    version number holds Sessions that differ (a frame let go, ids renumbered)."""
+    trace = write_trace(tmp_path / "t.json", events(5))
+    load(trace)
+    assert cache.holds(trace)
+    monkeypatch.setattr(cache, "reading_fingerprint", lambda: "another reader")
+    assert not cache.holds(trace) and cache.cached(trace) is None
+
+
 def test_no_cache_keeps_nothing(tmp_path, cache_dir, monkeypatch):
     monkeypatch.setenv("ADVISOR_NO_CACHE", "1")
     load(write_trace(tmp_path / "t.json", events(3)))

@@ -21,15 +21,15 @@ pytestmark = pytest.mark.skipif("fork" not in multiprocessing.get_all_start_meth
 
 
 @pytest.fixture
-def small_parts(monkeypatch):
+def small_parts(monkeypatch, processes):
     """Parts of a few tens of KB, so small traces are read in several, each in chunks."""
     monkeypatch.setattr(parts, "PART_MIN_BYTES", 16 << 10)
     monkeypatch.setattr(kineto, "BLOCK", 4 << 10)
-    monkeypatch.setenv("ADVISOR_PROCESSES", "4")
+    processes(4)
 
 
 def _read(path: Path, monkeypatch, processes: int, progress=None):
-    monkeypatch.setenv("ADVISOR_PROCESSES", str(processes))
+    monkeypatch.setenv("ADVISOR_PROCESSES", str(processes))  # with small_parts, which lets advisor fork
     stream = open_trace(path)
     try:
         return read_events(stream, path, progress=progress)
@@ -212,6 +212,5 @@ def test_a_stream_that_is_not_the_file_is_read_in_one_process(tmp_path, small_pa
     synth_trace(path, 10_000)
     other = json.dumps({"traceEvents": [_event(i) for i in range(50)]}).encode()
     started = _forks(monkeypatch)
-    monkeypatch.setenv("ADVISOR_PROCESSES", "4")
     frame, _, _ = read_events(io.BytesIO(other), path)
     assert started == [] and len(frame) == 50

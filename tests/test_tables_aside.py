@@ -23,10 +23,10 @@ def session(tmp_path_factory):
 
 
 @pytest.mark.parametrize("names", [None, ["operator", "model", "kernel"], ["kernel"]])
-def test_tables_computed_aside_are_the_tables_computed_here(monkeypatch, session, names):
-    monkeypatch.setenv("ADVISOR_PROCESSES", "1")
+def test_tables_computed_aside_are_the_tables_computed_here(monkeypatch, session, names, processes):
+    processes(1)
     here = compute_tables(session, names)
-    monkeypatch.setenv("ADVISOR_PROCESSES", "2")
+    processes(2)
     forked = []
     real = tables.Forked.start
     monkeypatch.setattr(tables.Forked, "start", lambda work: forked.append(1) or real(work))
@@ -39,13 +39,23 @@ def test_tables_computed_aside_are_the_tables_computed_here(monkeypatch, session
         assert aside[name].attrs == here[name].attrs
 
 
-def test_tables_aside_whose_process_fails_are_computed_here(monkeypatch, session):
-    monkeypatch.setenv("ADVISOR_PROCESSES", "1")
+def test_tables_aside_whose_process_fails_are_computed_here(monkeypatch, session, processes):
+    processes(1)
     here = compute_tables(session)
-    monkeypatch.setenv("ADVISOR_PROCESSES", "2")
+    processes(2)
     real = tables.Forked.start
     monkeypatch.setattr(tables.Forked, "start", lambda work: real(lambda: 1 / 0))
     again = compute_tables(session)
     assert all(len(here[name]) for name in ("operator", "kernel"))
     for name in here:
         pd.testing.assert_frame_equal(again[name], here[name])
+
+
+def test_a_users_job_is_never_forked(monkeypatch, session):
+    """advisor.Profiler computes tables inside the user's job (CUDA, NCCL, loader threads):
+    it forks no process there, whatever ADVISOR_PROCESSES says."""
+    monkeypatch.setenv("ADVISOR_PROCESSES", "4")
+    forked = []
+    monkeypatch.setattr(tables.Forked, "start", lambda work: forked.append(1))
+    compute_tables(session)
+    assert forked == []

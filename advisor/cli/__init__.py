@@ -614,6 +614,7 @@ def _summary(args: argparse.Namespace, kept) -> int:
     text = render_tables(tables, table_docs=TABLE_DOCS, sort=args.sort, limit=args.limit, fmt=args.format)
     if text is not None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()  # a failed write (a full disk) is this command's error, said as one
     kept.done()
     return exit_code if exit_code is not None else 0
 
@@ -727,8 +728,15 @@ def _leave(code: int) -> None:
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except (BrokenPipeError, OSError, ValueError):  # a reader gone: what it read is what it wanted
+    except (BrokenPipeError, ValueError):  # a reader gone (what it read is what it wanted), a stream closed
         pass
+    except OSError as exc:  # a full disk, a file size limit: the output is not whole, and that is said
+        if code == 0:  # (a command that failed has said why already)
+            try:
+                os.write(2, f"advisor: the output could not be written: {exc.strerror or exc}\n".encode())
+            except OSError:
+                pass
+        os._exit(code or 1)
     os._exit(code)
 
 

@@ -3,8 +3,9 @@
 Reading a large Kineto trace and attributing its events is most of what a command costs;
 the result, a Session, saves to Parquet in a fraction of that and loads in less. A cached
 Session is keyed by what identifies the file's contents cheaply: its resolved path, size
-and modification time, a hash of its first and last 64 KiB, the advisor version and the
-session format. A changed or replaced file misses; so does a new advisor.
+and modification time, a hash of its first and last 64 KiB, the advisor version, the
+session format and the reading code's files. A changed or replaced file misses; so does a
+new advisor, or an edited reader or attribution.
 
 The summary tables of that Session are kept beside it (``tables``): after the read they
 are most of what is left. They are pure functions of the Session, so they are keyed by
@@ -39,7 +40,8 @@ from advisor.session.layout import SESSION_FORMAT
 if TYPE_CHECKING:
     from advisor.session import Session
 
-__all__ = ["cache_dir", "cache_key", "cached", "code_fingerprint", "enabled", "holds", "store", "tables"]
+__all__ = ["cache_dir", "cache_key", "cached", "code_fingerprint", "enabled", "holds", "reading_fingerprint", "store",
+           "tables"]
 
 EDGE_BYTES = 64 * 1024
 DEFAULT_MAX_MB = 4096
@@ -62,6 +64,7 @@ def cache_key(path: Path) -> str:
     stat = path.stat()
     digest = hashlib.sha256()
     digest.update(f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\0{__version__}\0{SESSION_FORMAT}".encode())
+    digest.update(reading_fingerprint().encode())
     with path.open("rb") as handle:
         digest.update(handle.read(EDGE_BYTES))
         if stat.st_size > 2 * EDGE_BYTES:
@@ -148,6 +151,19 @@ def _tables_key(session: Session) -> str:
     digest = hashlib.sha256(session.meta.model_dump_json().encode())
     digest.update(code_fingerprint().encode())
     return digest.hexdigest()[:24]
+
+
+@functools.lru_cache(maxsize=1)
+def reading_fingerprint() -> str:
+    """The code that turns a trace into a Session (advisor.importers, advisor.session) as
+    installed (names, sizes, mtimes): a Session kept by an earlier reader or attribution
+    misses, as the same version number would not tell."""
+    root = Path(__file__).resolve().parent.parent  # the advisor package
+    digest = hashlib.sha256()
+    for path in sorted([*(root / "importers").glob("*.py"), *(root / "session").glob("*.py")]):
+        stat = path.stat()
+        digest.update(f"{path.name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
 
 
 @functools.lru_cache(maxsize=1)
