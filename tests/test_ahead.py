@@ -137,3 +137,28 @@ def test_output_that_cannot_be_written_is_an_error_not_a_quiet_exit(tmp_path, tr
                               stderr=subprocess.PIPE, text=True, env=_env(), timeout=300)
     assert done.returncode != 0
     assert [line for line in done.stderr.splitlines() if line] == ["advisor: No space left on device"]
+
+
+def test_compare_reads_both_traces_ahead(two, trace, tmp_path, monkeypatch, processes):
+    other = synth_trace(tmp_path / "other.json", 8_000)
+    started = []
+    real = ahead.start
+    monkeypatch.setattr(ahead, "start", lambda path: started.append(path.name) or real(path))
+    from advisor.cli import main
+
+    out = tmp_path / "both.json"
+    assert main(["compare", str(trace), str(other), "--no-cache", "--format", "json", "-o", str(out)]) == 0
+    assert started == [trace.name, other.name]
+    processes(1)
+    alone = tmp_path / "alone.json"
+    assert main(["compare", str(trace), str(other), "--no-cache", "--format", "json", "-o", str(alone)]) == 0
+    assert json.loads(out.read_text()) == json.loads(alone.read_text())
+
+
+def test_a_command_that_stops_first_leaves_no_read_running(two, trace, tmp_path):
+    """A read ahead whose Session is never taken (a bad rule pack stops the command after
+    the read began) is stopped before `main` returns."""
+    from advisor.cli import main
+
+    assert main(["diagnose", str(trace), "--no-cache", "--rules", str(tmp_path / "missing.yaml")]) != 0
+    assert multiprocessing.active_children() == []

@@ -255,26 +255,41 @@ _AFTER_THE_READ = {
     "summary": ("advisor.importers.loader", "advisor.session.startup", "advisor.tables", "advisor.reports.summary"),
     "timeline": ("advisor.importers.loader", "advisor.session.startup", "advisor.tables", "advisor.rules.engine",
                  "advisor.reports.timeline"),
+    "compare": ("advisor.importers.loader", "advisor.session.startup", "advisor.tables", "advisor.rules.engine",
+                "advisor.reports.comparison", "advisor.reports.compare_report"),
 }
 
 
-def _read_ahead(args: argparse.Namespace) -> None:
-    """Where TARGET is one trace file, start reading it in a forked process now and
-    import, meanwhile, what the command needs once it is read (advisor.importers.ahead);
-    ``load`` takes the Session from that process. Called before those imports."""
-    target = Path(args.target)
-    if _is_script(target) or args.script_args or not target.is_file():
-        return
+def _read_ahead(args: argparse.Namespace, *targets: str) -> list:
+    """Where a target (TARGET by default) is one trace file, start reading it in a forked
+    process now and import, meanwhile, what the command needs once it is read
+    (advisor.importers.ahead); ``load`` takes the Session from that process (``ahead`` on
+    the namespace it is given). Called before those imports. The reads started, also kept
+    in ``args.reads_ahead`` for ``main`` to stop any whose Session was not taken."""
     from advisor.forked import use_cpus
     from advisor.importers.ahead import start
 
-    use_cpus()
-    args.ahead = start(target)
-    if args.ahead is not None:
+    if not targets:
+        if args.script_args:
+            return []
+        targets = (args.target,)
+    started = []
+    for target in targets:
+        path = Path(target)
+        if _is_script(path) or not path.is_file():
+            started.append(None)
+            continue
+        use_cpus()
+        started.append(start(path))
+    args.reads_ahead = [*getattr(args, "reads_ahead", []), *(s for s in started if s is not None)]
+    if args.reads_ahead:
         import importlib
 
         for module in _AFTER_THE_READ.get(args.command, ()):
             importlib.import_module(module)
+    if targets == (getattr(args, "target", None),):
+        args.ahead = started[0]
+    return started
 
 
 def _spawned(run, command: list[str]):
@@ -544,22 +559,25 @@ def _timeline(args: argparse.Namespace, kept) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from advisor.reports.compare_report import render_comparison
-    from advisor.reports.comparison import compare
-
     if args.top < 1:
         raise UsageError("--top must be at least 1")
     if args.output is not None:
         _check_output(args.output)
-    chosen, _ = selection_for(args)
-    sides = []
     for target in (args.before, args.after):
         if _is_script(Path(target)):
             raise UsageError(f"compare reads traces and saved sessions, and {target} is a script: "
                              f"run `advisor diagnose --save DIR {target}` first and compare DIR")
+    both = [args.before] if args.after == args.before else [args.before, args.after]
+    aheads = dict(zip(both, _read_ahead(args, *both)))
+    from advisor.reports.compare_report import render_comparison
+    from advisor.reports.comparison import compare
+
+    chosen, _ = selection_for(args)
+    sides = []
+    for target in (args.before, args.after):
         one = argparse.Namespace(**{**vars(args), "target": target, "script_args": [], "steps": None,
                                     "event_budget": None, "with_stack": False, "workers": None, "dask": None,
-                                    "save": None})
+                                    "save": None, "ahead": aheads.pop(target, None)})
         job = _job_sources(one)
         if job is not None:
             sides.append(_job_side(one, job, chosen))
@@ -700,8 +718,7 @@ def _main(argv: list[str] | None) -> tuple[int, bool]:
     try:
         return _command(parser, args, kept), _reads_only(args)
     finally:
-        ahead = getattr(args, "ahead", None)
-        if ahead is not None:  # a read ahead whose Session was not taken (the command stopped first)
+        for ahead in getattr(args, "reads_ahead", []):  # a Session not taken (the command stopped first)
             ahead.stop()
 
 

@@ -2,7 +2,8 @@
 
 On a trace of tens of MB, a command used to spend longer importing what it needs (pandas,
 the rules, the report models) than reading the file; on two CPUs the two need not wait for
-each other. ``start(path)``, called before those imports, forks a process that reads the
+each other. ``start(path)``, called by ``diagnose``, ``summary``, ``timeline`` and ``compare``
+(for each of its traces) before those imports, forks a process that reads the
 trace into a Session (advisor.importers.loader.load_kineto, the same code as ever) and
 sends it back (advisor.forked: the columns' memory as it is, a few ms for 35 MB of JSON);
 ``load(path, ahead=...)`` takes it from there.
