@@ -53,12 +53,14 @@ def synth_trace(path: Path, events: int) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _forks_only_where_asked(monkeypatch):
-    """Each test starts as a user's process does, which advisor never forks: a command run
-    in-process (advisor.cli.main) asks for the CPUs, and that is undone after its test."""
+def _as_a_fresh_process(monkeypatch):
+    """Each test starts as a user's process does: advisor forks nothing there, and the cache
+    is on. A command run in-process (advisor.cli.main) asks for the CPUs, and its --no-cache
+    sets ADVISOR_NO_CACHE for the processes it starts; both are undone after its test."""
     import advisor.forked
 
     monkeypatch.setattr(advisor.forked, "_use_cpus", False)
+    monkeypatch.delenv("ADVISOR_NO_CACHE", raising=False)
 
 
 @pytest.fixture
