@@ -5,7 +5,8 @@ first in a process of its own; reads a smaller trace in a process forked before 
 command's imports (advisor.importers.ahead); and computes the op-cost tables in one while
 it computes the others (advisor.tables.compute_tables). A forked process sees this one's
 memory as it was, so the work it is handed (a closure over the reader, the session) is not
-pickled; only its result comes back, through a pipe. Built on ``multiprocessing`` with the
+pickled; only its result comes back, through a pipe (``Progress``: how far they have read,
+in shared memory, for a progress bar meanwhile). Built on ``multiprocessing`` with the
 ``fork`` start method.
 
 Only a process that asked for them (``use_cpus``: advisor's command line does) forks
@@ -17,15 +18,17 @@ daemonic process (a worker of a pool), everything runs in this process.
 
 from __future__ import annotations
 
+import mmap
 import os
 import pickle
 import signal
+import struct
 import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MAX_PROCESSES", "Forked", "processes_allowed", "use_cpus"]
+__all__ = ["MAX_PROCESSES", "Forked", "Progress", "processes_allowed", "use_cpus"]
 
 MAX_PROCESSES = 8
 WAIT_TICK_S = 0.05
@@ -117,6 +120,30 @@ class Forked:
         self._process.kill()
         self._process.join()
         self._done = True
+
+
+class Progress:
+    """How far forked processes have read (bytes, events), in memory shared with them:
+    each writes its own slot as it goes, this process sums them for a progress bar."""
+
+    _SLOT = struct.Struct("qq")
+
+    def __init__(self, count: int = 1):
+        self._memory = mmap.mmap(-1, self._SLOT.size * count)
+        self.count = count
+
+    def put(self, index: int, done: int, events: int) -> None:
+        """In a forked process: slot ``index`` has read ``done`` bytes, ``events`` events."""
+        self._SLOT.pack_into(self._memory, index * self._SLOT.size, done, events)
+
+    def total(self) -> tuple[int, int]:
+        """(bytes, events) of every slot together."""
+        slots = [self._SLOT.unpack_from(self._memory, i * self._SLOT.size) for i in range(self.count)]
+        return sum(done for done, _ in slots), sum(events for _, events in slots)
+
+    def close(self) -> None:
+        if not self._memory.closed:
+            self._memory.close()
 
 
 def _run(work: Callable[[], Any], send) -> None:

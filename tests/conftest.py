@@ -98,6 +98,5 @@ def make_trace(tmp_path):
 def cache_dir(tmp_path, monkeypatch):
     """A session cache of the test's own, empty, in use (the suite's shared one set aside)."""
     folder = tmp_path / "cache"
-    monkeypatch.setenv("ADVISOR_CACHE_DIR", str(folder))
-    monkeypatch.delenv("ADVISOR_NO_CACHE", raising=False)
+    monkeypatch.setenv("ADVISOR_CACHE_DIR", str(folder))  # (on: every test starts with ADVISOR_NO_CACHE unset)
     return folder

@@ -261,18 +261,14 @@ _AFTER_THE_READ = {
 
 
 def _read_ahead(args: argparse.Namespace, *targets: str) -> list:
-    """Where a target (TARGET by default) is one trace file, start reading it in a forked
-    process now and import, meanwhile, what the command needs once it is read
-    (advisor.importers.ahead); ``load`` takes the Session from that process (``ahead`` on
-    the namespace it is given). Called before those imports. The reads started, also kept
+    """For each target that is one trace file, start reading it in a forked process now
+    and import, meanwhile, what the command needs once it is read (advisor.importers.ahead);
+    ``load`` takes the Session from that process (``ahead`` on the namespace it is given).
+    Called before those imports. The reads, None where none was started; they are also kept
     in ``args.reads_ahead`` for ``main`` to stop any whose Session was not taken."""
     from advisor.forked import use_cpus
     from advisor.importers.ahead import start
 
-    if not targets:
-        if args.script_args:
-            return []
-        targets = (args.target,)
     started = []
     for target in targets:
         path = Path(target)
@@ -287,9 +283,12 @@ def _read_ahead(args: argparse.Namespace, *targets: str) -> list:
 
         for module in _AFTER_THE_READ.get(args.command, ()):
             importlib.import_module(module)
-    if targets == (getattr(args, "target", None),):
-        args.ahead = started[0]
     return started
+
+
+def _read_target_ahead(args: argparse.Namespace) -> None:
+    """TARGET read ahead where it is one trace file (several are a job, read by ranks)."""
+    args.ahead = None if args.script_args else _read_ahead(args, args.target)[0]
 
 
 def _spawned(run, command: list[str]):
@@ -358,7 +357,7 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
         reused = record.get()
         if reused is not None:
             return _reused_report(args, reused)
-    _read_ahead(args)
+    _read_target_ahead(args)
     said: list[str] = []  # what is said about the rules, for a kept report to say again
     # Rules and configuration first: a bad pack or config stops before a script runs.
     chosen, config = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None, said)
@@ -547,7 +546,7 @@ def _timeline(args: argparse.Namespace, kept) -> int:
         if ranks is not None:
             raise UsageError(f"a timeline draws one profile, and {args.target} is a job of {len(ranks)} ranks: pass "
                              f"one of them ({ranks[0]}), or `advisor diagnose {args.target}` for the whole job")
-        _read_ahead(args)
+        _read_target_ahead(args)
     chosen, _ = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
     session, exit_code = _session_for(args, kept=kept)
     _, result = _analyse(session, chosen)
@@ -622,7 +621,7 @@ def _summary(args: argparse.Namespace, kept) -> int:
                 sys.stdout.write(text if text.endswith("\n") else text + "\n")
             return 0
 
-        _read_ahead(args)
+        _read_target_ahead(args)
     from advisor.importers import cache
     from advisor.reports.summary import render_tables
     from advisor.tables import TABLE_DOCS, compute_tables

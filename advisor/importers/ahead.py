@@ -21,14 +21,12 @@ back, and the file is read again here, where the failure is reported as it alway
 
 from __future__ import annotations
 
-import mmap
 import os
-import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from advisor.forked import Forked, processes_allowed
+from advisor.forked import Forked, Progress, processes_allowed
 
 if TYPE_CHECKING:
     from advisor.session import Session
@@ -39,16 +37,15 @@ __all__ = ["MAX_BYTES", "Ahead", "start"]
 # of 128 MB of JSON comes back in about a tenth of a second; the imports it overlaps take
 # most of a second, however large the trace.
 MAX_BYTES = 128 << 20
-_SLOT = struct.Struct("qq")  # bytes read, events parsed
 
 
 class Ahead:
     """A trace being read by a forked process."""
 
-    def __init__(self, path: Path, child: Forked, slot: mmap.mmap):
+    def __init__(self, path: Path, child: Forked, read: Progress):
         self.path = path
         self._child = child
-        self._slot = slot
+        self._read = read
 
     def session(self, progress: Callable[..., None] | None = None) -> Session | None:
         """The Session read, or None where the process failed (the caller reads the file
@@ -59,19 +56,18 @@ class Ahead:
             total = self.path.stat().st_size
 
             def heard() -> None:
-                done, events = _SLOT.unpack_from(self._slot)
+                done, events = self._read.total()
                 progress(min(done, total), total, events=events)
 
         try:
             return self._child.result(waiting=heard)
         finally:
-            self._slot.close()
+            self._read.close()
 
     def stop(self) -> None:
         """Stop the read where its result is not wanted (the command stopped first)."""
         self._child.stop()
-        if not self._slot.closed:
-            self._slot.close()
+        self._read.close()
 
 
 def start(path: Path) -> Ahead | None:
@@ -82,12 +78,12 @@ def start(path: Path) -> Ahead | None:
 
     if cache.enabled() and cache.holds(path):
         return None
-    slot = mmap.mmap(-1, _SLOT.size)
-    child = Forked.start(lambda: _read(path, slot))
+    read = Progress()
+    child = Forked.start(lambda: _read(path, read))
     if child is None:
-        slot.close()
+        read.close()
         return None
-    return Ahead(path, child, slot)
+    return Ahead(path, child, read)
 
 
 def _small(path: Path) -> bool:
@@ -109,7 +105,7 @@ def _small(path: Path) -> bool:
     return unpacked <= MAX_BYTES and (size <= unpacked or size < 1 << 16)
 
 
-def _read(path: Path, slot: mmap.mmap) -> Session:
+def _read(path: Path, read: Progress) -> Session:
     """In the forked process."""
     from advisor.importers.loader import load_kineto
     from advisor.pages import plain_pages
@@ -117,6 +113,6 @@ def _read(path: Path, slot: mmap.mmap) -> Session:
     plain_pages()  # as the command's own reading does (advisor.pages)
 
     def heard(done: int, total: int, events: int | None = None) -> None:
-        _SLOT.pack_into(slot, 0, done, events or 0)
+        read.put(0, done, events or 0)
 
     return load_kineto(path, progress=heard)

@@ -23,15 +23,13 @@ one process (advisor.forked: systems with ``fork``, the CPUs free to this proces
 
 from __future__ import annotations
 
-import mmap
 import os
-import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from advisor.forked import Forked, processes_allowed
+from advisor.forked import Forked, Progress, processes_allowed
 
 if TYPE_CHECKING:
     from advisor.importers.kineto import _Reader
@@ -45,7 +43,6 @@ PART_MIN_BYTES = 32 << 20
 FIRST_EXTRA = 0.1
 # How far past a part's nominal start its first cut is looked for.
 _CUT_WINDOW = 4 << 20
-_SLOT = struct.Struct("qq")  # a part's progress: bytes read, events parsed
 
 
 def read_in_parts(reader: _Reader, buffer: bytes, start: int, array_form: bool) -> dict[str, Any]:
@@ -57,7 +54,7 @@ def read_in_parts(reader: _Reader, buffer: bytes, start: int, array_form: bool) 
     starts = _part_starts(reader, len(buffer))
     if not starts:
         return reader._events(buffer, start, array_form)
-    slots = mmap.mmap(-1, _SLOT.size * len(starts))
+    slots = Progress(len(starts))  # each part's bytes read and events parsed
     children = [_fork(reader, at, end, array_form, slots, index)
                 for index, (at, end) in enumerate(zip(starts, [*starts[1:], None]))]
     try:
@@ -66,7 +63,7 @@ def read_in_parts(reader: _Reader, buffer: bytes, start: int, array_form: bool) 
         reader.limit = starts[0]
         progress = reader.progress
         if progress is not None:
-            reader.progress = _with_parts(progress, reader.progress_events, slots, len(starts))
+            reader.progress = _with_parts(progress, reader.progress_events, slots)
         reader._events(buffer, start, array_form)
         reader.progress = progress
         if reader.careful_used:  # damage in this part, or a part cut inside an event
@@ -125,22 +122,21 @@ def _reads_the_file(reader: _Reader) -> bool:
         return False
 
 
-def _with_parts(progress: Callable[..., None], with_events: bool, slots: mmap.mmap, count: int
-                ) -> Callable[..., None]:
+def _with_parts(progress: Callable[..., None], with_events: bool, slots: Progress) -> Callable[..., None]:
     """The user's progress callable, hearing of every part's bytes and events."""
 
     def heard(done: int, total: int, events: int | None = None) -> None:
-        more = [_SLOT.unpack_from(slots, i * _SLOT.size) for i in range(count)]
-        done = min(total, done + sum(b for b, _ in more))
+        more_bytes, more_events = slots.total()
+        done = min(total, done + more_bytes)
         if with_events:
-            progress(done, total, events=(events or 0) + sum(e for _, e in more))
+            progress(done, total, events=(events or 0) + more_events)
         else:
             progress(done, total)
 
     return heard
 
 
-def _fork(reader: _Reader, start: int, end: int | None, array_form: bool, slots: mmap.mmap,
+def _fork(reader: _Reader, start: int, end: int | None, array_form: bool, slots: Progress,
           index: int) -> Forked | None:
     """A process reading the bytes [start, end) of the file (to its end: None)."""
     return Forked.start(lambda: _read_part(reader, start, end, array_form, slots, index))
@@ -152,7 +148,7 @@ def _stop_all(children: list[Forked | None]) -> None:
             child.stop()
 
 
-def _read_part(parent: _Reader, start: int, end: int | None, array_form: bool, slots: mmap.mmap,
+def _read_part(parent: _Reader, start: int, end: int | None, array_form: bool, slots: Progress,
                index: int) -> dict[str, Any]:
     """In the part's process: read it with a reader of its own, and return its columns
     joined, its text tables and what it counted."""
@@ -162,7 +158,7 @@ def _read_part(parent: _Reader, start: int, end: int | None, array_form: bool, s
     stream.seek(start)
     reader = _Reader(stream, parent.path, None)
     reader.offset, reader.limit = start, end
-    reader.report_part = lambda done, events: _SLOT.pack_into(slots, index * _SLOT.size, done, events)
+    reader.report_part = lambda done, events: slots.put(index, done, events)
     metadata = reader._events(b"", 0, array_form)
     columns = reader.columns
     joined = {field: np.concatenate(chunks) if chunks else None for field, chunks in columns.parts.items()}
