@@ -11,8 +11,9 @@ every other key is skipped without being built. Each chunk's structs become type
 at once, text interned as codes, so memory holds those arrays and a chunk or two, never
 the whole document (benchmarks/ingest.py has the figures against json.load, orjson and
 ijson). A large plain file is read in parts, each by a process of its own, where the
-parts give exactly this reading (advisor.importers.parts; otherwise ReadAgain). A cut that lands inside a string or a nested value cannot go unnoticed: that chunk
-then fails to decode and takes the careful path below, so the fast path tracks no strings.
+parts give exactly this reading (advisor.importers.parts; otherwise ReadAgain). A cut that
+lands inside a string or a nested value cannot go unnoticed: that chunk then fails to
+decode and takes the careful path below, so the fast path tracks no strings.
 
 Tolerant: a chunk that fails to decode is bisected at its candidate cuts until the pieces
 that fail alone are found; only those go through Python's json, which is lenient where

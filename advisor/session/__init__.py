@@ -41,6 +41,7 @@ _EXPORTS = {
     "is_session_dir": "layout",
     "one_of": "model",
     "select_rows": "model",
+    "take_rows": "model",
     "text": "model",
 }
 
@@ -69,5 +70,6 @@ __all__ = [
     "is_session_dir",
     "one_of",
     "select_rows",
+    "take_rows",
     "text",
 ]

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.session import GPU_KINDS, PHASES, concat_events, conform_events, one_of, text
-from advisor.session.model import RELATION_COLUMNS, start_order
+from advisor.session.model import start_order, take_rows
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 ADVISOR_PHASE = re.compile(r"^advisor::(Dataloader|Forward|Backward|Optimization)$")
@@ -480,15 +480,7 @@ def _python_the_tables_read(ev: pd.DataFrame, main: tuple[int, int] | None) -> p
         drop |= is_python & ((ends <= starts[steps].min()) | (starts >= ends[steps].max()))
     if not drop.any():
         return ev
-    kept = np.flatnonzero(~drop)
-    position = np.full(len(ev), -1, dtype="int64")
-    position[kept] = np.arange(len(kept))
-    out = ev.take(kept).reset_index(drop=True)
-    out["id"] = np.arange(len(out), dtype="int64")
-    for column in RELATION_COLUMNS:  # they name ops and CUDA calls, never a Python frame
-        ids = out[column].to_numpy()
-        out[column] = np.where(ids >= 0, position[np.maximum(ids, 0)], -1)
-    return out
+    return take_rows(ev, np.flatnonzero(~drop))  # relations name ops and CUDA calls, never a frame
 
 
 def _sorted(ev: pd.DataFrame, order: np.ndarray) -> pd.DataFrame:

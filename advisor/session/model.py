@@ -78,6 +78,7 @@ __all__ = [
     "is_session_dir",
     "one_of",
     "select_rows",
+    "take_rows",
     "text",
 ]
 
@@ -286,15 +287,19 @@ def insert_unrelated(events: pd.DataFrame, extra: pd.DataFrame) -> pd.DataFrame:
         extra[column] = -1
     combined = concat_events([events, extra])
     # A stable sort: rows already in order keep their order among themselves.
-    order = start_order(combined["start_ns"].to_numpy(), combined["end_ns"].to_numpy())
-    position = np.empty(len(order), dtype="int64")
-    position[order] = np.arange(len(order), dtype="int64")
-    out = combined.take(order).reset_index(drop=True)
+    return take_rows(combined, start_order(combined["start_ns"].to_numpy(), combined["end_ns"].to_numpy()))
+
+
+def take_rows(events: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    """The rows of an attributed events frame at positions ``rows`` (each at most once),
+    in that order, their ids and relation columns renumbered to the new positions; a
+    relation to a row left out becomes -1."""
+    position = np.full(len(events), -1, dtype="int64")
+    position[rows] = np.arange(len(rows), dtype="int64")
+    out = events.take(rows).reset_index(drop=True)
     for column in RELATION_COLUMNS:
-        ids = out[column].to_numpy(copy=True)
-        linked = ids >= 0
-        ids[linked] = position[ids[linked]]
-        out[column] = ids
+        ids = out[column].to_numpy()
+        out[column] = np.where(ids >= 0, position[np.maximum(ids, 0)], -1)
     out["id"] = np.arange(len(out), dtype="int64")
     return out
 
