@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from advisor.session import PHASES
 from advisor.session.attribute import _innermost_containing, _phase_segments, parents_of_sorted
+from advisor.session.model import start_order
 
 
 def stack_walk(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -46,6 +47,16 @@ def _sorted(spans):
     ends = starts + np.array([0 if zero else d for _, d, zero in spans], dtype="int64")
     order = np.lexsort((-ends, starts))
     return starts[order], ends[order]
+
+
+@settings(max_examples=400, deadline=None)
+@given(intervals)
+def test_start_order_is_by_start_then_outer_first_then_as_given(spans):
+    """The specification: Python's stable sort on (start, -end); many ties on both keys."""
+    starts = np.array([s for s, _, _ in spans], dtype="int64")
+    ends = starts + np.array([0 if zero else d for _, d, zero in spans], dtype="int64")
+    expected = sorted(range(len(spans)), key=lambda i: (starts[i], -ends[i]))
+    assert start_order(starts, ends).tolist() == expected
 
 
 @settings(max_examples=400, deadline=None)
