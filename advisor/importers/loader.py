@@ -16,6 +16,7 @@ from advisor.errors import SessionError, TraceError
 from advisor.importers import cache
 from advisor.importers.advisor_metadata import read_trace_metadata
 from advisor.importers.kineto import _takes_events, events_from_raw, open_trace, read_events
+from advisor.pages import give_back_freed
 from advisor.session import (
     CollectorInfo,
     DeviceInfo,
@@ -178,6 +179,9 @@ def load_kineto(path: Path, *, progress: Callable[[int, int], None] | None = Non
         base_time_ns=int(base) if isinstance(base, (int, float)) else 0,
         trace_metadata=kept,
     )
+    # The reader's columns and frames, freed by now, are given back rather than held
+    # through the tables (advisor.pages): 550 MB of a 1 GB trace's peak.
+    give_back_freed()
     return Session(meta, events)
 
 
