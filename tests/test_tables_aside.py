@@ -59,3 +59,17 @@ def test_a_users_job_is_never_forked(monkeypatch, session):
     monkeypatch.setattr(tables.Forked, "start", lambda work: forked.append(1))
     compute_tables(session)
     assert forked == []
+
+
+def test_a_large_sessions_tables_give_back_what_they_freed(monkeypatch, session, processes):
+    """Past _GIVE_BACK_MIN_EVENTS, the memory each table's work freed is given back before
+    the next (advisor.pages.give_back_freed); the tables are the same."""
+    processes(1)
+    here = compute_tables(session)
+    given = []
+    monkeypatch.setattr(tables, "_GIVE_BACK_MIN_EVENTS", len(session.events))
+    monkeypatch.setattr(tables, "give_back_freed", lambda: given.append(1))
+    again = compute_tables(session)
+    assert len(given) == len(here)
+    for name in here:
+        pd.testing.assert_frame_equal(again[name], here[name])

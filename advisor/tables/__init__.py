@@ -54,6 +54,7 @@ import pandas as pd
 
 from advisor.errors import UsageError
 from advisor.forked import Forked, processes_allowed
+from advisor.pages import give_back_freed
 from advisor.session import Session
 from advisor.tables import (  # noqa: F401  (importing a module registers its tables)
     ceilings,
@@ -126,13 +127,17 @@ def table_names() -> list[str]:
 
 # These tables are computed by a second process while this one computes the others
 # (advisor.forked): they share the op calls' costs among themselves and take about as long
-# as the rest together (0.20 and 0.20 s on the 35 MB ResNet-50 trace; 2.0 and 2.4 s on 3.5 M
-# events). Below ASIDE_MIN_EVENTS the fork is not worth it; above ASIDE_MAX_EVENTS the
-# second process's own frames (about 90 MB a million events) would take the peak memory
-# past twice the trace's size, where one process stays within it (1 GB of JSON, 5 M events).
+# as the rest together (0.13 and 0.13 s on the 35 MB ResNet-50 trace; 3.1 and 2.3 s on the
+# 3.5 M events of 1 GB of JSON, which then takes 11.0-11.5 s rather than 12.8 s). Below
+# ASIDE_MIN_EVENTS the fork is not worth it. The second process's own frames (about
+# 100 MB a million events) fit within twice the trace's size only because each process
+# gives back what its tables freed (_computed) and this one lets go of its facts while it
+# waits: 1.79-1.85 GiB at the peak on that 0.93 GiB trace. Past ASIDE_MAX_EVENTS, sizes
+# that have not been measured, one process computes them all.
 ASIDE = ("operator", "operator_kernels", "kernel", "roofline", "roofline_ceilings", "conv_bias")
 ASIDE_MIN_EVENTS = 5_000
-ASIDE_MAX_EVENTS = 2_000_000
+ASIDE_MAX_EVENTS = 6_000_000
+_GIVE_BACK_MIN_EVENTS = 1_000_000
 
 
 def compute_tables(session: Session, names: Iterable[str] | None = None) -> dict[str, pd.DataFrame]:
@@ -147,12 +152,30 @@ def compute_tables(session: Session, names: Iterable[str] | None = None) -> dict
     if aside and len(aside) < len(wanted) and ASIDE_MIN_EVENTS <= len(session.events) <= ASIDE_MAX_EVENTS \
             and processes_allowed() > 1:
         facts.share()
-        helper = Forked.start(lambda: {name: TABLES[name](session, facts=facts) for name in aside})
+        helper = Forked.start(lambda: _computed(session, facts, aside))
     try:
-        done = {name: TABLES[name](session, facts=facts) for name in wanted if helper is None or name not in aside}
+        done = _computed(session, facts, [name for name in wanted if helper is None or name not in aside])
         if helper is not None:
-            done.update(helper.result() or {name: TABLES[name](session, facts=facts) for name in aside})
+            # This process's facts go while it waits: the forked one has its own (and the
+            # shared ones stay its own); a failed one's tables are worked out afresh.
+            facts.forget()
+            if len(session.events) >= _GIVE_BACK_MIN_EVENTS:
+                give_back_freed()
+            done.update(helper.result() or _computed(session, facts, aside))
     finally:
         if helper is not None:
             helper.stop()
     return {name: done[name] for name in wanted}
+
+
+def _computed(session: Session, facts: Facts, names: list[str]) -> dict[str, pd.DataFrame]:
+    """The named tables, one after another. On a large session, the memory each one's
+    work freed is given back before the next (advisor.pages): what malloc would keep
+    otherwise added 250 MB to the peak of a 1 GB trace's tables, more with some aside."""
+    give_back = len(session.events) >= _GIVE_BACK_MIN_EVENTS
+    done = {}
+    for name in names:
+        done[name] = TABLES[name](session, facts=facts)
+        if give_back:
+            give_back_freed()
+    return done

@@ -119,6 +119,14 @@ class Facts:
         self.has_steps = len(self.steps) > 0
         self._memo: dict[Any, Any] = {}
 
+    def forget(self) -> None:
+        """Let go of everything worked out so far; what is asked again is worked out
+        again. (compute_tables, waiting for the tables computed aside: the facts of
+        its own tables are hundreds of MB on a large session, held for nothing.)"""
+        session = self.session
+        self.__dict__.clear()
+        self.__init__(session)  # type: ignore[misc]
+
     def share(self) -> None:
         """Work out now what the tables computed aside (advisor.tables.ASIDE) and the
         others both read, so that a process forked after this shares it rather than
