@@ -152,6 +152,10 @@ def compute_tables(session: Session, names: Iterable[str] | None = None) -> dict
     if aside and len(aside) < len(wanted) and ASIDE_MIN_EVENTS <= len(session.events) <= ASIDE_MAX_EVENTS \
             and processes_allowed() > 1:
         facts.share()
+        if len(session.events) >= _GIVE_BACK_MIN_EVENTS:
+            # Memory freed but held here at the fork would stay resident in the forked
+            # process, its own once this one gives it back.
+            give_back_freed()
         helper = Forked.start(lambda: _computed(session, facts, aside))
     try:
         done = _computed(session, facts, [name for name in wanted if helper is None or name not in aside])
