@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from advisor.knowledge.costs import (
     COST_COLUMNS,
+    cost_groups,
     costed_names,
     costs_for_ops,
     kernel_costs,
@@ -752,6 +753,10 @@ def test_kernel_costs_tie_kernels_to_the_op_that_launched_them():
     # The op rows apart from the kernels (a Session's frames of one kind) give the same.
     apart = kernel_costs(events[events["kind"] == "kernel"], ops=events[events["kind"] == "op"])
     pd.testing.assert_frame_equal(apart, kernels)
+    # Looked up per distinct call (the kernel table's way) or from the costs of every op row.
+    ops = events[events["kind"] == "op"]
+    pd.testing.assert_frame_equal(kernel_costs(events, ops=ops, groups=cost_groups(ops)), kernels)
+    pd.testing.assert_frame_equal(kernel_costs(events, costs_for_ops(ops)), kernels)
 
 
 # -- real GPU traces -----------------------------------------------------------------------
@@ -774,6 +779,7 @@ def test_real_trace_costs_qwen():
     assert (flops_known >= 0).all()
     kernels = kernel_costs(events, costs)
     assert kernels["flops"].notna().sum() > 100
+    pd.testing.assert_frame_equal(kernel_costs(events), kernels)  # looked up per distinct call
 
 
 def test_real_trace_costs_resnet_2021_schema():

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.knowledge import hardware as kb
-from advisor.knowledge.costs import KERNEL_COST_COLUMNS, costs_for_ops, kernel_costs
+from advisor.knowledge.costs import kernel_costs
 from advisor.knowledge.roofline import MATRIX_KINDS, compute_dtypes
 from advisor.tables._facts import Facts, coded, decode, most_common, stats, top_names
 from advisor.tables._op_costs import (
@@ -88,7 +88,7 @@ def _roofline_columns(f: Facts, kernels: pd.DataFrame, names: np.ndarray, durati
     for column in ("bytes", "ideal_ns", "efficiency", "achieved_flops_per_s", "achieved_bytes_per_s"):
         out[column] = np.nan
     ops = op_calls(f).ops
-    costs = kernel_costs(kernels, costs_for_ops(ops, groups=op_cost_groups(f), columns=KERNEL_COST_COLUMNS), ops=ops)
+    costs = kernel_costs(kernels, ops=ops, groups=op_cost_groups(f))
     flops = costs["flops"].to_numpy(dtype=float)
     known = ~np.isnan(flops)
     if not known.any():
