@@ -324,10 +324,13 @@ def _as_text_category(values: pd.Series, missing: str) -> pd.Series:
     """A categorical of strings with ``missing`` for absent values. Categoricals of
     strings pass through untouched: converting a million rows row by row is what made
     this slow, and most frames reaching here are already in shape."""
+    # Categories of a string dtype are strings without looking at them one by one (each
+    # a Python object made from Arrow memory); codes of -1 are the absent values.
     if isinstance(values.dtype, pd.CategoricalDtype) and (
-        len(values.cat.categories) == 0 or all(isinstance(c, str) for c in values.cat.categories[:50])
+        len(values.cat.categories) == 0 or isinstance(values.cat.categories.dtype, pd.StringDtype)
+        or all(isinstance(c, str) for c in values.cat.categories[:50])
     ):
-        if values.isna().any():
+        if (values.cat.codes.to_numpy() < 0).any():
             if missing not in values.cat.categories:
                 values = values.cat.add_categories([missing])
             values = values.fillna(missing)
