@@ -4,9 +4,11 @@ On a trace of tens of MB, a command used to spend longer importing what it needs
 the rules, the report models) than reading the file; on two CPUs the two need not wait for
 each other. ``start(path)``, called by ``diagnose``, ``summary``, ``timeline`` and ``compare``
 (for each of its traces) before those imports, forks a process that reads the
-trace into a Session (advisor.importers.loader.load_kineto, the same code as ever) and
-sends it back (advisor.forked: the columns' memory as it is, a few ms for 35 MB of JSON);
-``load(path, ahead=...)`` takes it from there.
+trace (advisor.importers.loader.read_kineto, the same code as ever) and sends back its
+events and the metadata's fields (advisor.forked: the columns' memory as it is, a few ms
+for 35 MB of JSON), of which this process makes the Session (``session_from``, as
+load_kineto does): the forked read does not wait to import the Session's models, which
+this process imports meanwhile. ``load(path, ahead=...)`` takes it from there.
 
 Only where it pays and cannot change the result:
 - a file the one-process reader would read (gzipped, or plain and too small to be read in
@@ -24,11 +26,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from advisor.forked import Forked, Progress, processes_allowed
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from advisor.session import Session
 
 __all__ = ["MAX_BYTES", "Ahead", "start"]
@@ -60,9 +64,14 @@ class Ahead:
                 progress(min(done, total), total, events=events)
 
         try:
-            return self._child.result(waiting=heard)
+            read = self._child.result(waiting=heard)
         finally:
             self._read.close()
+        if read is None:
+            return None
+        from advisor.importers.loader import session_from
+
+        return session_from(*read)
 
     def stop(self) -> None:
         """Stop the read where its result is not wanted (the command stopped first)."""
@@ -105,9 +114,11 @@ def _small(path: Path) -> bool:
     return unpacked <= MAX_BYTES and (size <= unpacked or size < 1 << 16)
 
 
-def _read(path: Path, read: Progress) -> Session:
-    """In the forked process."""
-    from advisor.importers.loader import load_kineto
+def _read(path: Path, read: Progress) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """In the forked process: the events and the metadata's fields (read_kineto), of
+    which this process makes the Session; the forked one never imports the Session's
+    models (pydantic), which its read would otherwise wait for."""
+    from advisor.importers.loader import read_kineto
     from advisor.pages import plain_pages
 
     plain_pages()  # as the command's own reading does (advisor.pages)
@@ -115,4 +126,4 @@ def _read(path: Path, read: Progress) -> Session:
     def heard(done: int, total: int, events: int | None = None) -> None:
         read.put(0, done, events or 0)
 
-    return load_kineto(path, progress=heard)
+    return read_kineto(path, progress=heard)

@@ -46,14 +46,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from advisor.errors import SessionError
 from advisor.session.layout import EVENTS_FILE, META_FILE, SESSION_FORMAT, is_session_dir
-from advisor.session.meta import CollectionGap, CollectorInfo, DeviceInfo, DistributedInfo, SessionMeta, TimedStep
+
+if TYPE_CHECKING:  # pydantic's models, imported where a session is loaded from disk
+    from advisor.session.meta import DeviceInfo, SessionMeta
 
 __all__ = [
     "EVENTS_FILE",
@@ -64,13 +66,7 @@ __all__ = [
     "PHASES",
     "RELATION_COLUMNS",
     "SESSION_FORMAT",
-    "CollectionGap",
-    "CollectorInfo",
-    "DeviceInfo",
-    "DistributedInfo",
     "Session",
-    "SessionMeta",
-    "TimedStep",
     "concat_events",
     "conform_events",
     "empty_events",
@@ -403,6 +399,8 @@ class Session:
             raise SessionError(f"{meta_path} is damaged: {exc}") from None
         if not isinstance(raw, dict) or raw.get("format") != SESSION_FORMAT:
             raise SessionError(f"{folder} is not an advisor session of format {SESSION_FORMAT}")
+        from advisor.session.meta import SessionMeta
+
         try:
             meta = SessionMeta.model_validate(raw)
         except ValueError as exc:
