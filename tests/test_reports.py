@@ -680,3 +680,19 @@ def test_rules_the_profile_could_not_judge_are_named_in_the_notes():
     assert gpu == ["Rules that judge GPU work did not run, the GPU was not measured: launch-bound, "
                    "optimizer-not-fused."]
     assert not any("my-rule" in n for n in report.notes)  # the user's own choice needs no note
+
+
+@pytest.mark.parametrize("ratio, said", [
+    (0.1, "(recording added 10.0%)"),
+    (-0.078, "(the recorded steps were 7.8% faster: recording cost less than the steps vary)"),
+])
+def test_the_steps_line_says_what_recording_cost_and_never_a_negative_cost(ratio, said):
+    from types import SimpleNamespace
+
+    from advisor.reports._common import steps_text
+
+    steps = SimpleNamespace(count=5, numbers=[2, 3, 4, 5, 6], mean_step_ns=69.3e6, unrecorded_steps=12,
+                            unrecorded_mean_step_ns=75.2e6, overhead_ratio=ratio)
+    text = steps_text(SimpleNamespace(session=SimpleNamespace(steps=steps)))
+    assert text.endswith(said), text
+    assert "added -" not in text

@@ -193,8 +193,12 @@ def steps_text(report: Report) -> str:
     if steps.unrecorded_steps and steps.unrecorded_mean_step_ns is not None:
         unrecorded = f"{steps.unrecorded_steps} step{'' if steps.unrecorded_steps == 1 else 's'}"
         text += f"; {format_ns(steps.unrecorded_mean_step_ns)} a step over {unrecorded} run without the profiler"
-        if steps.overhead_ratio is not None:
+        if steps.overhead_ratio is not None and steps.overhead_ratio >= 0:
             text += f" (recording added {format_percent(steps.overhead_ratio * 100)})"
+        elif steps.overhead_ratio is not None:
+            # Recording cannot speed a step up: the steps simply vary by more than it costs.
+            text += (f" (the recorded steps were {format_percent(-steps.overhead_ratio * 100)} faster: "
+                     "recording cost less than the steps vary)")
     return text
 
 
