@@ -14,7 +14,7 @@ freed it takes arrays of up to 32 MiB from that kept memory too: a 1 GB trace's 
 (28 MB each on 3.5 M events) then leave 550 MB freed but still held by the process
 through the rest of the command, its tables included, where the peak is.
 
-The advice is turned off for advisor's analysis only. A user's script that advisor runs in
+The advice is turned off, and freed memory given back, for advisor's analysis only. A user's script that advisor runs in
 its own process gets numpy's setting back while it runs (``numpy_pages``): advisor must not
 change how the job it measures uses memory.
 """
@@ -27,6 +27,7 @@ from contextlib import contextmanager
 __all__ = ["give_back_freed", "numpy_pages", "plain_pages"]
 
 _before: bool | None = None  # numpy's own setting, once plain_pages has changed it
+_analysis = False  # whether this process is advisor's analysis (plain_pages), not a user's job
 
 
 def _setter() -> Callable[[bool], bool] | None:
@@ -42,8 +43,10 @@ def _setter() -> Callable[[bool], bool] | None:
 
 
 def plain_pages() -> None:
-    """Stop numpy asking for huge pages in this process (for advisor's analysis)."""
-    global _before
+    """Stop numpy asking for huge pages in this process (for advisor's analysis), and let
+    ``give_back_freed`` give memory back in it."""
+    global _before, _analysis
+    _analysis = True
     switch = _setter()
     if switch is None:
         return
@@ -68,11 +71,13 @@ def numpy_pages() -> Iterator[None]:
 
 def give_back_freed() -> None:
     """Give the kernel back the memory this process has freed but malloc still holds
-    (glibc's ``malloc_trim``: a few ms); nothing where the C library is another."""
+    (glibc's ``malloc_trim``: a few ms); nothing where the C library is another, nor in a
+    process that is not advisor's analysis (no ``plain_pages``): advisor.Profiler reads
+    and summarises inside the user's job, whose memory advisor leaves as it is."""
     import ctypes
     import sys
 
-    if not sys.platform.startswith("linux"):
+    if not _analysis or not sys.platform.startswith("linux"):
         return
     try:
         trim = ctypes.CDLL(None).malloc_trim  # the C library the interpreter runs on

@@ -54,12 +54,16 @@ def synth_trace(path: Path, events: int) -> Path:
 
 @pytest.fixture(autouse=True)
 def _as_a_fresh_process(monkeypatch):
-    """Each test starts as a user's process does: advisor forks nothing there, and the cache
-    is on. A command run in-process (advisor.cli.main) asks for the CPUs, and its --no-cache
-    sets ADVISOR_NO_CACHE for the processes it starts; both are undone after its test."""
+    """Each test starts as a user's process does: advisor forks nothing there, gives no
+    memory back (advisor.pages), and the cache is on. A command run in-process
+    (advisor.cli.main) asks for the CPUs and takes the process for its analysis, and its
+    --no-cache sets ADVISOR_NO_CACHE for the processes it starts; all are undone after its
+    test."""
     import advisor.forked
+    import advisor.pages
 
     monkeypatch.setattr(advisor.forked, "_use_cpus", False)
+    monkeypatch.setattr(advisor.pages, "_analysis", False)
     monkeypatch.delenv("ADVISOR_NO_CACHE", raising=False)
 
 

@@ -199,3 +199,20 @@ def test_diagnosing_a_trace_reads_it_before_importing_what_it_does_not_need(make
     assert "advisor.importers.kineto" in loaded  # the hook saw the trace's own open
     unwanted = set(_NOT_BEFORE_THE_READ) | (set(_NOT_IN_THE_FORKED_READ) if processes == "2" else set())
     assert not loaded & unwanted, sorted(loaded & unwanted)
+
+
+def test_the_forked_read_never_imports_the_sessions_models(make_trace):
+    """The whole of read_kineto (advisor.importers.ahead's forked read), not only its first
+    open of the trace, runs without pydantic: the command imports it meanwhile."""
+    import subprocess
+    import sys
+
+    trace = make_trace([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5},
+                        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 1, "dur": 3,
+                         "args": {"device": 0, "stream": 7, "correlation": 1}}])
+    code = ("import sys; from pathlib import Path; from advisor.importers.loader import read_kineto; "
+            "events, fields = read_kineto(Path(sys.argv[1])); "
+            "print(len(events), sorted(m for m in sys.modules if m.split('.')[0] == 'pydantic')[:3])")
+    done = subprocess.run([sys.executable, "-c", code, str(trace)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "2 []", done.stdout  # its events read, pydantic never imported

@@ -759,6 +759,22 @@ def test_kernel_costs_tie_kernels_to_the_op_that_launched_them():
     pd.testing.assert_frame_equal(kernel_costs(events, costs_for_ops(ops)), kernels)
 
 
+def test_kernel_costs_by_group_take_each_kernels_own_ops_group():
+    """Ops that are the same call share a group, so an op's group is not its position: the
+    kernels of the third op (the second group) get its cost, looked up either way."""
+    mm_small = ("aten::mm", "[[2,3],[3,4]]", '["float","float"]')
+    mm_large = ("aten::mm", "[[8,4],[4,5]]", '["float","float"]')
+    rows = [(0, "op", -1, *mm_small), (1, "op", -1, *mm_small), (2, "op", -1, *mm_large),
+            (3, "kernel", 0, "gemm_small", "", ""), (4, "kernel", 2, "gemm_large", "", "")]
+    events = pd.DataFrame(rows, columns=["id", "kind", "parent_op", "name", "input_dims", "input_types"])
+    ops = events[events["kind"] == "op"]
+    groups = cost_groups(ops)
+    assert len(groups.costs) == 2 and groups.group_ids.tolist() == [0, 0, 1]
+    grouped = kernel_costs(events, ops=ops, groups=groups)
+    assert grouped["flops"].tolist() == [2 * 2 * 3 * 4, 2 * 8 * 4 * 5]
+    pd.testing.assert_frame_equal(grouped, kernel_costs(events, costs_for_ops(ops)))
+
+
 # -- real GPU traces -----------------------------------------------------------------------
 
 

@@ -62,3 +62,26 @@ def test_a_script_advisor_runs_sees_numpys_setting(tmp_path, restore):
         import shutil
 
         shutil.rmtree(run.work_dir, ignore_errors=True)
+
+
+def test_freed_memory_is_given_back_in_advisors_analysis_only(monkeypatch):
+    """advisor.Profiler reads and summarises inside the user's job: no malloc_trim there;
+    advisor's own commands (plain_pages) give freed memory back."""
+    import ctypes
+    import sys
+
+    calls = []
+
+    class Trim:  # a C function: argtypes set, then called
+        argtypes = None
+
+        def __call__(self, pad):
+            calls.append(pad)
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: type("Libc", (), {"malloc_trim": Trim()})())
+    monkeypatch.setattr(sys, "platform", "linux")
+    pages.give_back_freed()
+    assert calls == []  # a user's process
+    monkeypatch.setattr(pages, "_analysis", True)
+    pages.give_back_freed()
+    assert calls == [0]
