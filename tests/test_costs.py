@@ -759,6 +759,22 @@ def test_kernel_costs_tie_kernels_to_the_op_that_launched_them():
     pd.testing.assert_frame_equal(kernel_costs(events, costs_for_ops(ops)), kernels)
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_cost_groups_number_the_distinct_calls_in_the_order_they_first_come(seed):
+    """The specification: a groupby over the key columns, numbered by first appearance."""
+    rng = np.random.default_rng(seed)
+    n = 400
+    frame = pd.DataFrame({
+        "name": rng.choice(["aten::mm", "aten::addmm", "aten::relu", "aten::conv2d"], n),
+        "input_dims": rng.choice(["[[2,3],[3,4]]", "[[8,4],[4,5]]", "", "[[1]]"], n),
+        "input_types": pd.Categorical(rng.choice(['["float","float"]', '["c10::Half"]', None], n)),
+        "concrete_inputs": rng.choice(["", '["", "1"]'], n),
+    })
+    as_text = frame.astype(object).where(frame.notna(), "(absent)")
+    expected = as_text.groupby(list(frame.columns), sort=False).ngroup().to_numpy()
+    assert cost_groups(frame).group_ids.tolist() == expected.tolist()
+
+
 def test_kernel_costs_by_group_take_each_kernels_own_ops_group():
     """Ops that are the same call share a group, so an op's group is not its position: the
     kernels of the third op (the second group) get its cost, looked up either way."""

@@ -64,8 +64,14 @@ def cost_groups(frame: pd.DataFrame) -> CostGroups:
     present = [c for c in KEY_COLUMNS if c in frame.columns]
     coded = [_codes(frame[c]) for c in present]
     if n_rows:
-        group_frame = pd.DataFrame({c: codes for c, (codes, _) in zip(present, coded)})
-        group_ids = group_frame.groupby(list(present), sort=False).ngroup().to_numpy()
+        # Groups numbered in the order their first row comes (as a groupby's ngroup with
+        # sort=False), one column at a time: the pairs (group so far, code) renumbered,
+        # which stays below rows x codes. A groupby over the five columns held 250 MB more
+        # on 1.7 M op rows.
+        group_ids = pd.factorize(coded[0][0], sort=False)[0]
+        for codes, categories in coded[1:]:
+            group_ids = pd.factorize(group_ids * (len(categories) + 1) + codes, sort=False)[0]
+        group_ids = group_ids.astype(np.int64, copy=False)
         _, first_rows = np.unique(group_ids, return_index=True)
     else:
         group_ids = np.zeros(0, dtype=np.int64)
