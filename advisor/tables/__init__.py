@@ -132,8 +132,8 @@ def table_names() -> list[str]:
 # ASIDE_MIN_EVENTS the fork is not worth it. The second process's own frames (about
 # 100 MB a million events) fit within twice the trace's size only because each process
 # gives back what its tables freed (_computed) and this one lets go of its facts while it
-# waits: 1.79-1.85 GiB at the peak on that 0.93 GiB trace. Past ASIDE_MAX_EVENTS, sizes
-# that have not been measured, one process computes them all.
+# waits: 1.77-1.83 GiB at the peak on that 0.93 GiB trace (benchmarks/ingest.py). Past
+# ASIDE_MAX_EVENTS, sizes that have not been measured, one process computes them all.
 ASIDE = ("operator", "operator_kernels", "kernel", "roofline", "roofline_ceilings", "conv_bias")
 ASIDE_MIN_EVENTS = 5_000
 ASIDE_MAX_EVENTS = 6_000_000
