@@ -14,9 +14,9 @@ freed it takes arrays of up to 32 MiB from that kept memory too: a 1 GB trace's 
 (28 MB each on 3.5 M events) then leave 550 MB freed but still held by the process
 through the rest of the command, its tables included, where the peak is.
 
-The advice is turned off, and freed memory given back, for advisor's analysis only. A user's script that advisor runs in
-its own process gets numpy's setting back while it runs (``numpy_pages``): advisor must not
-change how the job it measures uses memory.
+The advice is turned off, and freed memory given back, for advisor's analysis only. A
+user's script that advisor runs in its own process gets numpy's setting back while it runs
+(``numpy_pages``): advisor must not change how the job it measures uses memory.
 """
 
 from __future__ import annotations
