@@ -156,23 +156,24 @@ def _tables_key(session: Session) -> str:
 @functools.lru_cache(maxsize=1)
 def reading_fingerprint() -> str:
     """The code that turns a trace into a Session (advisor.importers, advisor.session) as
-    installed (names, sizes, mtimes): a Session kept by an earlier reader or attribution
-    misses, as the same version number would not tell."""
+    installed: a Session kept by an earlier reader or attribution misses, as the same
+    version number would not tell."""
     root = Path(__file__).resolve().parent.parent  # the advisor package
-    digest = hashlib.sha256()
-    for path in sorted([*(root / "importers").glob("*.py"), *(root / "session").glob("*.py")]):
-        stat = path.stat()
-        digest.update(f"{path.name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
+    return _files_fingerprint([*(root / "importers").glob("*.py"), *(root / "session").glob("*.py")])
 
 
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """advisor's source and knowledge files as installed (names, sizes, mtimes): an edited
-    table or hardware entry changes it. A few milliseconds over some 200 files."""
+    """advisor's source and knowledge files as installed: an edited table or hardware
+    entry changes it. A few milliseconds over some 200 files."""
     root = Path(__file__).resolve().parent.parent  # the advisor package
+    return _files_fingerprint([*root.rglob("*.py"), *knowledge_dir().rglob("*.yaml")])
+
+
+def _files_fingerprint(paths: list[Path]) -> str:
+    """A digest of the advisor version and the files' paths, sizes and mtimes."""
     digest = hashlib.sha256(__version__.encode())
-    for path in sorted([*root.rglob("*.py"), *knowledge_dir().rglob("*.yaml")]):
+    for path in sorted(paths):
         stat = path.stat()
         digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()
