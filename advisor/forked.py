@@ -12,8 +12,9 @@ in shared memory, for a progress bar meanwhile). Built on ``multiprocessing`` wi
 Only a process that asked for them (``use_cpus``: advisor's command line does) forks
 helpers: the process of a user's job (advisor.profiler's API) never does.
 ``ADVISOR_PROCESSES`` sets how many processes advisor uses for one trace there (1: none
-forked); without it, the CPUs this process may run on, at most ``MAX_PROCESSES``. Where ``fork`` is missing, or in a
-daemonic process (a worker of a pool), everything runs in this process.
+forked); without it, the CPUs this process may run on, at most ``MAX_PROCESSES``. Where
+``fork`` is missing, or in a daemonic process (a worker of a pool), everything runs in
+this process.
 """
 
 from __future__ import annotations

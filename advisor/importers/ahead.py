@@ -12,8 +12,8 @@ this process imports meanwhile. ``load(path, ahead=...)`` takes it from there.
 
 Only where it pays and cannot change the result:
 - a file the one-process reader would read (gzipped, or plain and too small to be read in
-  parts, advisor.importers.parts), of at most ``MAX_BYTES`` of JSON: the Session comes
-  back through a pipe, whose cost grows with it while the start-up it hides does not;
+  parts, advisor.importers.parts), of at most ``MAX_BYTES`` of JSON: its events come
+  back through a pipe, whose cost grows with them while the start-up it hides does not;
 - not a file the session cache holds (loading the cached Session is this process's work);
 - more than one process allowed (advisor.forked.processes_allowed).
 
@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_BYTES", "Ahead", "start"]
 
-# The JSON a read ahead may hold (a gzipped file's size as its trailer gives it): a Session
-# of 128 MB of JSON comes back in about a tenth of a second; the imports it overlaps take
+# The JSON a read ahead may hold (a gzipped file's size as its trailer gives it): the
+# events of 128 MB of JSON come back in about a tenth of a second; the imports it overlaps take
 # most of a second, however large the trace.
 MAX_BYTES = 128 << 20
 
