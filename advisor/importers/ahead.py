@@ -38,8 +38,8 @@ if TYPE_CHECKING:
 __all__ = ["MAX_BYTES", "Ahead", "start"]
 
 # The JSON a read ahead may hold (a gzipped file's size as its trailer gives it): the
-# events of 128 MB of JSON come back in about a tenth of a second; the imports it overlaps take
-# most of a second, however large the trace.
+# events of 128 MB of JSON come back in about a tenth of a second; the imports it
+# overlaps take most of a second, however large the trace.
 MAX_BYTES = 128 << 20
 
 
