@@ -152,10 +152,9 @@ def compute_tables(session: Session, names: Iterable[str] | None = None) -> dict
     if aside and len(aside) < len(wanted) and ASIDE_MIN_EVENTS <= len(session.events) <= ASIDE_MAX_EVENTS \
             and processes_allowed() > 1:
         facts.share()
-        if len(session.events) >= _GIVE_BACK_MIN_EVENTS:
-            # Memory freed but held here at the fork would stay resident in the forked
-            # process, its own once this one gives it back.
-            give_back_freed()
+        # Memory freed but held here at the fork would stay resident in the forked
+        # process, its own once this one gives it back.
+        _give_back(session)
         helper = Forked.start(lambda: _computed(session, facts, aside))
     try:
         done = _computed(session, facts, [name for name in wanted if helper is None or name not in aside])
@@ -163,8 +162,7 @@ def compute_tables(session: Session, names: Iterable[str] | None = None) -> dict
             # This process's facts go while it waits: the forked one has its own (and the
             # shared ones stay its own); a failed one's tables are worked out afresh.
             facts.forget()
-            if len(session.events) >= _GIVE_BACK_MIN_EVENTS:
-                give_back_freed()
+            _give_back(session)
             done.update(helper.result() or _computed(session, facts, aside))
     finally:
         if helper is not None:
@@ -176,10 +174,15 @@ def _computed(session: Session, facts: Facts, names: list[str]) -> dict[str, pd.
     """The named tables, one after another. On a large session, the memory each one's
     work freed is given back before the next (advisor.pages): what malloc would keep
     otherwise added 250 MB to the peak of a 1 GB trace's tables, more with some aside."""
-    give_back = len(session.events) >= _GIVE_BACK_MIN_EVENTS
     done = {}
     for name in names:
         done[name] = TABLES[name](session, facts=facts)
-        if give_back:
-            give_back_freed()
+        _give_back(session)
     return done
+
+
+def _give_back(session: Session) -> None:
+    """The memory freed so far given back (advisor.pages), on a session large enough for
+    it to matter: on a small one each call (0.1 to 0.7 ms) would buy nothing."""
+    if len(session.events) >= _GIVE_BACK_MIN_EVENTS:
+        give_back_freed()
