@@ -23,6 +23,15 @@ from advisor.session.attribute import main_thread, name_matches
 
 MODEL_PHASES = tuple(p for p in PHASES if p != "Others")
 
+# The columns the tables read of the window's op calls (``Facts.ops``: the operator,
+# kernel, roofline and host_sync tables) and of the main thread's top-level ops
+# (``Facts.main_ops``). Frames of every column held 95 MB more on 1.7 M op rows, shared by
+# the tables through the peak of a 1 GB trace's diagnosis; a table that reads another
+# column adds it here.
+OP_COLUMNS = ("id", "name", "start_ns", "end_ns", "parent_op", "top_op", "flops",
+              "input_dims", "input_types", "input_strides", "concrete_inputs")
+MAIN_OP_COLUMNS = ("name", "start_ns", "end_ns", "phase", "input_dims", "input_types")
+
 # A host range or kernel counts as communication by these names (NCCL kernels, c10d ops,
 # torch's nccl:* and gloo:* record_function ranges).
 COMM_KERNEL = re.compile(r"nccl", re.IGNORECASE)
@@ -132,8 +141,7 @@ class Facts:
         others both read, so that a process forked after this shares it rather than
         making a copy of its own (on 3.5 M events, the two copies of these frames took
         0.7 GB)."""
-        self.of_kind("op")
-        for fact in ("gpu", "gpu_measured", "main_thread", "main_ops", "name_codes", "parents"):
+        for fact in ("ops", "gpu", "gpu_measured", "main_thread", "main_ops", "name_codes", "parents"):
             getattr(self, fact)
 
     def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
@@ -179,10 +187,17 @@ class Facts:
 
         return self.memo(("mask", kinds), compute)
 
-    def of_kind(self, *kinds: str) -> pd.DataFrame:
+    def of_kind(self, *kinds: str, columns: tuple[str, ...] | None = None) -> pd.DataFrame:
         """The rows of ``mask(*kinds)`` as a frame (shared by the tables: read-only, its
-        columns that hold nothing for these kinds a single value; see select_rows)."""
-        return self.memo(("of_kind", kinds), lambda: select_rows(self.events, self.mask(*kinds)))
+        columns that hold nothing for these kinds a single value; see select_rows), of
+        ``columns`` only where given."""
+        events = self.events if columns is None else self.events[list(columns)]
+        return self.memo(("of_kind", kinds, columns), lambda: select_rows(events, self.mask(*kinds)))
+
+    @cached_property
+    def ops(self) -> pd.DataFrame:
+        """The window's op calls (OP_COLUMNS)."""
+        return self.of_kind("op", columns=OP_COLUMNS)
 
     def spans(self, *kinds: str) -> iv.Intervals:
         """The time of ``mask(*kinds)`` rows, without building a frame."""
@@ -205,15 +220,16 @@ class Facts:
 
     @cached_property
     def main_ops(self) -> pd.DataFrame:
-        """The main thread's top-level operators, by start."""
+        """The main thread's top-level operators, by start (MAIN_OP_COLUMNS; the index is
+        their row ids)."""
         ev = self.events
         if self.main_thread is None:
-            return ev.iloc[0:0]
+            return ev.iloc[0:0][list(MAIN_OP_COLUMNS)]
         pid, tid = self.main_thread
         mine = ((ev["kind"] == "op").to_numpy() & (ev["parent_op"].to_numpy() < 0)
                 & (ev["pid"].to_numpy() == pid) & (ev["tid"].to_numpy() == tid))
         rows = np.flatnonzero(mine)
-        return select_rows(ev, rows[np.argsort(ev["start_ns"].to_numpy()[rows], kind="stable")])
+        return select_rows(ev[list(MAIN_OP_COLUMNS)], rows[np.argsort(ev["start_ns"].to_numpy()[rows], kind="stable")])
 
     @cached_property
     def phases(self) -> pd.DataFrame:

@@ -33,7 +33,7 @@ class OpCalls:
     (call, GPU event) pairs that attribute GPU work to every call it ran inside."""
 
     def __init__(self, f: Facts):
-        ops = f.of_kind("op")
+        ops = f.ops
         self.ops = ops
         ids = ops["id"].to_numpy()
         top = ops["top_op"].to_numpy()

@@ -95,7 +95,7 @@ def _blocking_calls(f: Facts) -> pd.DataFrame:
     # what the user wrote. It is a tensor-to-host wait when it is .item() or copies device
     # to host; otherwise (.to("cuda") from pageable memory) it keeps its calls' reason.
     is_to_host = np.zeros(len(ev), dtype=bool)
-    ops = f.of_kind("op")
+    ops = f.ops
     to_host_ops = ops[ops["name"].isin(TO_HOST_OPS).to_numpy()]
     is_to_host[to_host_ops["id"].to_numpy()] = True
     absorber = np.full(len(blocking), -1, dtype=np.int64)
