@@ -92,6 +92,27 @@ def test_large_values_are_exact():
     assert u.starts.tolist() == [base + 1] and u.ends.tolist() == [base + 7]
 
 
+def test_subtract_and_intersect_at_the_ends_of_int64():
+    # subtract works on the gaps of b, the first and last reaching int64's ends: intervals
+    # that reach them too must neither wrap around nor leave an empty gap behind.
+    lowest, highest = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    a = iv.as_intervals(np.array([lowest, 0, 10]), np.array([-5, 5, highest]))
+    b = iv.as_intervals(np.array([lowest, 3]), np.array([-7, 20]))
+    assert list(zip(*iv.subtract(a, b))) == [(-7, -5), (0, 3), (20, highest)]
+    assert list(zip(*iv.intersect(a, b))) == [(lowest, -7), (3, 5), (10, 20)]
+    assert list(zip(*iv.subtract(b, a))) == [(5, 10)]
+    assert len(iv.subtract(a, a)) == 0
+
+
+def test_results_are_arrays_of_their_own():
+    # A normalised input is read as it is, never handed back: a caller that changes its
+    # arrays afterwards must not change a result.
+    a = iv.union(pair([(0, 10), (20, 30)]))
+    for result in (iv.subtract(a, iv.EMPTY), iv.intersect(a, pair([(-5, 50)]))):
+        assert not np.shares_memory(result.starts, a.starts)
+        assert not np.shares_memory(result.ends, a.ends)
+
+
 def test_mismatched_lengths_rejected():
     with pytest.raises(ValueError):
         iv.as_intervals([1, 2], [3])

@@ -1,8 +1,9 @@
 """Set arithmetic on half-open time intervals [start, end) in int64 nanoseconds.
 
 The summary tables measure time as unions: two kernels that overlap on two streams keep
-the GPU busy once, not twice. Everything here is vectorised (one sort, then cumulative
-maxima and sums) so a union of millions of events costs one ``argsort``.
+the GPU busy once, not twice. Everything here is vectorised: a union of millions of events
+costs one ``argsort`` (none where they come sorted), an intersection or a difference of
+two normalised sets a binary search of one in the other.
 
 An interval set is any pair ``(starts, ends)`` of equal-length integer arrays; functions
 return ``Intervals``, a named pair of int64 arrays that is *normalised*: sorted, disjoint,
@@ -92,39 +93,55 @@ def total_length(intervals) -> int:
     return union(intervals).length
 
 
-def _combine(a, b, want) -> Intervals:
-    """Segments where ``want(in_a, in_b)`` holds, as a normalised set."""
-    a, b = union(a), union(b)
-    na, nb = len(a), len(b)
-    if na + nb == 0:
-        return EMPTY
-    points = np.concatenate([a.starts, a.ends, b.starts, b.ends])
-    step_a = np.concatenate([np.ones(na, np.int8), -np.ones(na, np.int8), np.zeros(2 * nb, np.int8)])
-    step_b = np.concatenate([np.zeros(2 * na, np.int8), np.ones(nb, np.int8), -np.ones(nb, np.int8)])
-    order = np.argsort(points, kind="stable")
-    points = points[order]
-    # Each input set is disjoint, so its depth is 0 or 1; int8 cannot overflow.
-    in_a = np.cumsum(step_a[order], dtype=np.int8) > 0
-    in_b = np.cumsum(step_b[order], dtype=np.int8) > 0
-    # The state after event i holds on [points[i], points[i+1]); several events at one
-    # point leave zero-length segments behind, which the length test drops.
-    lo, hi = points[:-1], points[1:]
-    mask = want(in_a[:-1], in_b[:-1]) & (hi > lo)
-    return union((lo[mask], hi[mask]))
+def _normalised(intervals) -> Intervals:
+    """``intervals`` normalised: as they are where they already are (the result of
+    another operation here, mostly), else their union. Only read, never written."""
+    s, e = as_intervals(intervals)
+    if (e > s).all() and (s[1:] > e[:-1]).all():
+        return Intervals(s, e)
+    return union((s, e))
 
 
 def intersect(a, b) -> Intervals:
     """Time covered by both ``a`` and ``b``."""
-    return _combine(a, b, np.logical_and)
+    a, b = _normalised(a), _normalised(b)
+    if not len(a) or not len(b):
+        return EMPTY
+    # Each interval of ``a`` meets a run of ``b``'s: those ending after it starts and
+    # starting before it ends. Each meeting is one piece of the result, in order, and
+    # pieces neither overlap nor touch because neither set's intervals do. No sort of
+    # both sets' ends together: on two sets of 0.9 M intervals that held 140 MB at once.
+    first = np.searchsorted(b.ends, a.starts, side="right")
+    count = np.searchsorted(b.starts, a.ends, side="left") - first
+    np.maximum(count, 0, out=count)
+    total = int(count.sum())
+    if not total:
+        return EMPTY
+    i = np.repeat(np.arange(len(a)), count)
+    # j runs from first[i] up, one per piece of the same interval of ``a``.
+    j = np.arange(total, dtype=np.int64)
+    j -= np.repeat(np.cumsum(count) - count - first, count)
+    starts = np.maximum(a.starts[i], b.starts[j])
+    ends = np.minimum(a.ends[i], b.ends[j])
+    return Intervals(starts, ends)
 
 
 def intersection_length(a, b) -> int:
     return intersect(a, b).length
 
 
+_BEFORE_ALL, _AFTER_ALL = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+
+
 def subtract(a, b) -> Intervals:
-    """Time covered by ``a`` and not by ``b``."""
-    return _combine(a, b, lambda x, y: x & ~y)
+    """Time covered by ``a`` and not by ``b``: ``a`` within the gaps of ``b``."""
+    b = _normalised(b)
+    if not len(b):
+        a = _normalised(a)
+        return Intervals(a.starts.copy(), a.ends.copy())  # a result of its own, as ever
+    gap_starts = np.concatenate([[_BEFORE_ALL], b.ends])
+    gap_ends = np.concatenate([b.starts, [_AFTER_ALL]])
+    return intersect(a, (gap_starts, gap_ends))
 
 
 def clip(intervals, lo: int, hi: int) -> Intervals:
