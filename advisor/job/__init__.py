@@ -8,6 +8,7 @@
                 numbered and ordered, sets that are not one job refused
     diagnose    the job's cross-rank tables, findings merged across ranks, the rules that
                 judge the job as a whole, and the report's job section
+    launcher    whether a command is a torchrun launch (asked of every target)
     launch      `advisor diagnose torchrun ...`: every rank of a launched job recorded
     rank_main   what each launched rank runs: the script under the collector, saved
 

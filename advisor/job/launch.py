@@ -23,11 +23,11 @@ from pathlib import Path
 
 from advisor.collect.spawned import LAUNCH_FILE
 from advisor.errors import UsageError
+from advisor.job.launcher import is_launcher
 from advisor.job.rank_main import OPTIONS_ENV, SAVE_DIR_ENV
 
 __all__ = ["Launch", "is_launcher", "launch"]
 
-LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 # torchrun options that take a value as the next word (--name value); --name=value is one word.
 _VALUED = {
     "--nnodes", "--nproc-per-node", "--nproc_per_node", "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint",
@@ -39,15 +39,6 @@ _VALUED = {
     "--signals-to-handle", "--rdzv_timeout", "--rdzv-timeout",
 }
 _NOT_A_SCRIPT = {"-m", "--module", "--no-python", "--no_python"}
-
-
-def is_launcher(target: str, script_args: list[str]) -> bool:
-    """Whether ``target script_args`` is a torchrun launch."""
-    name = Path(target).name
-    if name == "torchrun":
-        return True
-    return name.startswith("python") and len(script_args) >= 2 and script_args[0] == "-m" \
-        and script_args[1] in LAUNCHER_MODULES
 
 
 @dataclass
