@@ -260,12 +260,13 @@ _AFTER_THE_READ = {
 }
 
 
-def _read_ahead(args: argparse.Namespace, *targets: str) -> list:
+def _read_ahead(args: argparse.Namespace, *targets: str, imports: bool = True) -> list:
     """For each target that is one trace file, start reading it in a forked process now
     and import, meanwhile, what the command needs once it is read (advisor.importers.ahead);
     ``load`` takes the Session from that process (``ahead`` on the namespace it is given).
-    Called before those imports. The reads, None where none was started; they are also kept
-    in ``args.reads_ahead`` for ``main`` to stop any whose Session was not taken."""
+    Called before those imports (``imports``: whether to make them now, else
+    _imports_while_reading does). The reads, None where none was started; they are also
+    kept in ``args.reads_ahead`` for ``main`` to stop any whose Session was not taken."""
     from advisor.forked import use_cpus
     from advisor.importers.ahead import start
 
@@ -278,17 +279,23 @@ def _read_ahead(args: argparse.Namespace, *targets: str) -> list:
         use_cpus()
         started.append(start(path))
     args.reads_ahead = [*getattr(args, "reads_ahead", []), *(s for s in started if s is not None)]
-    if args.reads_ahead:
+    if imports:
+        _imports_while_reading(args)
+    return started
+
+
+def _imports_while_reading(args: argparse.Namespace) -> None:
+    """What the command needs once its trace is read, imported while it is read ahead."""
+    if getattr(args, "reads_ahead", None):
         import importlib
 
         for module in _AFTER_THE_READ.get(args.command, ()):
             importlib.import_module(module)
-    return started
 
 
-def _read_target_ahead(args: argparse.Namespace) -> None:
+def _read_target_ahead(args: argparse.Namespace, *, imports: bool = True) -> None:
     """TARGET read ahead where it is one trace file (several are a job, read by ranks)."""
-    args.ahead = None if args.script_args else _read_ahead(args, args.target)[0]
+    args.ahead = None if args.script_args else _read_ahead(args, args.target, imports=imports)[0]
 
 
 def _spawned(run, command: list[str]):
@@ -348,6 +355,10 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
     is written, so a failure after the collection loses none of it."""
     from advisor.cli.report_cache import ReportCache
 
+    # The read starts first, so that looking for a kept report (a digest of the trace's
+    # head and tail, of advisor's code and of the plugins installed: 15 ms) does not
+    # delay it; where one is found, main stops the read.
+    _read_target_ahead(args, imports=False)
     # The report of this trace, rules and options where an earlier run kept it: written
     # from the file, nothing read or run again.
     record = ReportCache.for_args(args)
@@ -357,7 +368,7 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
         reused = record.get()
         if reused is not None:
             return _reused_report(args, reused)
-    _read_target_ahead(args)
+    _imports_while_reading(args)
     said: list[str] = []  # what is said about the rules, for a kept report to say again
     # Rules and configuration first: a bad pack or config stops before a script runs.
     chosen, config = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None, said)
@@ -478,10 +489,12 @@ def _reused_report(args: argparse.Namespace, reused) -> int:
 def _launch(args: argparse.Namespace):
     """Run a torchrun launch with every rank under the collector, or None where the target
     is not a launcher."""
-    from advisor.job.launch import is_launcher, launch
+    from advisor.job.launcher import is_launcher
 
     if not is_launcher(args.target, args.script_args):
         return None
+    from advisor.job.launch import launch
+
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers must be at least 1")
     if args.save:
@@ -646,7 +659,7 @@ def _options_after_target(parser: argparse.ArgumentParser, argv: list[str],
     (`advisor diagnose trace.json --format json`); only a script takes arguments."""
     if getattr(args, "target", None) is None:
         return args
-    from advisor.job.launch import is_launcher
+    from advisor.job.launcher import is_launcher
 
     if is_launcher(args.target, args.script_args or []):
         return args
@@ -727,7 +740,7 @@ def _reads_only(args: argparse.Namespace) -> bool:
         return not any(_is_script(Path(t)) for t in (args.before, args.after))
     if args.command not in ("diagnose", "summary", "timeline"):
         return False
-    from advisor.job.launch import is_launcher
+    from advisor.job.launcher import is_launcher
 
     return not _is_script(Path(args.target)) and not is_launcher(args.target, args.script_args or [])
 

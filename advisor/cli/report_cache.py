@@ -38,6 +38,9 @@ __all__ = ["PLUGIN_GROUP", "ReportCache", "Reused", "rule_sources"]
 
 # Options that say where and how the report is written, not what it says.
 PRESENTATION = frozenset({"format", "output", "fail_on", "no_cache"})
+# What the command keeps beside its options while it runs: the trace's read ahead
+# (advisor.importers.ahead), started before the kept report is looked for.
+_RUNNING = frozenset({"ahead", "reads_ahead"})
 RECORD_FORMAT = "advisor-report-record/1"
 # advisor.rules.packs.catalog.ENTRY_POINT_GROUP, named here so a cached report is found
 # without importing the rules (pydantic).
@@ -76,7 +79,7 @@ class ReportCache:
         try:
             entry = cache.cache_dir() / cache.cache_key(target)
             options = {k: str(v) if isinstance(v, Path) else v for k, v in sorted(vars(args).items())
-                       if k not in PRESENTATION}
+                       if k not in PRESENTATION and k not in _RUNNING}
             digest = hashlib.sha256(json.dumps({
                 "record": RECORD_FORMAT,
                 "entry": entry.name,

@@ -27,8 +27,6 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from advisor.forked import Forked, Progress, processes_allowed
 
 if TYPE_CHECKING:
@@ -160,6 +158,8 @@ def _read_part(parent: _Reader, start: int, end: int | None, array_form: bool, s
     reader.offset, reader.limit = start, end
     reader.report_part = lambda done, events: slots.put(index, done, events)
     metadata = reader._events(b"", 0, array_form)
+    import numpy as np  # here, not above: ahead asks PART_MIN_BYTES before a command's imports
+
     columns = reader.columns
     joined = {field: np.concatenate(chunks) if chunks else None for field, chunks in columns.parts.items()}
     return {
@@ -181,6 +181,8 @@ def _read_part(parent: _Reader, start: int, end: int | None, array_form: bool, s
 def _absorb(reader: _Reader, part: dict[str, Any]) -> None:
     """A part's rows after the ones read so far, its text codes renumbered into this
     reader's tables."""
+    import numpy as np
+
     columns = reader.columns
     renumber = {}
     for field, values in part["texts"].items():
