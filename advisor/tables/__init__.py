@@ -127,14 +127,14 @@ def table_names() -> list[str]:
 
 # These tables are computed by a second process while this one computes the others
 # (advisor.forked): they share the op calls' costs among themselves and take about as long
-# as the rest together (0.13 and 0.13 s on the 35 MB ResNet-50 trace; 3.1 and 2.3 s on the
+# as the rest together (0.15 and 0.14 s on the 35 MB ResNet-50 trace; 3.1 and 2.3 s on the
 # 3.5 M events of 1 GB of JSON, which then takes 11.0-11.5 s rather than 12.8 s). Below
 # ASIDE_MIN_EVENTS the fork is not worth it. The second process's own frames (about
 # 100 MB a million events) fit within twice the trace's size only because each process
 # gives back what its tables freed (_computed) and this one lets go of its facts while it
 # waits: 1.77-1.83 GiB at the peak on that 0.93 GiB trace (benchmarks/ingest.py). Past
 # ASIDE_MAX_EVENTS, sizes that have not been measured, one process computes them all.
-ASIDE = ("operator", "operator_kernels", "kernel", "roofline", "roofline_ceilings", "conv_bias")
+ASIDE = ("operator", "operator_kernels", "kernel", "roofline", "roofline_ceilings")
 ASIDE_MIN_EVENTS = 5_000
 ASIDE_MAX_EVENTS = 6_000_000
 _GIVE_BACK_MIN_EVENTS = 1_000_000
