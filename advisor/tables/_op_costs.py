@@ -129,10 +129,10 @@ def _per_call(f: Facts) -> pd.DataFrame | None:
         tc_yes, tc_no = tc_yes[positions], tc_no[positions]
     elif target is None or target.measured_here:
         measured = (rows["end_ns"] - rows["start_ns"]).to_numpy().astype(float)
-        tc_yes = tc_no = np.zeros(len(rows), dtype=np.int64)
+        tc_yes, tc_no = np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=np.int64)
     else:
         measured = np.full(len(rows), np.nan)
-        tc_yes = tc_no = np.zeros(len(rows), dtype=np.int64)
+        tc_yes, tc_no = np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=np.int64)
 
     kind = text(cost["kind"])  # every counted call has a kind
     dtype = compute_dtypes(cost["dtype"].to_numpy())
@@ -172,7 +172,7 @@ def _per_call(f: Facts) -> pd.DataFrame | None:
         "compute_ns": compute_ns, "memory_ns": memory_ns, "unit": pd.Series(unit, dtype=object, copy=False),
         "tc_yes": tc_yes, "tc_no": tc_no,
         **{d: pd.to_numeric(cost[d], errors="coerce").to_numpy(dtype=float) for d in DIMS},
-    })
+    }, copy=False)  # the arrays as made above, not copied into one block: 70 MB less on 1 M calls
     return out
 
 
