@@ -25,7 +25,8 @@ PACKAGE = REPO / "advisor"
 # The rooms of the house, in the order of the flow, and the few modules every room may
 # use. A new top-level module has to be one of these, or go into a room.
 ROOMS = ("collect", "importers", "session", "knowledge", "tables", "rules", "reports", "profiler", "doctor", "job", "cli")
-FOUNDATIONS = ("__init__", "__main__", "_lazy", "_version", "errors", "findings", "forked", "pages", "paths", "units")
+FOUNDATIONS = ("__init__", "__main__", "_lazy", "_version", "errors", "findings", "forked", "gc_pause", "pages", "paths",
+               "units")
 
 # Packages whose __all__ is their public surface (httpx's habit: it lists exactly what the
 # package makes public, and every name in it resolves).

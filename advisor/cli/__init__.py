@@ -40,6 +40,7 @@ from advisor.cli.rules import (
     selection_for,
 )
 from advisor.errors import AdvisorError, UsageError
+from advisor.gc_pause import pause, resume
 
 SEVERITIES = ("info", "low", "medium", "high", "critical")
 FAIL_ON_EXIT = 3
@@ -285,12 +286,14 @@ def _read_ahead(args: argparse.Namespace, *targets: str, imports: bool = True) -
 
 
 def _imports_while_reading(args: argparse.Namespace) -> None:
-    """What the command needs once its trace is read, imported while it is read ahead."""
+    """What the command needs once its trace is read, imported while it is read ahead;
+    then the collector paused for the imports runs again (advisor.gc_pause)."""
     if getattr(args, "reads_ahead", None):
         import importlib
 
         for module in _AFTER_THE_READ.get(args.command, ()):
             importlib.import_module(module)
+    resume()
 
 
 def _read_target_ahead(args: argparse.Namespace, *, imports: bool = True) -> None:
@@ -724,6 +727,8 @@ def _main(argv: list[str] | None) -> tuple[int, bool]:
         return 2, False
     if getattr(args, "no_cache", False):  # the environment carries it to worker processes too
         os.environ["ADVISOR_NO_CACHE"] = "1"
+    if _reads_only(args):  # no code of the user's runs here: imports need no collections (advisor.gc_pause)
+        pause()
     from advisor.cli.keep import Kept
 
     kept = Kept()
