@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import gc
 
-__all__ = ["pause", "resume"]
+__all__ = ["pause", "paused", "resume"]
 
 _paused = False  # whether pause() turned the collector off (and resume() has not yet)
 
@@ -35,6 +35,11 @@ def pause() -> None:
     if gc.isenabled():
         gc.disable()
         _paused = True
+
+
+def paused() -> bool:
+    """Whether ``pause`` has the collector off."""
+    return _paused
 
 
 def resume() -> None:

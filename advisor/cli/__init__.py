@@ -41,6 +41,7 @@ from advisor.cli.rules import (
 )
 from advisor.errors import AdvisorError, UsageError
 from advisor.gc_pause import pause, resume
+from advisor.gc_pause import paused as gc_paused
 
 SEVERITIES = ("info", "low", "medium", "high", "critical")
 FAIL_ON_EXIT = 3
@@ -260,6 +261,10 @@ _AFTER_THE_READ = {
                 "advisor.reports.comparison", "advisor.reports.compare_report"),
 }
 
+# What reading a trace needs, where it is read in this process (a large plain trace, read
+# in parts; a saved session; one process allowed): the rest waits until it is read.
+_FOR_THE_READ = ("advisor.importers.loader",)
+
 
 def _read_ahead(args: argparse.Namespace, *targets: str, imports: bool = True) -> list:
     """For each target that is one trace file, start reading it in a forked process now
@@ -286,13 +291,17 @@ def _read_ahead(args: argparse.Namespace, *targets: str, imports: bool = True) -
 
 
 def _imports_while_reading(args: argparse.Namespace) -> None:
-    """What the command needs once its trace is read, imported while it is read ahead;
-    then the collector paused for the imports runs again (advisor.gc_pause)."""
-    if getattr(args, "reads_ahead", None):
-        import importlib
+    """What the command needs once its trace is read, imported while it is read ahead
+    (where nothing is read ahead, what reading needs: pandas above all, imported while the
+    collector is paused all the same); then the collector runs again (advisor.gc_pause)."""
+    import importlib
 
-        for module in _AFTER_THE_READ.get(args.command, ()):
-            importlib.import_module(module)
+    if getattr(args, "reads_ahead", None):
+        modules = _AFTER_THE_READ.get(args.command, ())
+    else:
+        modules = _FOR_THE_READ if gc_paused() else ()
+    for module in modules:
+        importlib.import_module(module)
     resume()
 
 
