@@ -539,7 +539,7 @@ def attribute(events: pd.DataFrame, *, sync_ranges_only: bool = False) -> pd.Dat
         inferred = _infer_phases(light, main)
     del light
     if inferred is not None and len(inferred):
-        ev = concat_events([ev, inferred], by_start=True)
+        ev = concat_events([ev, conform_events(inferred)], by_start=True, conformed=True)
     else:
         ev = _sorted(ev, order)
     _link_ops(ev)
