@@ -132,7 +132,7 @@ def table_names() -> list[str]:
 # ASIDE_MIN_EVENTS the fork is not worth it. The second process's own frames (about
 # 100 MB a million events) fit within twice the trace's size only because each process
 # gives back what its tables freed (_computed) and this one lets go of its facts while it
-# waits: 1.77-1.83 GiB at the peak on that 0.93 GiB trace (benchmarks/ingest.py). Past
+# waits: 1.51-1.64 GiB at the peak on that 0.93 GiB trace (benchmarks/ingest.py). Past
 # ASIDE_MAX_EVENTS, sizes that have not been measured, one process computes them all.
 ASIDE = ("operator", "operator_kernels", "kernel", "roofline", "roofline_ceilings")
 ASIDE_MIN_EVENTS = 5_000
