@@ -16,23 +16,27 @@ paused, resumes it in its own process once its imports are done; processes that 
 for long (a job's ranks' workers) start after the resume.
 
 The user's code never runs paused: `advisor diagnose train.py` runs the script in
-advisor's own process and does not pause, nor does advisor.Profiler inside a job.
+advisor's own process and does not pause, nor does advisor.Profiler inside a job. When the
+command is done (``end``), the collector is as the process had it before.
 """
 
 from __future__ import annotations
 
 import gc
 
-__all__ = ["pause", "paused", "resume"]
+__all__ = ["end", "pause", "paused", "resume"]
 
 _paused = False  # whether pause() turned the collector off (and resume() has not yet)
+_froze = False  # whether resume() froze objects that end() should give back to the collector
+_frozen_before = 0  # what the process had frozen itself when pause() was called
 
 
 def pause() -> None:
     """Turn the collector off until ``resume``; nothing where it is off already (the
     process's own choice, left to it)."""
-    global _paused
+    global _paused, _frozen_before
     if gc.isenabled():
+        _frozen_before = gc.get_freeze_count()
         gc.disable()
         _paused = True
 
@@ -45,8 +49,25 @@ def paused() -> bool:
 def resume() -> None:
     """Freeze what exists and turn the collector back on, where ``pause`` turned it off;
     otherwise nothing, so it may be called wherever the pause may have to end."""
-    global _paused
+    global _paused, _froze
     if _paused:
         gc.freeze()
         gc.enable()
         _paused = False
+        _froze = True
+
+
+def end() -> None:
+    """The collector as the process had it before ``pause``, once the command is done: on
+    again where a command ended paused (a kept report written, an error said before its
+    imports), and what ``resume`` froze given back to it, unless the process had frozen
+    objects of its own. For a process that goes on after the command (a test, a notebook,
+    a program calling advisor.cli.main): the `advisor` program itself ends right after."""
+    global _paused, _froze
+    if _paused:
+        gc.enable()
+        _paused = False
+    if _froze:
+        if not _frozen_before:
+            gc.unfreeze()
+        _froze = False

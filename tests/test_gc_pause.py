@@ -20,8 +20,9 @@ from advisor import gc_pause
 def collector():
     """The collector as the test process had it, and no pause left behind."""
     was = gc.isenabled()
+    gc.unfreeze()
     yield
-    gc_pause._paused = False
+    gc_pause._paused = gc_pause._froze = False
     gc.unfreeze()
     gc.enable() if was else gc.disable()
 
@@ -36,6 +37,27 @@ def test_pause_and_resume(collector):
     assert gc.get_freeze_count() > frozen  # what the imports made is out of the collections' way
     gc_pause.resume()  # a second resume changes nothing
     assert gc.isenabled()
+
+
+def test_end_gives_the_process_its_collector_back(collector):
+    gc.enable()
+    gc_pause.pause()
+    gc_pause.end()  # ended paused (a kept report, an early error): on again, nothing frozen
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc_pause.pause()
+    gc_pause.resume()
+    gc_pause.end()  # what resume froze is the collector's again
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_end_leaves_what_the_process_froze_itself(collector):
+    gc.enable()
+    gc.freeze()
+    mine = gc.get_freeze_count()
+    gc_pause.pause()
+    gc_pause.resume()
+    gc_pause.end()
+    assert gc.isenabled() and gc.get_freeze_count() >= mine > 0
 
 
 def test_a_collector_the_process_turned_off_stays_off(collector):
@@ -73,13 +95,22 @@ def test_the_read_ahead_resumes_in_its_own_process(tmp_path, collector):
 
 
 def _probe(argv: list[str], cwd) -> dict:
-    """`advisor argv` in a fresh process: whether the collector ran by the end, and what
-    the pause froze."""
+    """`advisor argv` in a fresh process: whether it paused, what resuming froze, and the
+    collector as main() leaves it."""
     code = textwrap.dedent(f"""\
         import gc, json, sys
-        from advisor.cli import main
-        code = main({argv!r})
-        print(json.dumps({{"code": code, "enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}}))
+        from advisor import gc_pause
+        seen = {{"paused": False, "frozen_at_resume": 0}}
+        pause, resume = gc_pause.pause, gc_pause.resume
+        def watched_pause():
+            pause(); seen["paused"] = not gc.isenabled()
+        def watched_resume():
+            resume(); seen["frozen_at_resume"] = max(seen["frozen_at_resume"], gc.get_freeze_count())
+        gc_pause.pause, gc_pause.resume = watched_pause, watched_resume
+        import advisor.cli
+        advisor.cli.pause, advisor.cli.resume = watched_pause, watched_resume
+        code = advisor.cli.main({argv!r})
+        print(json.dumps({{"code": code, "enabled": gc.isenabled(), "frozen": gc.get_freeze_count(), **seen}}))
         """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=300,
                           check=False)
@@ -91,7 +122,24 @@ def test_diagnosing_a_trace_pauses_for_the_imports_and_runs_again_after(tmp_path
     trace = synth_trace(tmp_path / "train.json", 2000)
     seen = _probe(["diagnose", str(trace), "--no-cache", "--format", "json", "-o", str(tmp_path / "r.json")],
                   tmp_path)
-    assert seen == {"code": 0, "enabled": True, "frozen": seen["frozen"]} and seen["frozen"] > 10_000
+    assert seen["code"] == 0 and seen["paused"]
+    assert seen["frozen_at_resume"] > 10_000  # what the imports made, out of the collections' way
+    assert seen["enabled"] and seen["frozen"] == 0  # and main() gives the collector back whole
+
+
+def test_a_command_that_ends_before_its_imports_leaves_the_collector_on(tmp_path, cache_dir, monkeypatch,
+                                                                          collector):
+    """A kept report written, or an error said, before the imports that end the pause."""
+    from advisor.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    trace = synth_trace(tmp_path / "train.json", 2000)
+    report = ["diagnose", str(trace), "--format", "json", "-o", str(tmp_path / "r.json")]
+    gc.enable()
+    for argv, code in ((report, 0), (report, 0), (["timeline", str(trace)], 2)):
+        assert main(argv) == code
+        assert gc.isenabled() and gc.get_freeze_count() == 0, argv
+    assert len(list(cache_dir.glob("*/report-*.json"))) == 1  # the second diagnose wrote the kept one
 
 
 def test_a_script_runs_with_the_collector_as_python_set_it(tmp_path):
@@ -103,5 +151,5 @@ def test_a_script_runs_with_the_collector_as_python_set_it(tmp_path):
         """))
     seen = _probe(["diagnose", str(script), "--no-cache", "--format", "json", "-o", str(tmp_path / "r.json")],
                   tmp_path)
-    assert seen["code"] == 0
+    assert seen["code"] == 0 and not seen["paused"]
     assert json.loads((tmp_path / "seen.json").read_text()) == {"enabled": True, "frozen": 0}

@@ -40,6 +40,7 @@ from advisor.cli.rules import (
     selection_for,
 )
 from advisor.errors import AdvisorError, UsageError
+from advisor.gc_pause import end as end_pause
 from advisor.gc_pause import pause, resume
 from advisor.gc_pause import paused as gc_paused
 
@@ -261,8 +262,9 @@ _AFTER_THE_READ = {
                 "advisor.reports.comparison", "advisor.reports.compare_report"),
 }
 
-# What reading a trace needs, where it is read in this process (a large plain trace, read
-# in parts; a saved session; one process allowed): the rest waits until it is read.
+# What reading a trace needs, where nothing reads it ahead (a large plain trace, read in
+# parts; a gzipped one past ahead.MAX_BYTES; one the session cache holds; a saved session;
+# a job's folder; one process allowed): the rest waits until it is read.
 _FOR_THE_READ = ("advisor.importers.loader",)
 
 
@@ -746,6 +748,7 @@ def _main(argv: list[str] | None) -> tuple[int, bool]:
     finally:
         for ahead in getattr(args, "reads_ahead", []):  # a Session not taken (the command stopped first)
             ahead.stop()
+        end_pause()  # the collector as it was, for a process that goes on (a test, a caller of main)
 
 
 def _reads_only(args: argparse.Namespace) -> bool:
