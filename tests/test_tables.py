@@ -631,3 +631,13 @@ def test_kernel_table_costs_a_kernel_that_is_its_ops_only_one(tmp_path):
     assert gemm["bytes"] == pytest.approx((linear.bytes_read + linear.bytes_written) * gemm["calls"])
     assert 0 < gemm["efficiency"] <= 1 and gemm["ideal_ns"] > 0
     assert np.isnan(kernels.loc["ampere_sgemm_64x64_nt", "ideal_ns"])  # AddmmBackward0: no shapes recorded
+
+
+def test_the_op_calls_frame_holds_every_column_the_cost_models_key_on():
+    """cost_groups keys a call on the KEY_COLUMNS it finds and passes over the others: the
+    op calls' frame the tables share (Facts.ops) must hold them all, or op costs would
+    quietly lose strides or scalar inputs."""
+    from advisor.knowledge.costs._table import KEY_COLUMNS
+    from advisor.tables._facts import OP_COLUMNS
+
+    assert set(KEY_COLUMNS) <= set(OP_COLUMNS)

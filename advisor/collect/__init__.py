@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from advisor._lazy import lazy_exports
 
-# Lazily: deciding whether a target is a launcher (advisor.job.launch, spawned) must not
-# load torch's hooks and pandas before a trace is read.
+# Lazily: running a torchrun launch (advisor.job.launch imports spawned) must not load
+# torch's hooks and pandas before its ranks start.
 _EXPORTS = {"CollectedRun": "assemble", "collect_script": "assemble", "ScriptRun": "script", "run_script": "script"}
 
 __all__ = ["CollectedRun", "ScriptRun", "collect_script", "run_script"]

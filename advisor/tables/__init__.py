@@ -127,8 +127,8 @@ def table_names() -> list[str]:
 
 # These tables are computed by a second process while this one computes the others
 # (advisor.forked): they share the op calls' costs among themselves and take about as long
-# as the rest together (0.15 and 0.14 s on the 35 MB ResNet-50 trace; 3.1 and 2.3 s on the
-# 3.5 M events of 1 GB of JSON, which then takes 11.0-11.5 s rather than 12.8 s). Below
+# as the rest together (0.15 and 0.14 s on the 35 MB ResNet-50 trace; 1.9 and 1.6 s on the
+# 3.5 M events of 1 GB of JSON, whose tables then take 2.2 s rather than about 3.5). Below
 # ASIDE_MIN_EVENTS the fork is not worth it. The second process's own frames (about
 # 100 MB a million events) fit within twice the trace's size only because each process
 # gives back what its tables freed (_computed) and this one lets go of its facts while it

@@ -191,8 +191,11 @@ class Facts:
         """The rows of ``mask(*kinds)`` as a frame (shared by the tables: read-only, its
         columns that hold nothing for these kinds a single value; see select_rows), of
         ``columns`` only where given."""
-        events = self.events if columns is None else self.events[list(columns)]
-        return self.memo(("of_kind", kinds, columns), lambda: select_rows(events, self.mask(*kinds)))
+        def rows() -> pd.DataFrame:
+            events = self.events if columns is None else self.events[list(columns)]
+            return select_rows(events, self.mask(*kinds))
+
+        return self.memo(("of_kind", kinds, columns), rows)
 
     @cached_property
     def ops(self) -> pd.DataFrame:

@@ -266,7 +266,7 @@ def kernel_costs(events: pd.DataFrame, op_costs: pd.DataFrame | None = None, *,
     where = np.full(top, -1, dtype=np.int64)
     where[op_ids[op_ids >= 0]] = np.flatnonzero(op_ids >= 0)
     cur = np.where(launched_by >= 0, where[np.clip(launched_by, 0, top - 1)], -1)
-    del where  # one slot per event id (40 MB on a 1 GB trace), not needed past here
+    del where  # one slot per event id (28 MB on the 3.5 M events of 1 GB of JSON), not needed past here
     owner = np.full(len(kernels), -1, dtype=np.int64)
     for _ in range(_MAX_DEPTH):
         active = (cur >= 0) & (owner < 0)
