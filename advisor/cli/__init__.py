@@ -304,6 +304,17 @@ def _imports_while_reading(args: argparse.Namespace) -> None:
         modules = _FOR_THE_READ if gc_paused() else ()
     for module in modules:
         importlib.import_module(module)
+    if getattr(args, "reads_ahead", None):
+        # The knowledge base too (its YAML read and checked: 17 ms), which the op-cost tables
+        # would read in the process computing them aside, the longer of the two: read here
+        # while this one waits for the trace, the forked one finds it read. A damaged one
+        # is said where a table needs it, as ever.
+        from advisor.knowledge.hardware import KnowledgeError, knowledge
+
+        try:
+            knowledge()
+        except KnowledgeError:
+            pass
     resume()
 
 
