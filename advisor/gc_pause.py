@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import gc
 
-__all__ = ["end", "pause", "paused", "resume"]
+__all__ = ["end", "pause", "resume"]
 
 _paused = False  # whether pause() turned the collector off (and resume() has not yet)
 _froze = False  # whether resume() froze objects that end() should give back to the collector
@@ -39,11 +39,6 @@ def pause() -> None:
         _frozen_before = gc.get_freeze_count()
         gc.disable()
         _paused = True
-
-
-def paused() -> bool:
-    """Whether ``pause`` has the collector off."""
-    return _paused
 
 
 def resume() -> None:

@@ -42,7 +42,6 @@ from advisor.cli.rules import (
 from advisor.errors import AdvisorError, UsageError
 from advisor.gc_pause import end as end_pause
 from advisor.gc_pause import pause, resume
-from advisor.gc_pause import paused as gc_paused
 
 SEVERITIES = ("info", "low", "medium", "high", "critical")
 FAIL_ON_EXIT = 3
@@ -294,17 +293,14 @@ def _read_ahead(args: argparse.Namespace, *targets: str, imports: bool = True) -
 
 def _imports_while_reading(args: argparse.Namespace) -> None:
     """What the command needs once its trace is read, imported while it is read ahead
-    (where nothing is read ahead, what reading needs: pandas above all, imported while the
-    collector is paused all the same); then the collector runs again (advisor.gc_pause)."""
+    (where nothing is, and no script runs, what reading needs: pandas above all, imported
+    while the collector is paused all the same); then the collector runs again
+    (advisor.gc_pause)."""
     import importlib
 
     if getattr(args, "reads_ahead", None):
-        modules = _AFTER_THE_READ.get(args.command, ())
-    else:
-        modules = _FOR_THE_READ if gc_paused() else ()
-    for module in modules:
-        importlib.import_module(module)
-    if getattr(args, "reads_ahead", None):
+        for module in _AFTER_THE_READ.get(args.command, ()):
+            importlib.import_module(module)
         # The knowledge base too (its YAML read and checked: 17 ms), which the op-cost tables
         # would read in the process computing them aside, the longer of the two: read here
         # while this one waits for the trace, the forked one finds it read. A damaged one
@@ -315,6 +311,9 @@ def _imports_while_reading(args: argparse.Namespace) -> None:
             knowledge()
         except KnowledgeError:
             pass
+    elif _reads_only(args):
+        for module in _FOR_THE_READ:
+            importlib.import_module(module)
     resume()
 
 
