@@ -102,6 +102,9 @@ def test_subtract_and_intersect_at_the_ends_of_int64():
     assert list(zip(*iv.intersect(a, b))) == [(lowest, -7), (3, 5), (10, 20)]
     assert list(zip(*iv.subtract(b, a))) == [(5, 10)]
     assert len(iv.subtract(a, a)) == 0
+    # Time before b's first interval, down to int64's lowest, is outside b: all of it is kept.
+    whole = iv.as_intervals(np.array([lowest]), np.array([10]))
+    assert list(zip(*iv.subtract(whole, iv.as_intervals(np.array([0]), np.array([5]))))) == [(lowest, 0), (5, 10)]
 
 
 def test_results_are_arrays_of_their_own():
