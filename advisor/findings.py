@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
 
 class Severity(str, Enum):
@@ -79,3 +79,12 @@ class Finding(BaseModel):
         default_factory=list, description="Symptoms this finding is the cause of, nested here instead of ranked beside it."
     )
     metrics: dict[str, Any] = Field(default_factory=dict, description="The figures the rule computed.")
+    # The fix as a change to the step model's graph (advisor.step.whatif.Fix), where the
+    # rule made one: the engine replays every finding's fix at once for the combined
+    # estimate. Not part of the report.
+    _fix: Any = PrivateAttr(default=None)
+
+    def with_fix(self, fix: Any) -> "Finding":
+        """This finding, carrying ``fix`` (see ``_fix``)."""
+        self._fix = fix
+        return self

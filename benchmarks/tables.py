@@ -23,8 +23,8 @@ from advisor.session import (
     SessionMeta,
     conform_events,
 )
+from advisor.step.facts import Facts
 from advisor.tables import TABLES, compute_tables
-from advisor.tables._facts import Facts
 
 
 def synthetic_session(launches: int, steps: int, seed: int = 0) -> Session:

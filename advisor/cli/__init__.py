@@ -163,8 +163,8 @@ def _is_script(target: Path) -> bool:
 
 def _session_for(args: argparse.Namespace, *, steady: bool = True, kept=None):
     """The Session for TARGET, and the script's exit code where a script ran, judged
-    against --gpu where given; with ``steady``, a start-up first step left out of its
-    window (advisor.session.startup). With ``kept``, a script's profile is kept on disk
+    against --gpu where given; with ``steady``, as its step model judges it: the steady
+    window, start-up set apart (advisor.step). With ``kept``, a script's profile is kept on disk
     until the command is done (advisor.cli.keep)."""
     if args.gpu:
         from advisor.knowledge.hardware import gpu_profile
@@ -206,9 +206,11 @@ def _collected(args: argparse.Namespace, kept, *, spawned_ranks: bool = False):
 
 
 def _steady(session):
-    from advisor.session.startup import leave_out_startup
+    """The session as its step model judges it: the steady window, start-up set apart
+    (advisor.step)."""
+    from advisor.step import build_step_model
 
-    return leave_out_startup(session)
+    return build_step_model(session).session
 
 
 def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False, held=None):
@@ -252,13 +254,13 @@ def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False, h
 # What a command needs once its Session is read, by command: imported while the trace is
 # read ahead (their imports take longer than reading a trace of tens of MB).
 _AFTER_THE_READ = {
-    "diagnose": ("advisor.importers.loader", "advisor.session.startup", "advisor.tables", "advisor.rules.engine",
-                 "advisor.reports.build", "advisor.reports._render"),
-    "summary": ("advisor.importers.loader", "advisor.session.startup", "advisor.tables", "advisor.reports.summary"),
-    "timeline": ("advisor.importers.loader", "advisor.session.startup", "advisor.tables", "advisor.rules.engine",
-                 "advisor.reports.timeline"),
-    "compare": ("advisor.importers.loader", "advisor.session.startup", "advisor.tables", "advisor.rules.engine",
-                "advisor.reports.comparison", "advisor.reports.compare_report"),
+    "diagnose": ("advisor.importers.loader", "advisor.step", "advisor.tables", "advisor.rules.engine",
+                 "advisor.reports.build", "advisor.diagnosis", "advisor.reports._render"),
+    "summary": ("advisor.importers.loader", "advisor.step", "advisor.tables", "advisor.reports.summary"),
+    "timeline": ("advisor.importers.loader", "advisor.step", "advisor.tables", "advisor.rules.engine",
+                 "advisor.diagnosis", "advisor.reports.timeline"),
+    "compare": ("advisor.importers.loader", "advisor.step", "advisor.tables", "advisor.rules.engine",
+                "advisor.diagnosis", "advisor.reports.comparison", "advisor.reports.compare_report"),
 }
 
 # What reading a trace needs, where nothing reads it ahead (a large plain trace, read in
@@ -443,13 +445,10 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
                 if (args.save / "session.json").is_file():
                     kept.saved(args.save)
             print(f"advisor: session saved to {args.save}", file=sys.stderr)
-        session = _steady(session)
-        tables, result = _analyse(session, chosen, said)
-        from advisor.reports import build_report
-        from advisor.tables import TABLE_DOCS
-
-        report = build_report(session, tables, result.findings, table_docs=TABLE_DOCS, skipped=result.skipped)
-        findings = result.findings
+        diagnosis = _analyse(session, chosen, said)
+        session = diagnosis.session
+        report = diagnosis.report
+        findings = diagnosis.findings
     from advisor.cli.progress import progress_bar
     from advisor.reports import render
 
@@ -551,22 +550,21 @@ def _job_sources(args: argparse.Namespace) -> list[Path] | None:
 
 
 def _analyse(session, chosen, said: list[str] | None = None):
-    """The summary tables of ``session`` and the chosen rules' result; rule errors to stderr
-    (and to ``said`` where given)."""
+    """The diagnosis of ``session`` with the chosen rules (advisor.diagnosis: step model,
+    tables, rules, report); rule errors to stderr (and to ``said`` where given)."""
     from advisor.cli.progress import spinner
+    from advisor.diagnosis import diagnose
     from advisor.importers import cache
-    from advisor.rules import run_rules
     from advisor.tables import compute_tables
 
     with spinner("Computing the tables and running the rules"):
-        tables = cache.tables(session, compute_tables)
-        result = run_rules(session, tables, chosen.specs, disabled=chosen.disabled, enabled=chosen.enabled,
-                           preview=chosen.preview)
-    for error in result.errors:
+        diagnosis = diagnose(session, specs=chosen.specs, disabled=chosen.disabled, enabled=chosen.enabled,
+                             preview=chosen.preview, tables=lambda steady, names: cache.tables(steady, compute_tables))
+    for error in diagnosis.result.errors:
         print(f"advisor: {error}", file=sys.stderr)
         if said is not None:
             said.append(str(error))
-    return tables, result
+    return diagnosis
 
 
 def _timeline(args: argparse.Namespace, kept) -> int:
@@ -586,9 +584,9 @@ def _timeline(args: argparse.Namespace, kept) -> int:
         _read_target_ahead(args)
     chosen, _ = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
     session, exit_code = _session_for(args, kept=kept)
-    _, result = _analyse(session, chosen)
+    diagnosis = _analyse(session, chosen)
     with progress_bar("Writing the timeline", unit="events") as update:
-        path = write_timeline(session, result.findings, args.output, progress=update)
+        path = write_timeline(diagnosis.session, diagnosis.findings, args.output, progress=update)
     kept.done()
     print(f"advisor: timeline written to {path}; open it in ui.perfetto.dev or chrome://tracing", file=sys.stderr)
     return exit_code if exit_code is not None else 0
@@ -619,8 +617,8 @@ def _compare(args: argparse.Namespace) -> int:
             sides.append(_job_side(one, job, chosen))
             continue
         session, _ = _session_for(one)
-        tables, result = _analyse(session, chosen)
-        sides.append((session, tables, result.findings))
+        diagnosis = _analyse(session, chosen)
+        sides.append((diagnosis.session, diagnosis.tables, diagnosis.findings))
     render_comparison(compare(sides[0], sides[1], top=args.top), args.format, args.output)
     if args.output:
         print(f"advisor: comparison written to {args.output}", file=sys.stderr)

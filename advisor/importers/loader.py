@@ -99,6 +99,31 @@ def _device(record: dict[str, Any], gpu: int) -> dict[str, Any]:
     }
 
 
+def _records_for(gpu_ids: list[int], records: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """The deviceProperties record of each GPU the events use. A process that sees only
+    some devices (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES) lists them from 0 while its
+    events may carry the physical ids (a ROCm trace's kernels under device 9, its
+    deviceProperties holding id 0 alone): where the ids the events use are not among the
+    records, they are matched to the records in order, as the runtime numbered them. A
+    record without a name takes one from a named record of the same part (same compute
+    capability, multiprocessors and memory)."""
+    out = {gpu: records[gpu] for gpu in gpu_ids if gpu in records}
+    unmatched = [gpu for gpu in gpu_ids if gpu not in out]
+    # (A record whose id could not be read is no one's: nothing says which device it was.)
+    spare = [records[i] for i in sorted(records) if i >= 0 and records[i] not in out.values()]
+    if unmatched and len(unmatched) <= len(spare):
+        out.update(zip(unmatched, spare))
+    named = [r for r in records.values() if str(r.get("name", "")).strip()]
+    for gpu, record in list(out.items()):
+        if str(record.get("name", "")).strip():
+            continue
+        twin = next((r for r in named if all(r.get(k) == record.get(k) for k in
+                                              ("computeMajor", "computeMinor", "numSms", "totalGlobalMem"))), None)
+        if twin is not None:
+            out[gpu] = {**record, "name": twin["name"]}
+    return out
+
+
 def _advisor_metadata(metadata: dict[str, Any]) -> dict[str, Any] | None:
     """What advisor's own host collector wrote into the trace (strings decoded), if it did."""
     if "advisor" not in metadata:
@@ -153,9 +178,10 @@ def read_kineto(path: Path, *, progress: Callable[[int, int], None] | None = Non
     records = {_int_or(d.get("id"), -1): d for d in (properties if isinstance(properties, list) else [])
                if isinstance(d, dict)}
     devices = [{"id": -1, "kind": "cpu", "name": "host CPU (as recorded in the trace)"}]
+    matched = _records_for(gpu_ids, records)
     for gpu in gpu_ids:
-        devices.append(_device(records[gpu], gpu) if gpu in records else
-                       {"id": gpu, "kind": "gpu", "name": f"GPU {gpu}"})
+        record = matched.get(gpu)
+        devices.append(_device(record, gpu) if record is not None else {"id": gpu, "kind": "gpu", "name": f"GPU {gpu}"})
 
     distributed = None
     info = metadata.get("distributedInfo")

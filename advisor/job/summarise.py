@@ -55,13 +55,10 @@ def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: st
     """Read one rank (a trace file or saved session folder), compute its tables, run the
     rules, and return its summary; a rank that cannot be read comes back with ``error``
     set instead of raising, so one bad rank does not take the job's report down."""
+    from advisor.diagnosis import diagnose
     from advisor.importers import cache, load
     from advisor.pages import plain_pages
-    from advisor.reports.build import build_report
-    from advisor.rules import run_rules
-    from advisor.session.startup import leave_out_startup
-    from advisor.tables import TABLE_DOCS, compute_tables
-    from advisor.tables._facts import Facts
+    from advisor.tables import compute_tables
     from advisor.tables.job import collective_calls, rank_figures
 
     plain_pages()  # in a worker process too
@@ -79,12 +76,10 @@ def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: st
         saved = save_to
     if gpu:
         session.meta = session.meta.model_copy(update={"target_gpu": gpu})
-    session = leave_out_startup(session)
-    tables = cache.tables(session, compute_tables)
-    result = run_rules(session, tables, choice.specs, disabled=set(choice.disabled),
-                       enabled=set(choice.enabled), preview=choice.preview)
-    report = build_report(session, tables, result.findings, table_docs=TABLE_DOCS, skipped=result.skipped)
-    facts = Facts(session)
+    diagnosis = diagnose(session, specs=choice.specs, disabled=choice.disabled, enabled=choice.enabled,
+                         preview=choice.preview, tables=lambda steady, names: cache.tables(steady, compute_tables))
+    session, tables, result, report = diagnosis.session, diagnosis.tables, diagnosis.result, diagnosis.report
+    facts = diagnosis.model.facts
     info = session.meta.distributed
     return RankSummary(
         source=source,

@@ -434,6 +434,7 @@ class Profiler:
         self._running = False
         self._trace_cleanup: Any = None  # removes the last span's trace folder
         self._tables: tuple[Any, dict] | None = None
+        self._diagnosed: tuple[Any, Any] | None = None
         self._torch: Any = None
         self._collect: bool | None = None  # whether spans can be collected (decided once)
         self._gpu_reason: str | None = "the GPU target was not asked for"
@@ -521,6 +522,7 @@ class Profiler:
         if self.timer_only:
             self.session = timer.session()
             self._tables = None
+            self._diagnosed = None
             self._print_perf(self._tables_for(["perf", "model"]), time_unit="s",
                              title="Perf Summary (timer_only)")
 
@@ -618,6 +620,7 @@ class Profiler:
         self.span = index
         self.session = session
         self._tables = None
+        self._diagnosed = None
         if self._trace_cleanup is not None:
             self._trace_cleanup()
         self._trace_cleanup = weakref.finalize(self, shutil.rmtree, folder, True) if folder is not None else None
@@ -694,25 +697,30 @@ class Profiler:
             cache.update(compute_tables(session, missing))
         return {n: cache[n] for n in (names or _all_tables())}
 
-    def diagnose(self) -> list[Any]:
-        """Run the built-in rules over the last span's tables: the findings, ranked by
-        estimated saving, symptoms nested under their causes (Finding.explains)."""
-        from advisor.rules import run_rules  # noqa: PLC0415
+    def _diagnosis(self) -> Any:
+        """The last span's diagnosis (advisor.diagnosis: what `advisor diagnose` makes of
+        it), worked out once per span."""
+        from advisor.diagnosis import diagnose  # noqa: PLC0415
 
         session = self._require_session()
-        result = run_rules(session, self._tables_for())
-        for error in result.errors:
-            self._warn(error)
-        return result.findings
+        if self._diagnosed is None or self._diagnosed[0] is not session:
+            diagnosis = diagnose(session, tables=lambda steady, names: self._tables_for())
+            for error in diagnosis.result.errors:
+                self._warn(error)
+            self._diagnosed = (session, diagnosis)
+        return self._diagnosed[1]
+
+    def diagnose(self) -> list[Any]:
+        """Run the built-in rules over the last span's step model and tables: the findings,
+        ranked by estimated saving, symptoms nested under their causes (Finding.explains)."""
+        return self._diagnosis().findings
 
     def report(self, fmt: str = "terminal", path: str | os.PathLike[str] | None = None) -> None:
         """Render the full report of the last span (as ``advisor diagnose`` does): to the
         terminal, or as ``fmt`` ("terminal", "json", "markdown") to ``path``."""
-        from advisor.reports import build_report, render  # noqa: PLC0415
-        from advisor.tables import TABLE_DOCS  # noqa: PLC0415
+        from advisor.reports import render  # noqa: PLC0415
 
-        findings = self.diagnose()
-        render(build_report(self.session, self._tables_for(), findings, table_docs=TABLE_DOCS), fmt, path)
+        render(self._diagnosis().report, fmt, path)
 
     def summary(self, sorted_by: SortedKeys | str = SortedKeys.CPUTotal, op_detail: bool = True,
                 thread_sep: bool = False, time_unit: str = "ms", *, limit: int = 20,

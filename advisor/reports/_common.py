@@ -246,3 +246,16 @@ def job_text(report: Report) -> str:
 def other_notes(report: Report) -> list[str]:
     """The report's notes less the GPU one, which the header states already."""
     return [n for n in report.notes if not n.startswith("GPU not measured")]
+
+
+def combined_text(report: Report) -> str:
+    """Every fix at once, in a sentence ("" where the report has no combined estimate)."""
+    combined = report.combined
+    if combined is None or not combined.rules:
+        return ""
+    rules = ", ".join(combined.rules)
+    return (f"Every fix at once ({rules}): saves {format_ns(combined.ms_per_step * 1e6)} per step "
+            f"({format_percent(combined.share_of_step * 100)} of the step), "
+            f"{format_ns(combined.step_before_ms * 1e6)} -> {format_ns(combined.step_after_ms * 1e6)}; "
+            "time the fixes share is counted once.")
+

@@ -25,6 +25,7 @@ from typing import Any
 from advisor.findings import Evidence, Finding
 from advisor.reports._common import (
     cell_text,
+    combined_text,
     command_text,
     device_label,
     evidence_segments,
@@ -80,10 +81,13 @@ PHASES = (
 GPU_STATES = (
     ("GPU busy", "busy_ns", "s-busy", "--c-busy"),
     ("idle: work queued", "idle_work_queued_ns", "s-idle-queued", "--c-idle-queued"),
-    ("idle: data loading", "idle_data_loading_ns", "s-idle-dl", "--c-idle-dl"),
     ("idle: blocking sync", "idle_blocking_sync_ns", "s-idle-sync", "--c-idle-sync"),
-    ("idle: launching", "idle_launching_ns", "s-idle-launch", "--c-idle-launch"),
-    ("idle: other", "idle_other_ns", "s-idle-other", "--c-idle-other"),
+    ("idle: data loading", "idle_data_loading_ns", "s-idle-dl", "--c-idle-dl"),
+    ("idle: communication", "idle_communication_ns", "s-idle-comm", "--c-idle-comm"),
+    ("idle: launch calls", "idle_launch_calls_ns", "s-idle-launch", "--c-idle-launch"),
+    ("idle: host in model", "idle_host_in_model_ns", "s-idle-model", "--c-idle-model"),
+    ("idle: host outside model", "idle_host_outside_model_ns", "s-idle-host", "--c-idle-host"),
+    ("idle: unrecorded", "idle_unrecorded_ns", "s-idle-other", "--c-idle-other"),
 )
 
 
@@ -273,6 +277,9 @@ def _findings(report: Report, anchors: Anchors) -> str:
         out.append('<p class="card">No findings: no rule found anything to improve in this profile.</p>')
     for i, finding in enumerate(report.findings, 1):
         out.append(_finding(str(i), finding, anchors))
+    combined = combined_text(report)
+    if combined and len(report.combined.rules) > 1:
+        out.append(f'<p class="card combined">{esc(combined)}</p>')
     out.append("</section>")
     return "".join(out)
 

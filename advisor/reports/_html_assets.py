@@ -14,7 +14,8 @@ CSS = """
   --critical: #9b1c1c; --high: #d43f3a; --medium: #e08a00; --low: #2f8fb0; --info: #7a8394;
   --c-dataloader: #e4575b; --c-forward: #4c78a8; --c-backward: #6fb3b8; --c-optimization: #59a14f;
   --c-others: #b9b1ab; --c-busy: #59a14f; --c-idle-dl: #e4575b; --c-idle-sync: #b07aa1;
-  --c-idle-launch: #f28e2b; --c-idle-other: #c9c3bd; --c-idle-queued: #76b7b2; --c-gpu: #4c78a8; --c-cpu: #a0c3e8;
+  --c-idle-launch: #f28e2b; --c-idle-other: #c9c3bd; --c-idle-queued: #76b7b2; --c-idle-comm: #9c755f;
+  --c-idle-model: #edc948; --c-idle-host: #ff9da7; --c-gpu: #4c78a8; --c-cpu: #a0c3e8;
   --c-kernel: #f28e2b; --c-op: #4c78a8;
   font-size: 14px;
 }
@@ -118,7 +119,8 @@ svg.chart a:hover circle { fill-opacity: 0.95; }
 .s-backward { fill: var(--c-backward); } .s-optimization { fill: var(--c-optimization); }
 .s-others { fill: var(--c-others); } .s-busy { fill: var(--c-busy); } .s-idle-dl { fill: var(--c-idle-dl); }
 .s-idle-sync { fill: var(--c-idle-sync); } .s-idle-launch { fill: var(--c-idle-launch); }
-.s-idle-other { fill: var(--c-idle-other); } .s-idle-queued { fill: var(--c-idle-queued); } .s-gpu { fill: var(--c-gpu); } .s-cpu { fill: var(--c-cpu); }
+.s-idle-other { fill: var(--c-idle-other); } .s-idle-comm { fill: var(--c-idle-comm); }
+.s-idle-model { fill: var(--c-idle-model); } .s-idle-host { fill: var(--c-idle-host); } .s-idle-queued { fill: var(--c-idle-queued); } .s-gpu { fill: var(--c-gpu); } .s-cpu { fill: var(--c-cpu); }
 .s-kernel { fill: var(--c-kernel); }
 details.table { background: var(--card); border: 1px solid var(--line); border-radius: 8px; margin: 0 0 10px; }
 details.table > summary { cursor: pointer; padding: 10px 14px; display: flex; gap: 10px; align-items: baseline; }

@@ -14,6 +14,7 @@ from advisor.reports._common import (
     COLLECTIVE_COLUMNS,
     RANK_COLUMNS,
     cell_text,
+    combined_text,
     command_text,
     compact_columns,
     devices_text,
@@ -142,6 +143,9 @@ def render_markdown(report: Report) -> str:
         lines += ["No findings: no rule found anything to improve in this profile.", ""]
     for i, finding in enumerate(report.findings, 1):
         lines += _finding(str(i), finding, "")
+    combined = combined_text(report)
+    if combined and len(report.combined.rules) > 1:
+        lines += [f"**{md_escape(combined)}**", ""]
 
     tables = []
     if report.job is not None:

@@ -20,6 +20,7 @@ from advisor.reports._common import (
     COLLECTIVE_COLUMNS,
     RANK_COLUMNS,
     cell_text,
+    combined_text,
     command_text,
     compact_columns,
     devices_text,
@@ -113,6 +114,10 @@ def _findings(report: Report) -> list[RenderableType]:
     out: list[RenderableType] = [Text("Findings, ranked by estimated saving", style="bold underline")]
     for i, finding in enumerate(report.findings, 1):
         out.append(_finding(str(i), finding))
+        out.append(Text(""))
+    combined = combined_text(report)
+    if combined and len(report.combined.rules) > 1:
+        out.append(Text(combined, style="bold"))
         out.append(Text(""))
     return out[:-1]
 

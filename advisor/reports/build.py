@@ -25,6 +25,7 @@ from advisor.findings import Finding
 from advisor.reports.model import (
     METRIC_DEFINITIONS,
     CollectorSummary,
+    CombinedSaving,
     JobSummary,
     Report,
     SessionSummary,
@@ -157,7 +158,7 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _session_summary(session: Session, tables: dict[str, pd.DataFrame]) -> SessionSummary:
+def _session_summary(session: Session, tables: dict[str, pd.DataFrame], window: Window | None = None) -> SessionSummary:
     meta = session.meta
     timing = tables.get("step_timing")
     unrecorded = 0
@@ -182,7 +183,7 @@ def _session_summary(session: Session, tables: dict[str, pd.DataFrame]) -> Sessi
             gaps=list(collector.gaps),
         ),
         devices=[DeviceInfo.model_validate(to_python(d.model_dump())) for d in meta.devices],
-        window=Window(start_ns=start, end_ns=end, duration_ns=end - start),
+        window=window if window is not None else Window(start_ns=start, end_ns=end, duration_ns=end - start),
         steps=StepSummary(
             count=len(steps),
             numbers=[int(s) for s in steps["step"]],
@@ -209,7 +210,7 @@ def _notes(summary: SessionSummary) -> list[str]:
         notes.append(f"The collector dropped {collector.dropped_records:,} records; totals may be low.")
     if summary.script_error:
         notes.append(f"The script did not finish normally: {summary.script_error}")
-    if summary.steps.count == 0:
+    if summary.steps.count == 0 and not summary.window.source:
         notes.append("No steps were found; the window runs from the first to the last event.")
     return notes
 
@@ -221,6 +222,8 @@ def build_report(
     *,
     table_docs: Mapping[str, Any] | None = None,
     skipped: Mapping[str, str] | None = None,
+    window: Window | None = None,
+    combined: CombinedSaving | None = None,
 ) -> Report:
     """Assemble the report from what the earlier stages produced; compute nothing new.
 
@@ -230,14 +233,17 @@ def build_report(
     columns}) describes the tables; a frame's own ``attrs`` may carry the same.
     ``skipped`` (rule id -> why, the engine's) puts the rules this profile could not
     judge in the notes, so "No findings" never reads as "nothing to fix" for them.
+    ``window`` (the step model's window, as the report states it) and ``combined`` (every
+    fix at once, replayed) are copied as given.
     """
-    summary = _session_summary(session, tables)
-    return _assembled(summary, tables, findings, table_docs=table_docs, skipped=skipped)
+    summary = _session_summary(session, tables, window)
+    return _assembled(summary, tables, findings, table_docs=table_docs, skipped=skipped, combined=combined)
 
 
 def _assembled(summary: SessionSummary, tables: Mapping[str, pd.DataFrame], findings: list[Finding], *,
                table_docs: Mapping[str, Any] | None, skipped: Mapping[str, str] | None,
-               rank_tables: Mapping[str, Table] | None = None, job: JobSummary | None = None) -> Report:
+               rank_tables: Mapping[str, Table] | None = None, job: JobSummary | None = None,
+               combined: CombinedSaving | None = None) -> Report:
     """The Report of a session or a job: its tables copied, its findings, the notes."""
     return Report(
         advisor_version=__version__,
@@ -251,6 +257,7 @@ def _assembled(summary: SessionSummary, tables: Mapping[str, pd.DataFrame], find
         },
         metrics=dict(METRIC_DEFINITIONS),
         notes=(list(job.notes) if job is not None else []) + _notes(summary) + _skipped_notes(skipped or {}),
+        combined=combined,
         job=job,
     )
 
@@ -260,6 +267,8 @@ def _assembled(summary: SessionSummary, tables: Mapping[str, pd.DataFrame], find
 _PROFILE_REASONS = {
     "needs a measured GPU": "Rules that judge GPU work did not run, the GPU was not measured",
     "needs steps, and the profile has none": "Rules that need training steps did not run, the profile has none",
+    "needs steady steps, and the profile is all start-up, compilation or graph capture":
+        "Rules that judge steady steps did not run, the profile is all start-up, compilation or graph capture",
 }
 
 

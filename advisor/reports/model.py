@@ -21,10 +21,13 @@ from advisor.session import CollectionGap, DeviceInfo
 __all__ = [
     "METRIC_DEFINITIONS",
     "CollectorSummary",
+    "CombinedSaving",
     "JobRank",
     "JobSummary",
+    "PeriodicSteps",
     "Report",
     "SessionSummary",
+    "SetApartSpan",
     "StepSummary",
     "Table",
     "TableColumn",
@@ -34,14 +37,21 @@ __all__ = [
 # The metric definitions of DESIGN.md, stated in every report so a reader knows what the
 # figures mean without the source.
 METRIC_DEFINITIONS: dict[str, str] = {
-    "window": "The profiled window: first step start to last step end; where there are no steps, first to last event.",
+    "window": "The steady window: first to last steady step (recorded, else inferred from what repeats: the data "
+    "loader's reads, the optimizer's steps, the top-level module call, graph replays); where there are no steps, the "
+    "stretch where the work runs. Start-up, compilation, graph capture, work in flight from before the trace and "
+    "start-up steps are set apart and named.",
+    "idle_partition": "The GPU's idle time in the window, each nanosecond given one cause (work queued on the device, "
+    "the host blocked on it, data loading, communication, launch calls, host work in or outside the model, nothing "
+    "recorded): the causes sum to the idle time.",
     "gpu_utilization": "Union of GPU activity (kernels, copies, sets) inside the window over the window "
     "length, per device.",
     "dataloader_share": "Time in the data loader's __next__ over step time.",
     "ideal_time": "max(flops / peak FLOP/s for the dtype and unit used, bytes / peak bandwidth).",
     "efficiency": "Ideal time over measured time.",
     "saving": "A finding's estimated time saved per step if fixed, and that time as a share of the mean "
-    "step time; findings are ranked by it.",
+    "step time; findings are ranked by it. Where the step model's graph holds the fix, it is the replayed step's "
+    "reduction with the fix applied, never more than the time the fix changes.",
 }
 
 
@@ -62,12 +72,59 @@ class CollectorSummary(_Model):
                                                                         "(the Collection Summary's rows).")
 
 
+class SetApartSpan(_Model):
+    """A stretch of the profile judged apart from the steady steps."""
+
+    kind: str = Field(description="start-up, compilation, capture, in flight, start-up step or periodic step.")
+    start_ns: int = Field(description="Start, ns on the source's clock.")
+    end_ns: int = Field(description="End, ns on the source's clock.")
+    duration_ns: int = Field(description="end_ns - start_ns.")
+    what: str = Field(description="What it is, in words, with what shows it.")
+    event_ids: list[int] = Field(default_factory=list, description="Row ids of the events that show it.")
+
+
+class PeriodicSteps(_Model):
+    """Steps that run extra work every N steps (validation, checkpointing, logging)."""
+
+    every: int = Field(description="The period, in steps.")
+    steps: list[int] = Field(default_factory=list, description="The slow steps' numbers.")
+    extra_ns: float = Field(description="A slow step's time over a steady one's, ns (mean).")
+    steady_ns: float = Field(description="A steady step, ns (median).")
+    share_of_run: float = Field(description="The extra time over all the timed steps' time (0..1).")
+    phase: str = Field(description="Where the extra time is: a phase, or Others (outside every phase).")
+    source: str = Field(description="'timed steps' (every step the collector timed) or 'recorded steps'.")
+    timed: int = Field(description="How many steps the figures cover.")
+
+
 class Window(_Model):
-    """The profiled window on the session's clock (see metrics.window)."""
+    """The profiled window on the session's clock (see metrics.window), as the step model
+    chose it."""
 
     start_ns: int = Field(description="Window start, ns on the source's clock.")
     end_ns: int = Field(description="Window end, ns on the source's clock.")
     duration_ns: int = Field(description="end_ns - start_ns.")
+    source: str = Field(default="", description="Where the steps came from: recorded, dataloader, optimizer, "
+                                                "module calls, graph replays (inferred), or work span (no steps).")
+    how: str = Field(default="", description="The same, in words.")
+    steady: bool = Field(default=True, description="Whether the profile holds steady work; false for a profile "
+                                                   "that is all start-up, compilation or graph capture.")
+    not_steady: str = Field(default="", description="Why not, where not steady.")
+    set_apart: list[SetApartSpan] = Field(default_factory=list, description="What was judged apart from the "
+                                                                             "steady steps, and why.")
+    periodic: PeriodicSteps | None = Field(default=None, title="Periodic", description="Steps that run extra work "
+                                                                                        "every N steps, where there "
+                                                                                        "are any.")
+
+
+class CombinedSaving(_Model):
+    """Every finding's fix applied at once, replayed on the step model's graph."""
+
+    ms_per_step: float = Field(ge=0, description="Milliseconds saved per step with every fix applied.")
+    share_of_step: float = Field(ge=0, le=1, description="The same as a share of the step (0..1).")
+    step_before_ms: float = Field(ge=0, description="The step as the graph replays it, ms.")
+    step_after_ms: float = Field(ge=0, description="The step with every fix applied, ms.")
+    rules: list[str] = Field(default_factory=list, description="The findings whose fixes it applies.")
+    basis: str = Field(default="", description="How it was made, in one sentence.")
 
 
 class StepSummary(_Model):
@@ -184,6 +241,10 @@ class Report(_Model):
     notes: list[str] = Field(
         default_factory=list, description="Things a reader must know, e.g. 'GPU not measured: ...'."
     )
+    combined: CombinedSaving | None = Field(default=None, title="Combined", description="Every finding's fix at "
+                                                                                          "once: shared time counted "
+                                                                                          "once (null where no fix "
+                                                                                          "was replayed).")
     job: JobSummary | None = Field(default=None, title="Job", description="For a job of many ranks: its ranks; the "
                                                              "findings are merged across ranks and the "
                                                              "tables are the job's (ranks, collectives) "

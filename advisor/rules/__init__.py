@@ -3,13 +3,15 @@
     engine      runs the chosen rules over the tables, ranks the findings and nests each
                 symptom under the cause that explains it (a networkx cause graph)
     registry    the Python checks by rule id, and RuleContext: what a check may read
-    checks/     the built-in Python checks, one module per family of rules
+    savings     a fix replayed on the step model's graph as a finding's saving, and the
+                floors worker processes and cores set
+    checks/     the built-in Python checks, one module per rule, named after its id
     packs/      rules as data: the YAML pack format, its validation, data-rule
                 evaluation, the built-in pack (rules/builtin.yaml), plugins and config
 
 A new built-in rule is an entry in rules/builtin.yaml and, unless its condition is data,
-a check in checks/ registered under its id. Rules read tables (and the knowledge base),
-never files, collectors or reports.
+a check in checks/ registered under its id. Rules read tables and the step model (and the
+knowledge base), never files, collectors or reports.
 
 A user's test of their own pack needs only::
 

@@ -21,25 +21,30 @@ being ranked beside it; roots are ranked by estimated saving per step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 import pandas as pd
 
 import advisor.rules.checks  # noqa: F401  (importing the built-in checks registers them)
-from advisor.findings import Finding
+from advisor.findings import Finding, Severity
 from advisor.rules.packs.catalog import builtin_pack
 from advisor.rules.packs.evaluate import run_data_rule
 from advisor.rules.packs.model import Lifecycle, Requirement, RuleSpec
 from advisor.rules.registry import Check, RuleContext, registered
 from advisor.session import Session
 
+if TYPE_CHECKING:
+    from advisor.step import StepModel
+
 __all__ = [
     "EXPLAINS_MIN_SHARE",
+    "Combined",
     "EngineResult",
     "builtin_specs",
     "cause_graph",
     "checks",
+    "combined_estimate",
     "rank",
     "run_job_rules",
     "run_rules",
@@ -58,6 +63,20 @@ def builtin_specs() -> list[RuleSpec]:
     return list(builtin_pack().rules)
 
 
+@dataclass(frozen=True)
+class Combined:
+    """Every finding's fix applied at once, replayed on the step model's graph: time two
+    findings share is saved once, and the step after is never shorter than zero."""
+
+    before_ns: float  # the step, per step
+    after_ns: float  # the step with every fix applied
+    rules: tuple[str, ...]  # the findings whose fixes it applies, in rank order
+
+    @property
+    def saved_ns(self) -> float:
+        return max(self.before_ns - self.after_ns, 0.0)
+
+
 @dataclass
 class EngineResult:
     findings: list[Finding]
@@ -65,6 +84,7 @@ class EngineResult:
     ran: list[str]
     # Rules given but not run, with why (disabled, preview, deprecated, needs steps...).
     skipped: dict[str, str] = field(default_factory=dict)
+    combined: Combined | None = None
 
 
 def session_facts(session: Session, tables: dict[str, pd.DataFrame]) -> dict[str, Any]:
@@ -139,6 +159,9 @@ def rank(findings: list[Finding], graph: nx.DiGraph, leading: frozenset[str] = f
     return sorted(roots, key=key)
 
 
+NOT_STEADY = "needs steady steps, and the profile is all start-up, compilation or graph capture"
+
+
 def _why_not(spec: RuleSpec, disabled: set[str], enabled: set[str], preview: bool,
              facts: dict[str, Any], gpu_measured: bool) -> str | None:
     """Why ``spec`` does not run on this session, or None where it runs."""
@@ -154,19 +177,61 @@ def _why_not(spec: RuleSpec, disabled: set[str], enabled: set[str], preview: boo
         return "needs steps, and the profile has none"
     if Requirement.gpu in spec.requires and not gpu_measured:
         return "needs a measured GPU"
+    # A profile that is all warm-up: the rules that judge steady steps would judge the
+    # warm-up; the rules about the profile itself still run.
+    if facts.get("steady") is False and not spec.leads:
+        return NOT_STEADY
     return None
+
+
+def _severity_follows_saving(finding: Finding, spec: RuleSpec) -> Finding:
+    """A finding that saves nothing is never more than low: it may point at something
+    worth knowing, but a HIGH that saves 0 ms would rank a non-problem first. Findings about
+    the profile itself (``leads``) keep theirs."""
+    if not spec.leads and finding.saving.ms_per_step <= 0 and finding.severity.rank > Severity.low.rank:
+        finding.severity = Severity.low
+        for nested in finding.explains:
+            _severity_follows_saving(nested, spec)
+    return finding
+
+
+def combined_estimate(model: StepModel | None, findings: list[Finding]) -> Combined | None:
+    """The findings' fixes (those that made one, nested ones included) replayed at once."""
+    if model is None:
+        return None
+    from advisor.step.whatif import combine, what_if
+
+    chosen: list[Finding] = []
+
+    def walk(items: list[Finding]) -> None:
+        for finding in items:
+            if finding._fix is not None and finding.saving.ms_per_step > 0:
+                chosen.append(finding)
+            walk(finding.explains)
+
+    walk(findings)
+    if not chosen:
+        return None
+    replayed = what_if(model.graph, combine([f._fix for f in chosen]))
+    return Combined(replayed.before_ns, replayed.after_ns, tuple(dict.fromkeys(f.rule for f in chosen)))
 
 
 def run_rules(session: Session, tables: dict[str, pd.DataFrame], specs: list[RuleSpec] | None = None,
               *, disabled: set[str] | None = None, enabled: set[str] | None = None,
-              preview: bool = False) -> EngineResult:
+              preview: bool = False, model: StepModel | None = None) -> EngineResult:
     """Run the rules (the built-in ones by default) that are not ``disabled`` and whose
-    lifecycle and requirements allow; a rule that fails is reported and skipped."""
+    lifecycle and requirements allow; a rule that fails is reported and skipped. The
+    checks read ``model`` (the step model of ``session``, built here where not given)."""
+    if model is None:
+        from advisor.step import build_step_model
+
+        model = build_step_model(session)
     specs = builtin_specs() if specs is None else specs
     disabled = disabled or set()
     enabled = enabled or set()
     registry = checks()
     facts = session_facts(session, tables)
+    facts["steady"] = model.steady
     gpu_measured = session.meta.collector.gpu_measured
     findings: list[Finding] = []
     errors: list[str] = []
@@ -189,6 +254,7 @@ def run_rules(session: Session, tables: dict[str, pd.DataFrame], specs: list[Rul
             window_ns=facts["window_ns"],
             gpu_measured=gpu_measured,
             facts=facts,
+            model=model,
         )
         try:
             produced = check(context)
@@ -196,9 +262,15 @@ def run_rules(session: Session, tables: dict[str, pd.DataFrame], specs: list[Rul
             errors.append(f"rule {spec.id} failed and was skipped: {type(exc).__name__}: {exc}")
             continue
         ran.append(spec.id)
-        findings.extend(produced)
+        findings.extend(_severity_follows_saving(f, spec) for f in produced)
     leading = frozenset(spec.id for spec in specs if spec.leads)
-    return EngineResult(findings=rank(findings, cause_graph(specs), leading), errors=errors, ran=ran, skipped=skipped)
+    ranked = rank(findings, cause_graph(specs), leading)
+    try:
+        combined = combined_estimate(model, ranked)
+    except Exception as exc:  # noqa: BLE001  (the findings stand without it)
+        errors.append(f"the combined estimate failed: {type(exc).__name__}: {exc}")
+        combined = None
+    return EngineResult(findings=ranked, errors=errors, ran=ran, skipped=skipped, combined=combined)
 
 
 def run_job_rules(tables: dict[str, pd.DataFrame], rank_findings: list[Finding], *, ranks: int,

@@ -16,19 +16,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from advisor.findings import Finding
 from advisor.rules.packs.model import RuleSpec
 
+if TYPE_CHECKING:
+    from advisor.step import StepModel
+    from advisor.step.whatif import Fix, WhatIf
+
 __all__ = ["Check", "RuleContext", "register", "registered"]
 
 
 @dataclass
 class RuleContext:
-    """What a check may read: the tables, a few facts about the session, its spec."""
+    """What a check may read: the tables, the step model (its window, the partition of the
+    step's time by cause, the graph fixes are replayed on), a few facts about the session,
+    its spec."""
 
     tables: dict[str, pd.DataFrame]
     spec: RuleSpec
@@ -37,12 +43,22 @@ class RuleContext:
     window_ns: int
     gpu_measured: bool
     facts: dict[str, Any] = field(default_factory=dict)
+    model: StepModel | None = None
 
     def threshold(self, name: str) -> float:
         return float(self.spec.thresholds[name])
 
     def table(self, name: str) -> pd.DataFrame:
         return self.tables.get(name, pd.DataFrame())
+
+    def what_if(self, fix: Fix, *, base: Fix | None = None) -> WhatIf | None:
+        """``fix`` replayed on the step model's graph (advisor.step.whatif): the step
+        before and after, per step; None where there is no model."""
+        if self.model is None:
+            return None
+        from advisor.step.whatif import what_if
+
+        return what_if(self.model.graph, fix, base=base)
 
 
 Check = Callable[[RuleContext], list[Finding]]

@@ -9,6 +9,8 @@ else. This room holds the model and the work that makes its rows mean something:
     attribute   who launched what: GPU work to its launch call and op, ops to steps and
                 phases, host-blocking calls to the user's source line
     intervals   unions, overlaps and clipping of time intervals, vectorised
+    calls       what the runtime's calls are by name (launch, graph launch, blocking,
+                set-up, capture), CUDA and HIP alike
     startup     a start-up first step (far slower than the rest) left out of the window
 
 The names below are the model's (``from advisor.session import Session``).

@@ -18,7 +18,8 @@ Traces from other profilers carry steps (ProfilerStep#N) but no phases, so phase
 inferred per step from what the trace does say: ``enumerate(DataLoader)...`` ranges are
 Dataloader, ``Optimizer.step#`` / ``Optimizer.zero_grad#`` ranges are Optimization, the span
 of autograd ops (``...Backward...``, ``autograd::engine::evaluate_function``) is Backward,
-and the time from the end of data loading to the start of backward is Forward. The
+and the time from the end of data loading to the start of backward is Forward (where the
+trace records the model's own calls, ``nn.Module: ...`` Python frames, those calls). The
 inferred ranges are added as rows of kind ``phase`` with category ``advisor-inferred``.
 """
 
@@ -32,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.session import GPU_KINDS, PHASES, concat_events, conform_events, one_of, text
+from advisor.session.calls import HOST_BLOCKING_PREFIXES
 from advisor.session.model import start_order, take_rows
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
@@ -43,7 +45,7 @@ SYNC_RANGE = re.compile(r"^advisor::sync (?P<call>.+?) @ (?P<frame>.+\(\d+\): .*
 # annotations, not operators.
 ANNOTATION_PREFIXES = ("enumerate(DataLoader)", "Optimizer.step#", "Optimizer.zero_grad#")
 _BACKWARD_OP = re.compile(r"Backward|^autograd::engine::evaluate_function")
-HOST_BLOCKING_PREFIXES = ("cudaMemcpy", "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+_MODULE_CALL = re.compile(r"^nn\.Module: ")
 SOURCE_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::to", "aten::copy_", "aten::cpu", "aten::tolist")
 
 
@@ -300,7 +302,7 @@ def _subtract(ranges: list[tuple[int, int]], taken: list[tuple[int, int]]) -> li
     return out
 
 
-def _infer_phases(ev: pd.DataFrame, main: tuple[int, int]) -> pd.DataFrame:
+def infer_phases(ev: pd.DataFrame, main: tuple[int, int]) -> pd.DataFrame:
     """Phase ranges per step for traces that carry none (see module docstring)."""
     same_process = ev["pid"].to_numpy() == main[0]
     starts = ev["start_ns"].to_numpy()
@@ -310,12 +312,18 @@ def _infer_phases(ev: pd.DataFrame, main: tuple[int, int]) -> pd.DataFrame:
     optimizer = np.flatnonzero(annotation & _names_where(
         ev["name"], lambda n: n.startswith(("Optimizer.step#", "Optimizer.zero_grad#"))))
     backward = np.flatnonzero(one_of(ev["kind"], ["op"]) & same_process & name_matches(ev["name"], _BACKWARD_OP))
+    # The model's own calls where the trace records Python (with_stack): the forward is
+    # those calls, not the whole stretch from loading to backward (a pipeline's
+    # preprocessing runs outside them).
+    on_main = same_process & (ev["tid"].to_numpy() == main[1])
+    modules = np.flatnonzero(on_main & one_of(ev["kind"], ["python"]) & name_matches(ev["name"], _MODULE_CALL))
+    modules = modules[_outermost(starts[modules], ends[modules])] if len(modules) else modules
     step_rows = np.flatnonzero(one_of(ev["kind"], ["step"]))
     step_rows = step_rows[np.argsort(starts[step_rows], kind="stable")]
 
     # rows are sorted by start (the frame is), so a step's rows are one slice of each
     # group; each group's starts are taken once, not once per step (steps x rows).
-    loader, optimizer, backward = ((rows, starts[rows]) for rows in (loader, optimizer, backward))
+    loader, optimizer, backward, modules = ((rows, starts[rows]) for rows in (loader, optimizer, backward, modules))
 
     def inside(group: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> np.ndarray:
         rows, rows_start = group
@@ -336,7 +344,10 @@ def _infer_phases(ev: pd.DataFrame, main: tuple[int, int]) -> pd.DataFrame:
         else:
             later_opt = [a for a, _ in opt if a >= forward_start]
             forward_end = min(later_opt) if later_opt else hi
-        fwd = [(forward_start, forward_end)] if forward_end > forward_start else []
+        calls = [(max(int(starts[r]), forward_start), min(int(ends[r]), forward_end))
+                 for r in inside(modules, forward_start, forward_end)]
+        calls = [(a, b) for a, b in calls if b > a]
+        fwd = calls or ([(forward_start, forward_end)] if forward_end > forward_start else [])
         taken: list[tuple[int, int]] = []
         for phase, ranges in (("Dataloader", dl), ("Optimization", opt), ("Backward", bwd), ("Forward", fwd)):
             for a, b in _subtract(ranges, taken):
@@ -347,6 +358,14 @@ def _infer_phases(ev: pd.DataFrame, main: tuple[int, int]) -> pd.DataFrame:
         "start_ns": [r[1] for r in out], "end_ns": [r[2] for r in out], "pid": main[0], "tid": main[1],
         "step": [r[3] for r in out], "phase": [r[0] for r in out],
     })
+
+
+def _outermost(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Mask of the intervals (in start order) not inside an earlier one."""
+    reach = np.maximum.accumulate(ends)
+    inside = np.zeros(len(starts), dtype=bool)
+    inside[1:] = starts[1:] < reach[:-1]
+    return ~inside
 
 
 def _phase_segments(phases: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -381,7 +400,9 @@ def _phase_segments(phases: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.nd
     return np.asarray(seg_start, dtype="int64"), np.asarray(seg_end, dtype="int64"), np.asarray(seg_name, dtype=object)
 
 
-def _assign_steps_and_phases(ev: pd.DataFrame, main: tuple[int, int] | None) -> None:
+def assign_steps_and_phases(ev: pd.DataFrame, main: tuple[int, int] | None) -> None:
+    """Each host event of the loop's process its step and phase by time (the innermost
+    phase range that covers it), each GPU event those of its launch call; in place."""
     starts = ev["start_ns"].to_numpy()
     step_col = ev["step"].to_numpy(copy=True)
     phase = _Labels(ev["phase"])
@@ -536,7 +557,7 @@ def attribute(events: pd.DataFrame, *, sync_ranges_only: bool = False) -> pd.Dat
     main = main_thread(light)
     inferred = None
     if main is not None and not one_of(light["kind"], ["phase"]).any() and one_of(light["kind"], ["step"]).any():
-        inferred = _infer_phases(light, main)
+        inferred = infer_phases(light, main)
     del light
     if inferred is not None and len(inferred):
         ev = concat_events([ev, conform_events(inferred)], by_start=True, conformed=True)
@@ -544,7 +565,7 @@ def attribute(events: pd.DataFrame, *, sync_ranges_only: bool = False) -> pd.Dat
         ev = _sorted(ev, order)
     _link_ops(ev)
     _link_gpu(ev)
-    _assign_steps_and_phases(ev, main)
+    assign_steps_and_phases(ev, main)
     _sync_range_stacks(ev)
     _python_stacks(ev, blocking_calls_only=sync_ranges_only)
     return conform_events(_python_the_tables_read(ev, main))

@@ -55,6 +55,8 @@ class TimedStep(BaseModel):
     partial: bool = Field(default=False, description="Cut off (the run ended, the loop was left by a break).")
     phases: dict[str, int] = Field(default_factory=dict, description="ns per phase (Dataloader, Forward, Backward, "
                                                                      "Optimization); the rest is Others.")
+    own_ns: int = Field(default=0, description="The collector's own time in the step (its hooks' code), ns: part of "
+                                               "duration_ns that the job without advisor does not spend.")
 
 
 class CollectorInfo(BaseModel):

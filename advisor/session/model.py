@@ -358,9 +358,14 @@ def _as_text_category(values: pd.Series, missing: str) -> pd.Series:
 class Session:
     """A profile: ``meta`` plus the ``events`` frame (see EVENT_COLUMNS)."""
 
-    def __init__(self, meta: SessionMeta, events: pd.DataFrame):
+    def __init__(self, meta: SessionMeta, events: pd.DataFrame, *, window: tuple[int, int] | None = None):
         self.meta = meta
         self.events = events
+        # The steady window the step model chose (advisor.step), where it chose one: the
+        # window every later stage judges. Derived, never saved.
+        self.steady_window = window
+        # The step model (advisor.step) that made this session, where one did.
+        self.step_model = None
         # The session cache's entry this session was read from or kept in (set by
         # advisor.importers.cache; carried by sessions derived from it, never saved): where
         # its summary tables are kept too.
@@ -381,7 +386,10 @@ class Session:
     def window(self) -> tuple[int, int]:
         """The profiled window (DESIGN.md): first step start to last step end; without
         steps, first event start to last event end. Host samples cover the whole run,
-        start-up included, so they count only where there is nothing else."""
+        start-up included, so they count only where there is nothing else. A session the
+        step model made (advisor.step) has the steady window it chose."""
+        if self.steady_window is not None:
+            return self.steady_window
         steps = self.steps()
         if len(steps):
             return int(steps["start_ns"].min()), int(steps["end_ns"].max())

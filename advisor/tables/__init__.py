@@ -56,6 +56,8 @@ from advisor.errors import UsageError
 from advisor.forked import Forked, processes_allowed
 from advisor.pages import give_back_freed
 from advisor.session import Session
+from advisor.step import build_step_model
+from advisor.step.facts import Facts
 from advisor.tables import (  # noqa: F401  (importing a module registers its tables)
     ceilings,
     collection,
@@ -82,7 +84,6 @@ from advisor.tables import (  # noqa: F401  (importing a module registers its ta
     timeline,
     userdefined,
 )
-from advisor.tables._facts import Facts
 from advisor.tables._registry import SPECS, TableDoc, TableSpec
 from advisor.tables.job import JOB_TABLE_DOCS
 
@@ -141,12 +142,14 @@ _GIVE_BACK_MIN_EVENTS = 1_000_000
 
 
 def compute_tables(session: Session, names: Iterable[str] | None = None) -> dict[str, pd.DataFrame]:
-    """The named tables (all by default) for ``session``, sharing work between them."""
+    """The named tables (all by default) for ``session`` as its step model sees it (the
+    steady window; advisor.step), sharing work between them."""
     wanted = table_names() if names is None else list(names)
     unknown = [n for n in wanted if n not in TABLES]
     if unknown:
         raise UsageError(f"unknown table {unknown[0]!r}; the tables are: {', '.join(TABLES)}")
-    facts = Facts(session)
+    step_model = build_step_model(session)
+    session, facts = step_model.session, step_model.facts
     aside = [name for name in wanted if name in ASIDE]
     helper = None
     if aside and len(aside) < len(wanted) and ASIDE_MIN_EVENTS <= len(session.events) <= ASIDE_MAX_EVENTS \

@@ -19,7 +19,7 @@ from advisor.knowledge import hardware as kb
 from advisor.knowledge.costs import CostGroups, cost_groups, costs_for_ops
 from advisor.knowledge.roofline import MATRIX_KINDS, compute_dtypes, resolve_target
 from advisor.session import text
-from advisor.tables._facts import Facts, ancestors, coded, decode
+from advisor.step.facts import Facts, ancestors, coded, decode
 
 __all__ = ["DIMS", "NESTED_SUFFIX", "TENSOR_DTYPES", "OpCalls", "add_rates", "ideal_parts", "op_calls", "per_call"]
 

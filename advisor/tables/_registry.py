@@ -16,7 +16,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from advisor.session import Session
-from advisor.tables._facts import Facts
+from advisor.step.facts import Facts
 
 
 class TableDoc(NamedTuple):
@@ -36,7 +36,11 @@ class TableSpec:
 
     def __call__(self, session: Session, *, facts: Facts | None = None) -> pd.DataFrame:
         """The table for ``session`` (``facts`` shares work between tables of one session)."""
-        frame = self.compute(facts if facts is not None else Facts(session))
+        if facts is None:
+            from advisor.step import build_step_model
+
+            facts = build_step_model(session).facts
+        frame = self.compute(facts)
         return finish(frame, self)
 
 

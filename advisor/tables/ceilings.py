@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from advisor.tables._facts import Facts
+from advisor.step.facts import Facts
 from advisor.tables._op_costs import call_target, per_call
 from advisor.tables._registry import table, with_notes
 

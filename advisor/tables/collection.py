@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from advisor.tables._facts import Facts
+from advisor.step.facts import Facts
 from advisor.tables._registry import table
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from advisor.knowledge.costs._model import Args, Uncostable
 from advisor.session import text
-from advisor.tables._facts import Facts
+from advisor.step.facts import Facts
 from advisor.tables._registry import table
 
 CONVS = ("aten::conv1d", "aten::conv2d", "aten::conv3d")

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.session import text
-from advisor.tables._facts import Facts, coded
+from advisor.step.facts import Facts, coded
 from advisor.tables._registry import table
 from advisor.tables.python_hotspots import NO_USER_FRAME, library_roots, samples_in_steps, stack_facts
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.session import intervals as iv
-from advisor.tables._facts import Facts
+from advisor.step.facts import Facts
 from advisor.tables._registry import table, with_notes
 
 HOST_BUSY_KINDS = ("op", "runtime", "driver")

@@ -6,7 +6,7 @@ import pandas as pd
 
 from advisor.session import intervals as iv
 from advisor.session.attribute import name_matches
-from advisor.tables._facts import COMM_HOST, Facts
+from advisor.step.facts import COMM_HOST, Facts
 from advisor.tables._registry import table, with_notes
 
 

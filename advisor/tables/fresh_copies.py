@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 
 from advisor.session import text
-from advisor.tables._facts import Facts
+from advisor.step.facts import Facts
+from advisor.step.waits import source_lines
 from advisor.tables._registry import table, with_notes
-from advisor.tables.host_sync import source_lines
 
 # Operators that make a new tensor from nothing but their arguments: on the device they
 # would be one kernel (or none) and no copy. Not aten::empty: batches rebuilt from a

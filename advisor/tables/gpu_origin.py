@@ -18,10 +18,10 @@ import pandas as pd
 
 from advisor.session import intervals as iv
 from advisor.session.attribute import name_matches
-from advisor.tables._facts import Facts
+from advisor.session.calls import GRAPH_LAUNCH
+from advisor.step.facts import Facts
 from advisor.tables._registry import table, with_notes
 
-GRAPH_LAUNCH = re.compile(r"^(cudaGraphLaunch|cuGraphLaunch)")
 TRITON = re.compile(r"^triton_|^triton\.")
 ROWS = ("eager kernels", "CUDA graph replays", "compiled (Triton) kernels", "copies and sets", "unattributed")
 

@@ -9,137 +9,14 @@ user wrote) and the call is not counted again on its own.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
-from advisor.session import select_rows
-from advisor.session.attribute import name_matches
-from advisor.tables._facts import Facts, ancestors, coded, user_frame
+from advisor.step.facts import Facts
+from advisor.step.waits import DEVICE_SYNC, EVENT_SYNC, PAGEABLE_COPY, STREAM_SYNC, SYNC_COPY, TO_HOST, blocking_calls
 from advisor.tables._registry import table
 
-SYNC_COPY = "synchronous copy"
-PAGEABLE_COPY = "pageable async copy"
-STREAM_SYNC = "stream synchronize"
-DEVICE_SYNC = "device synchronize"
-EVENT_SYNC = "event synchronize"
-TO_HOST = "tensor to host (.item()/.cpu()/.tolist())"
-
-CALL_REASONS = (
-    (re.compile(r"^(cuda|cu)Memcpy(?!.*Async)"), SYNC_COPY),
-    (re.compile(r"^(cudaStreamSynchronize|cuStreamSynchronize)"), STREAM_SYNC),
-    (re.compile(r"^(cudaDeviceSynchronize|cuCtxSynchronize)"), DEVICE_SYNC),
-    (re.compile(r"^(cudaEventSynchronize|cuEventSynchronize)"), EVENT_SYNC),
-)
-SYNC_COPY_CALL = CALL_REASONS[0][0]
-# When an operator absorbs several blocking calls, the first of these names it.
-REASON_ORDER = (PAGEABLE_COPY, SYNC_COPY, STREAM_SYNC, EVENT_SYNC, DEVICE_SYNC)
-# .item() always waits; the copies (.cpu(), .to("cpu"), .tolist()) wait when a blocking
-# call happens inside them.
-ITEM_OPS = ("aten::item", "aten::_local_scalar_dense")
-TO_HOST_OPS = ITEM_OPS + ("aten::to", "aten::_to_copy", "aten::copy_", "aten::cpu", "aten::tolist", "aten::numpy")
 EXAMPLES = 5
-
-
-def pageable(frame: pd.DataFrame) -> np.ndarray:
-    """Copies whose source or destination is pageable host memory."""
-    return ((frame["src_memory"] == "Pageable") | (frame["dst_memory"] == "Pageable")).to_numpy() & (
-        frame["kind"] == "memcpy"
-    ).to_numpy()
-
-
-def source_lines(f: Facts, rows: np.ndarray) -> np.ndarray:
-    """The user's source line "file:line" for each event row, from its own call stack or
-    the nearest enclosing operator's; "" where none is recorded. (ancestors() is given the
-    rows themselves, so the walk looks at each row before its parents.)"""
-    codes, frames = f.memo("user_frames", lambda: _user_frames(f))
-    found = np.full(len(rows), -1, dtype=np.int64)
-    for where, anc in ancestors(f.parents, np.asarray(rows)):
-        todo = found[where] < 0
-        where, anc = where[todo], anc[todo]
-        named = frames[codes[anc]] != ""
-        found[where[named]] = codes[anc[named]]
-        if not len(where):
-            break
-    return frames[found]
-
-
-def _user_frames(f: Facts) -> tuple[np.ndarray, np.ndarray]:
-    """Each event's call-stack code, and the user's frame of each distinct stack (the last
-    slot, for code -1, blank): worked out once per session, not once per question."""
-    codes, labels = coded(f.events["call_stack"])
-    return codes, np.array([user_frame(c) for c in labels] + [""], dtype=object)
-
-
-def blocking_calls(f: Facts) -> pd.DataFrame:
-    """The blocking host events of the window: row id, name, reason, start_ns, end_ns, source."""
-    return f.memo("blocking_calls", lambda: _blocking_calls(f))
-
-
-def _blocking_calls(f: Facts) -> pd.DataFrame:
-    ev = f.events
-    # The calls' three columns this reads, not a frame of every column (of_kind): on a
-    # large trace that frame was 140 MB, held by the facts through the other tables.
-    calls = select_rows(ev[["id", "name", "parent_op"]], f.mask("runtime", "driver"))
-    reason = np.full(len(calls), "", dtype=object)
-    for pattern, why in CALL_REASONS:
-        reason[(reason == "") & name_matches(calls["name"], pattern)] = why
-    gpu = f.gpu
-    staged = gpu["launch"].to_numpy()[pageable(gpu) & (gpu["launch"].to_numpy() >= 0)]
-    reason[(reason == "") & np.isin(calls["id"].to_numpy(), staged)] = PAGEABLE_COPY
-    blocking = calls[reason != ""]
-    reason = reason[reason != ""]
-
-    # The outermost to-host operator around each blocking call absorbs it: the operator is
-    # what the user wrote. It is a tensor-to-host wait when it is .item() or copies device
-    # to host; otherwise (.to("cuda") from pageable memory) it keeps its calls' reason.
-    is_to_host = np.zeros(len(ev), dtype=bool)
-    ops = f.ops
-    to_host_ops = ops[ops["name"].isin(TO_HOST_OPS).to_numpy()]
-    is_to_host[to_host_ops["id"].to_numpy()] = True
-    absorber = np.full(len(blocking), -1, dtype=np.int64)
-    for where, anc in ancestors(f.parents, blocking["parent_op"].to_numpy()):
-        hit = is_to_host[anc]
-        absorber[where[hit]] = anc[hit]
-    taken = absorber >= 0
-    downloads = gpu["launch"].to_numpy()[(gpu["copy_kind"] == "DtoH").to_numpy()]
-    absorbed = pd.DataFrame(
-        {
-            "op": absorber[taken],
-            "rank": pd.Series(reason[taken]).map({r: i for i, r in enumerate(REASON_ORDER)}).to_numpy(),
-            "download": np.isin(blocking["id"].to_numpy()[taken], downloads),
-        }
-    ).groupby("op", sort=True).agg(rank=("rank", "min"), download=("download", "any"))
-    op_ids = absorbed.index.to_numpy(dtype=np.int64)
-    op_reason = np.asarray(REASON_ORDER, dtype=object)[absorbed["rank"].to_numpy()]
-    to_host = absorbed["download"].to_numpy() | np.isin(f.names_of(op_ids), ITEM_OPS)
-    op_reason[to_host] = TO_HOST
-    if not (ev["kind"].isin(("runtime", "driver"))).any():
-        # No CUDA calls recorded: .item() is taken at its word (its inner
-        # _local_scalar_dense is the same wait, so only the outer one counts).
-        # Only calls made from the user's own code count: an optimizer reading its CPU step
-        # counter with .item() is no wait the user can remove.
-        items = to_host_ops[to_host_ops["name"].isin(ITEM_OPS).to_numpy()]
-        parent = items["parent_op"].to_numpy()
-        inner = (parent >= 0) & is_to_host[np.maximum(parent, 0)]
-        users = source_lines(f, items["id"].to_numpy()) != ""
-        keep = ~inner & users
-        op_ids = np.concatenate([op_ids, items["id"].to_numpy()[keep]])
-        op_reason = np.concatenate([op_reason, np.full(int(keep.sum()), TO_HOST, dtype=object)])
-
-    rows = np.concatenate([blocking["id"].to_numpy()[~taken], op_ids]).astype(np.int64)
-    out = pd.DataFrame(
-        {
-            "row": rows,
-            "name": f.names_of(rows),
-            "reason": np.concatenate([reason[~taken], op_reason]),
-            "start_ns": ev["start_ns"].to_numpy()[rows],
-            "end_ns": ev["end_ns"].to_numpy()[rows],
-        }
-    )
-    out["source"] = source_lines(f, rows)
-    return out.sort_values("start_ns", kind="stable").reset_index(drop=True)
 
 
 @table(

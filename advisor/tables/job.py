@@ -28,7 +28,7 @@ import pandas as pd
 from advisor.session import Session
 from advisor.session import intervals as iv
 from advisor.session.attribute import name_matches
-from advisor.tables._facts import COMM_HOST, Facts
+from advisor.step.facts import COMM_HOST, Facts
 from advisor.tables._registry import TableDoc
 
 __all__ = [

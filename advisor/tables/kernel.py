@@ -8,7 +8,7 @@ import pandas as pd
 from advisor.knowledge import hardware as kb
 from advisor.knowledge.costs import kernel_costs
 from advisor.knowledge.roofline import MATRIX_KINDS, compute_dtypes
-from advisor.tables._facts import Facts, coded, decode, most_common, stats, top_names
+from advisor.step.facts import Facts, coded, decode, most_common, stats, top_names
 from advisor.tables._op_costs import (
     TENSOR_DTYPES,
     add_rates,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from advisor.tables._facts import Facts, coded, decode, most_common, stats
+from advisor.step.facts import Facts, coded, decode, most_common, stats
+from advisor.step.waits import SYNC_COPY_CALL, pageable
 from advisor.tables._registry import table
-from advisor.tables.host_sync import SYNC_COPY_CALL, pageable
 
 
 @table(

@@ -7,7 +7,7 @@ import pandas as pd
 
 from advisor.session import intervals as iv
 from advisor.session import text
-from advisor.tables._facts import MODEL_PHASES, Facts
+from advisor.step.facts import MODEL_PHASES, Facts
 from advisor.tables._registry import table, with_notes
 from advisor.tables.device import host_samples
 

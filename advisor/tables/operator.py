@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from advisor.tables._facts import (
+from advisor.step.facts import (
     Facts,
     coded,
     decode,

@@ -20,9 +20,8 @@ import pandas as pd
 from advisor.session import GPU_KINDS, one_of
 from advisor.session import intervals as iv
 from advisor.session.attribute import name_matches
-from advisor.tables._facts import Facts
+from advisor.step.facts import Facts
 from advisor.tables._registry import table
-from advisor.tables.gpu_idle_host import idle_by_host_state
 
 OPTIMIZER_RANGE = re.compile(r"^Optimizer\.(?P<call>step|zero_grad)#(?P<owner>.+)$")
 
@@ -94,7 +93,7 @@ def optimizer_table(f: Facts) -> pd.DataFrame:
     gpu_launch = ev["launch"].to_numpy()[is_gpu]
     gpu_took = (ev["end_ns"].to_numpy() - ev["start_ns"].to_numpy())[is_gpu]
     tops = ev["top_op"].to_numpy()
-    idle = idle_by_host_state(f)["idle"] if f.gpu_measured else None
+    idle = _gpu_idle(f) if f.gpu_measured else None
     rows = {}
     for name, group in ranges.groupby(ranges["name"].astype(str), sort=False):
         call = OPTIMIZER_RANGE.match(name)["call"]
@@ -130,3 +129,9 @@ def optimizer_table(f: Facts) -> pd.DataFrame:
     out = pd.DataFrame.from_dict(rows, orient="index")[columns]
     out.index.name = "key"
     return out
+
+
+def _gpu_idle(f: Facts) -> iv.Intervals:
+    """The window's GPU idle time."""
+    lo, hi = f.window
+    return iv.subtract(([lo], [hi]), f.busy(*GPU_KINDS))

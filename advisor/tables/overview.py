@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.session.attribute import name_matches
-from advisor.tables._facts import MODEL_PHASES, Facts
+from advisor.step.facts import MODEL_PHASES, Facts
 from advisor.tables._registry import table, with_notes
 from advisor.tables.userdefined import BOOKKEEPING, user_ranges
 

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.session import text
-from advisor.tables._facts import MODEL_PHASES, Facts, coded
+from advisor.step.facts import MODEL_PHASES, Facts, coded
 from advisor.tables._registry import table, with_notes
 from advisor.tables.step_timing import job_steps, timed_frame
 

@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 
 from advisor.session import intervals as iv
-from advisor.tables._facts import Facts, unique_keys
+from advisor.step.facts import Facts, unique_keys
+from advisor.step.waits import blocking_calls
 from advisor.tables._registry import table, with_notes
-from advisor.tables.host_sync import blocking_calls
 
 SHORT_KERNEL_NS = 10_000  # a kernel this short costs about what launching it does
 

@@ -4,8 +4,9 @@ recording cost.
 The profiler records a window of steps (2 to 6 by default); the collector's step clock
 times every step of the run. Steps after the window ran without the profiler, so their
 times are the job's own, and the recorded steps' excess over them is what profiling
-cost. Rules take step times and phase shares from the unrecorded steps where there are
-any: a saving is then a share of the job's real step, not of a slowed-down one.
+cost. The hooks' own time in each step (the collector's code the job would not run) is
+taken off it. Rules take step times and phase shares from the unrecorded steps where there
+are any: a saving is then a share of the job's real step, not of a slowed-down one.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from advisor.tables._facts import MODEL_PHASES, Facts
+from advisor.step.facts import MODEL_PHASES, Facts
 from advisor.tables._registry import table, with_notes
 
 ROWS = ("ProfileStep", *MODEL_PHASES, "Others")
@@ -31,10 +32,12 @@ def timed_frame(f: Facts) -> pd.DataFrame:
         recorded = [t.step for t in rows if t.recorded]
         first = min(recorded) if recorded else min(t.step for t in rows)
         kept = [t for t in rows if t.step >= first]
+        # The collector's own time in a step (its hooks' code) is not the job's: taken off
+        # the step (and so off its Others, the time between its phases).
         frame = pd.DataFrame({
             "step": [t.step for t in kept],
             "recorded": [t.recorded for t in kept],
-            "duration_ns": np.asarray([t.duration_ns for t in kept], dtype=np.int64),
+            "duration_ns": np.asarray([max(t.duration_ns - t.own_ns, 0) for t in kept], dtype=np.int64),
             **{phase: np.asarray([t.phases.get(phase, 0) for t in kept], dtype=np.int64) for phase in MODEL_PHASES},
         })
         frame["Others"] = np.maximum(frame["duration_ns"] - frame[list(MODEL_PHASES)].sum(axis=1), 0)

@@ -16,9 +16,9 @@ import pandas as pd
 
 from advisor.session import GPU_KINDS
 from advisor.session import intervals as iv
-from advisor.tables._facts import MODEL_PHASES, Facts, unique_keys
+from advisor.step.facts import MODEL_PHASES, Facts, unique_keys
+from advisor.step.idle import GPU_CAUSES
 from advisor.tables._registry import table, with_notes
-from advisor.tables.gpu_idle_host import idle_by_host_state
 from advisor.tables.model import _per_step
 
 # Slices of the window in the GPU timeline: fine enough to see each step's idle gap in a
@@ -27,13 +27,7 @@ BUCKETS = 120
 
 PHASE_COLUMNS = {phase: f"{phase.lower()}_ns" for phase in (*MODEL_PHASES, "Others")}
 # The host states of the GPU Idle Breakdown, in its order of precedence, as column names.
-IDLE_COLUMNS = {
-    "work queued": "idle_work_queued_ns",
-    "data loading": "idle_data_loading_ns",
-    "blocking sync": "idle_blocking_sync_ns",
-    "launching": "idle_launching_ns",
-    "other": "idle_other_ns",
-}
+IDLE_COLUMNS = {cause: "idle_" + cause.replace(" ", "_") + "_ns" for cause in GPU_CAUSES}
 
 
 @table(
@@ -137,9 +131,9 @@ def gpu_timeline_table(f: Facts) -> pd.DataFrame | None:
         }
     )
     out["utilization"] = f.ratio(out["busy_ns"], out["duration_ns"])
-    split = idle_by_host_state(f)
+    part = f.model.partition if f.model is not None else None
     for state, column in IDLE_COLUMNS.items():
-        out[column] = per_bucket(split[state], edges)
+        out[column] = per_bucket(part.causes[state], edges) if part is not None and part.on_gpu else 0
     out["step"] = _step_at(f, edges[:-1])
     return out
 

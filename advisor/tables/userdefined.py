@@ -11,7 +11,7 @@ import pandas as pd
 from advisor.session import PHASES
 from advisor.session import intervals as iv
 from advisor.session.attribute import name_matches
-from advisor.tables._facts import Facts, decode, stats
+from advisor.step.facts import Facts, decode, stats
 from advisor.tables._registry import table, with_notes
 
 # Ranges that are the profiler's or advisor's own bookkeeping, not the user's.

@@ -1,20 +1,27 @@
-"""The code of the built-in rules, one module per rule; importing this package registers
-them with the engine. Each check reads tables through its RuleContext and returns
-findings; thresholds come from the rule's spec in rules/builtin.yaml."""
+"""The code of the built-in rules, one module per rule, named after its id; importing this
+package registers them with the engine. Each check reads the tables and the step model
+through its RuleContext and returns findings, in three parts where the rule has them:
+measure (the figures), decide (whether it fires, and which fix holds) and word (the
+finding); thresholds come from the rule's spec in rules/builtin.yaml. ``common`` holds the
+helpers they share."""
 
 from advisor.rules.checks import (  # noqa: F401
-    collection,
-    communication,
-    conv_bias,
-    fresh_copies,
+    below_roofline,
+    communication_not_overlapped,
+    conv_bias_before_batchnorm,
+    cpu_tensor_copied_each_step,
+    dataloader_starvation,
+    grad_zeroing_memsets,
     host_bound,
-    host_sync,
     launch_bound,
-    loader,
-    optimizer,
-    per_sample,
-    roofline,
-    straggler,
-    tensor_cores,
-    utilization,
+    low_gpu_utilization,
+    not_steady_state,
+    optimizer_not_fused,
+    per_sample_model_calls,
+    periodic_step_work,
+    profile_incomplete,
+    queued_work_waits,
+    straggler_rank,
+    sync_memcpy_stall,
+    tensor_core_misalignment,
 )

@@ -3,28 +3,17 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from advisor.findings import Evidence, Saving, Severity
 from advisor.rules.registry import RuleContext
+
+if TYPE_CHECKING:
+    from advisor.step.whatif import Fix
+from advisor.rules.savings import saving  # noqa: F401  (the checks take it from here)
 from advisor.units import format_ns, format_ratio
-
-
-def saving(ctx: RuleContext, ns_per_step: float, basis: str, *, low_ns: float | None = None,
-           high_ns: float | None = None, remains: str = "") -> Saving:
-    """A finding's saving: the point estimate ``ns_per_step`` (ranking uses it), and where
-    the rule models them, the bounds it lies between and what the fix cannot remove."""
-    step = ctx.mean_step_ns or 0.0
-    ns = max(float(ns_per_step), 0.0)
-    share = min(ns / step, 1.0) if step > 0 else 0.0
-    if not ctx.step_count:
-        basis += "; no steps were found, so the whole window counts as one step"
-    low = None if low_ns is None else round(min(max(float(low_ns), 0.0), ns) / 1e6, 4)
-    high = None if high_ns is None else round(max(float(high_ns), ns) / 1e6, 4)
-    return Saving(ms_per_step=round(ns / 1e6, 4), share_of_step=round(share, 4), basis=basis,
-                  low_ms_per_step=low, high_ms_per_step=high, remains=remains)
 
 
 def severity_by_share(ctx: RuleContext, share: float, high: str = "high_share", medium: str = "medium_share") -> Severity:
@@ -63,42 +52,39 @@ def pct(share: float) -> str:
     return format_ratio(share)
 
 
-# Below this share of the step idle, the GPU sets the step's pace.
-GPU_BOUND_IDLE_SHARE = 0.05
+def faster_gpu(ctx: RuleContext, items: list[tuple[str, str, float]], gpu_saving_ns: float, basis: str,
+               ) -> tuple[Saving, Fix | None]:
+    """The saving of running some operators' GPU work faster: ``items`` are (operator
+    name, recorded input shapes, the factor their GPU time is scaled by). Replayed on the
+    step graph where the GPU was measured: the step shrinks only where the GPU sets its
+    pace, or where the host waits for that work; where the host sets the pace the GPU time
+    saved becomes idle time. Without a measured GPU (judged against --gpu) the GPU time
+    itself (``gpu_saving_ns`` per step) is the estimate."""
+    from advisor.rules.savings import replayed
+    from advisor.step.whatif import Fix
 
-
-def gpu_speedup_cap(ctx: RuleContext, gpu_saving_ns: float) -> tuple[float, str]:
-    """What doing the same GPU work in ``gpu_saving_ns`` less GPU time takes off a step,
-    and why, where that is less.
-
-    Where the GPU is busy nearly all the step, all of it. Where the GPU idles a real share
-    of the step the host sets the pace: the host's own work stays, and the step shrinks
-    only by the time the host spends waiting for the GPU (its blocking calls, from the
-    step_gpu table); the rest of the GPU time saved becomes idle time.
-    """
-    balance = ctx.table("step_gpu")
-    idle = gpu_idle_per_step(ctx)
-    step = ctx.mean_step_ns
-    if not ctx.gpu_measured or balance is None or not len(balance) or idle is None or not step:
-        return gpu_saving_ns, ""
-    row = "mean" if "mean" in balance.index else "window"
-    blocking = float(value(balance, row, "blocking_ns", 0.0) or 0.0)
-    # While the host waits and the GPU idles too (a copy from pageable memory being staged),
-    # faster kernels change nothing: only the waits on a busy GPU shrink.
-    steps = max(ctx.step_count, 1)
-    idle_blocked = float(value(ctx.table("gpu_idle"), "blocking sync", "idle_ns", 0.0) or 0.0) / steps
-    waits = max(blocking - idle_blocked, 0.0)
-    if idle < GPU_BOUND_IDLE_SHARE * float(step) or gpu_saving_ns <= waits:
-        return gpu_saving_ns, ""
-    return waits, (f"The GPU idles {ms(idle)} of each {ms(float(step))} step, so the host sets the pace: faster GPU "
-                   f"work shortens the step only by the {ms(waits)} the host waits for a busy GPU, not by the "
-                   f"{ms(gpu_saving_ns)} of GPU time it saves (that becomes idle time until the host is faster).")
+    if not ctx.gpu_measured or ctx.model is None:
+        return saving(ctx, gpu_saving_ns, basis), None
+    rows: dict[int, float] = {}
+    for name, dims, factor in items:
+        for row in ctx.model.gpu_under_ops(name, dims):
+            rows[int(row)] = min(rows.get(int(row), 1.0), factor)
+    if not rows:
+        return saving(ctx, 0.0, basis + "; no GPU work of these operators was found in the window"), None
+    fix = Fix("the listed operators' GPU work faster", gpu_rows=rows)
+    found = replayed(ctx, fix, basis + ", replayed on the step graph: what the step loses where the GPU sets its pace",
+                     high=Fix("the listed operators' GPU work faster, the host not waiting", gpu_rows=rows))
+    if found is None:
+        return saving(ctx, gpu_saving_ns, basis), None
+    return found[0], fix
 
 
 def gpu_idle_per_step(ctx: RuleContext) -> float | None:
-    """The GPU's idle time per step, from the gpu_idle table (all its rows: the time in the
-    window with no GPU work running, whenever that work was launched); None without it."""
+    """The GPU's idle time per steady step in the window (the gpu_idle table's window
+    rows); None without it."""
     idle = ctx.table("gpu_idle")
     if not ctx.gpu_measured or idle is None or not len(idle) or "idle_ns" not in idle.columns:
         return None
-    return float(idle["idle_ns"].sum()) / max(ctx.step_count, 1)
+    inside = idle[idle["in_window"].astype(bool)] if "in_window" in idle.columns else idle
+    steps = ctx.model.partition.steps if ctx.model is not None else ctx.step_count
+    return float(inside["idle_ns"].sum()) / max(steps, 1)

@@ -1,29 +1,233 @@
-"""host-bound: the step waits on the host's own Python work, named by function and line.
+"""host-bound: the step waits on the host's own work, named by function and line.
 
-Work a script does in Python outside the model (a per-sample augmentation, building a
-batch by hand, per-step bookkeeping) runs between the model's phases while nothing else
-can: on a CPU the step is that much longer, on a GPU the device idles. The stack samples
-(the python_hotspots table) name the user's functions that take the time outside every
-phase; on a trace, which has no samples, the gpu_idle_host table names the Python functions
-or ranges the host was in while the GPU idled outside every phase; data loading has its own rule (dataloader-starvation), the model's own ops are
-not this rule's.
+Two kinds of host work hold a step back:
+
+- **outside the model**: work the script does between the model's phases (a per-sample
+  augmentation, decoding a video and normalising its frames in a pipeline's preprocess,
+  building a batch by hand, per-step bookkeeping) runs while nothing else can: on a CPU
+  the step is that much longer, on a GPU the device idles. Named by the innermost
+  function that takes the time and by the outermost call of the user's code around it
+  (``preprocess``), wherever it runs: before the model's first kernel as well;
+- **inside the model, on a slow host**: each kernel costs the host far more than an
+  ordinary dispatch (``slow_host_per_kernel_us``): the operators' own CPU work, a busy or
+  throttled CPU, hooks on every operator. Launch overhead is launch-bound's; this is the
+  host being slow at it.
+
+Measure: on a script's CPU run, the stack samples (python_hotspots) outside every phase;
+on a GPU run, the step model's partition and the gpu_idle_host table, each idle
+nanosecond once. Decide: a real share of the step. Word: the functions and lines, and the
+fix; the saving is the named work replayed away on the step graph.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
+
 from advisor.findings import Evidence, Finding
-from advisor.rules.checks.common import ms, pct, row_evidence, saving, severity_by_share
+from advisor.rules.checks.common import ms, pct, row_evidence, saving, severity_by_share, value
 from advisor.rules.registry import RuleContext, register
+from advisor.rules.savings import replayed
+from advisor.step.whatif import Fix
 from advisor.tables.gpu_idle_host import NOTHING, REST
 
 
 @register("host-bound")
 def check(ctx: RuleContext) -> list[Finding]:
     hotspots = ctx.table("python_hotspots")
-    if hotspots is None or not len(hotspots) or "other_ns" not in hotspots.columns:
-        return _from_gpu_idle(ctx)
+    if not ctx.gpu_measured and hotspots is not None and len(hotspots) and "other_ns" in hotspots.columns:
+        return _from_samples(ctx, hotspots)
+    findings = []
+    outside = _outside_model(ctx)
+    if outside is not None:
+        findings.append(outside)
+    slow = _slow_host(ctx)
+    if slow is not None:
+        findings.append(slow)
+    return findings
+
+
+# -- outside the model, on a GPU run -----------------------------------------------------------------
+
+
+@dataclass
+class Outside:
+    rows: pd.DataFrame  # gpu_idle_host rows with time outside the model, per step
+    total: float  # per step, ns
+    step: float
+    by_caller: dict[str, float] = field(default_factory=dict)  # outermost user function -> ns per step
+
+
+def _measure_outside(ctx: RuleContext) -> Outside | None:
+    host = ctx.table("gpu_idle_host")
+    if host is None or not len(host) or ctx.model is None:
+        return None
+    steps = max(ctx.model.partition.steps, 1)
+    rows = host[host["outside_model_ns"] > 0].assign(ns=lambda t: t["outside_model_ns"] / steps)
+    rows = rows.sort_values("ns", ascending=False)
+    total = float(rows["ns"].sum())
+    by_caller: dict[str, float] = {}
+    for key, row in rows.iterrows():
+        outer = str(row.get("outer_function") or "")
+        if outer and key != NOTHING:
+            label = f"{outer} ({str(row['outer_line']).rpartition('/')[2]})"
+            by_caller[label] = by_caller.get(label, 0.0) + float(row["ns"])
+    return Outside(rows, total, ctx.model.mean_step_ns or ctx.mean_step_ns, by_caller)
+
+
+def _outside_model(ctx: RuleContext) -> Finding | None:
+    m = _measure_outside(ctx)
+    if m is None or not m.step:
+        return None
+    share = m.total / m.step
+    if share < ctx.threshold("host_share") or m.total < ctx.threshold("min_saving_ms") * 1e6:
+        return None
+    named = m.rows[(m.rows["ns"] >= ctx.threshold("min_line_share") * m.step) & (m.rows.index != REST)]
+    named = named.head(int(ctx.threshold("max_listed")))
+    if not len(named):
+        named = m.rows.head(1)
+    named_ns = float(named["ns"].sum())
+    keep = max(1.0 - named_ns / m.total, 0.0) if m.total else 1.0
+    steps = max(ctx.model.partition.steps, 1)
+
+    def outside(factor: float) -> dict[str, float]:
+        # The host outside the model, in a recorded range or in none (the graph's states).
+        return {"outside": factor, "unrecorded": factor}
+
+    fix = Fix("the named host work taken off the step", outside(keep))
+    found = replayed(ctx, fix, "the step replayed without the named host work outside the model",
+                     low=Fix("half the named host work", outside(1 - (1 - keep) * ctx.threshold("saving_low_share"))),
+                     high=Fix("all the host work outside the model", outside(0.0)),
+                     remains="The step keeps the model's own work and what the host work costs once batched, "
+                             "overlapped or done less often.")
+    if found is None:
+        return None
+    estimate, _ = found
+    host = ctx.table("gpu_idle_host")
+    parts, evidence = [], []
+    for key, row in named.iterrows():
+        line = str(row["user_line"] or "")
+        function = str(row.get("user_function") or "")
+        where = "in" if row["source"] != "range" else "in the range"
+        label = "no recorded range" if key == NOTHING else _short(str(key))
+        caller = f"{function}, {line.rpartition('/')[2]}" if function else line
+        parts.append(f"{where} {label}{f' (called from {caller})' if line and line not in str(key) else ''}: "
+                     f"{ms(float(row['ns']))} per step ({pct(float(row['ns']) / m.step)})")
+        evidence.append(row_evidence("gpu_idle_host", host, key, "outside_model_ns",
+                                     "GPU idle, the host outside the model"))
+        file, _, number = line.rpartition(":")
+        if file and number.isdigit():
+            evidence.append(Evidence(kind="source_line", file=file, line=int(number), name=str(key),
+                                     note=f"{ms(float(row['ns']))} per step of GPU idle time under this line"))
+    callers = sorted(m.by_caller.items(), key=lambda kv: -kv[1])[:2]
+    caller_text = ""
+    if callers and callers[0][1] >= 0.5 * m.total:
+        caller_text = (" All of it runs under " if callers[0][1] >= 0.95 * m.total else " Most of it runs under ") + \
+            f"{callers[0][0]}, {ms(callers[0][1])} per step: the work to move or batch."
+    message = (f"The GPU idles {ms(m.total)} of each {ms(m.step)} step ({pct(share)}) while the host works outside the "
+               "model (outside its forward, backward and optimizer and every module's call): " + "; ".join(parts)
+               + "." + caller_text)
+    if NOTHING in named.index:
+        message += (" No Python function or range covers the time marked as not recorded: profile with "
+                    "with_stack=True (or advisor diagnose train.py) to name the functions.")
+    recommendation = ("Take this host work off the step's critical path: do it on the whole batch with tensor ops "
+                      "(on the GPU where it can run there), move it into a Dataset so DataLoader workers run it "
+                      "ahead of the model (decoding, resizing, normalising, tokenizing), do it every N steps "
+                      "(logging, metrics, checkpoints), or compute it once before the loop if it does not change.")
+    return Finding(
+        rule=ctx.spec.id, title=ctx.spec.title, severity=severity_by_share(ctx, estimate.share_of_step),
+        confidence=0.65, saving=estimate, message=message, recommendation=recommendation,
+        evidence=[e for e in evidence if e is not None],
+        metrics={"host_ns_per_step": m.total, "share": share, "where": "outside the model",
+                 "callers": [{"function": k, "ns_per_step": v} for k, v in callers],
+                 "ranges": [{"name": str(k), "ns_per_step": float(v)} for k, v in named["ns"].items()],
+                 "steps": steps},
+    ).with_fix(fix)
+
+
+# -- inside the model, on a slow host -----------------------------------------------------------------
+
+
+def _slow_host(ctx: RuleContext) -> Finding | None:
+    idle, balance = ctx.table("gpu_idle"), ctx.table("step_gpu")
+    if ctx.model is None or idle is None or not len(idle) or balance is None or not len(balance):
+        return None
+    steps = max(ctx.model.partition.steps, 1)
+    row = "mean" if "mean" in balance.index else "window"
+    kernels = float(value(balance, row, "kernels", 0.0) or 0.0)
+    in_model = float(value(idle, "host in model", "idle_ns", 0.0) or 0.0) / steps
+    in_calls = float(value(idle, "launch calls", "idle_ns", 0.0) or 0.0) / steps
+    step = ctx.model.mean_step_ns or ctx.mean_step_ns
+    if not kernels or not step:
+        return None
+    graph = ctx.model.graph
+    host_model = float(graph.duration[graph.host_nodes("model", "launch")].sum()) / steps
+    per_kernel = host_model / kernels
+    typical = ctx.threshold("typical_host_per_kernel_us") * 1e3
+    # Per kernel says something only where there are many: a step of four kernels and one
+    # long allocation is not a slow host.
+    if per_kernel <= ctx.threshold("slow_host_per_kernel_us") * 1e3 or kernels < ctx.threshold("min_kernels"):
+        return None
+    share = (in_model + in_calls) / step
+    if share < ctx.threshold("host_share"):
+        return None
+    # Why the host is slow is not in the profile, so the point is the host twice as fast
+    # inside the model (what ruling out contention or per-operator hooks usually gives);
+    # the range runs from a third faster to an ordinary eager dispatch per kernel.
+    factor = min(typical / per_kernel, 1.0)
+    fix = Fix("the host twice as fast inside the model", {"model": 0.5, "launch": 0.5})
+    found = replayed(ctx, fix, "the step replayed with the host's work inside the model twice as fast",
+                     low=Fix("the host a third faster inside the model", {"model": 0.75, "launch": 0.75}),
+                     high=Fix("the host at an ordinary cost per kernel", {"model": factor, "launch": factor}),
+                     remains="The step keeps the GPU's own work and the host's dispatch, twice as fast.")
+    if found is None:
+        return None
+    estimate, _ = found
+    host = ctx.table("gpu_idle_host")
+    inside = host[host["in_model_ns"] > 0].sort_values("in_model_ns", ascending=False).head(4) \
+        if host is not None and len(host) else None
+    named = ", ".join(f"{_short(str(k))} {ms(float(v) / steps)}" for k, v in inside["in_model_ns"].items()) \
+        if inside is not None and len(inside) else ""
+    message = (f"The GPU idles {ms(in_model + in_calls)} per step ({pct(share)} of the step) while the host works "
+               f"inside the model, and each of its {kernels:.0f} kernels a step costs the host {ms(per_kernel)}, "
+               f"{per_kernel / typical:.0f} times an ordinary eager dispatch (about {ms(typical)}): the host is slow "
+               "at the model's operators, not merely launching many of them"
+               + (f" (largest: {named})." if named else "."))
+    recommendation = ("Find why the host is slow before shrinking the launches: other processes or ranks sharing its "
+                      "cores (taskset, one rank per NUMA node, OMP_NUM_THREADS), hooks or profiling on every "
+                      "operator (with_stack and record_shapes multiply a dispatch's cost), operators doing real CPU "
+                      "work on the step's path (DistributedDataParallel(broadcast_buffers=True) copies every buffer "
+                      "each forward). Then take the host out of the loop: torch.compile fuses operators, a CUDA "
+                      "graph replays them with no host work.")
+    evidence = [row_evidence("gpu_idle", idle, "host in model", "per_step_ns", "GPU idle, the host in the model"),
+                row_evidence("step_gpu", balance, row, "kernels")]
+    if inside is not None and len(inside):
+        evidence.append(row_evidence("gpu_idle_host", host, inside.index[0], "in_model_ns",
+                                     "GPU idle while the host ran this inside the model"))
+    return Finding(
+        rule=ctx.spec.id, title=ctx.spec.title, severity=severity_by_share(ctx, estimate.share_of_step),
+        confidence=0.6, saving=estimate, message=message, recommendation=recommendation,
+        evidence=[e for e in evidence if e is not None],
+        metrics={"host_ns_per_step": in_model + in_calls, "share": share, "where": "inside the model",
+                 "host_ns_per_kernel": per_kernel, "kernels": kernels},
+    ).with_fix(fix)
+
+
+def _short(frame: str) -> str:
+    """A Python frame "dir/file.py(12): fn" as "fn (file.py:12)"; other names as they are."""
+    head, sep, function = frame.partition("): ")
+    if not sep or "(" not in head:
+        return frame
+    path, _, line = head.rpartition("(")
+    return f"{function} ({path.rsplit('/', 1)[-1]}:{line})"
+
+
+# -- a script's CPU run: stack samples --------------------------------------------------------------
+
+
+def _from_samples(ctx: RuleContext, hotspots: pd.DataFrame) -> list[Finding]:
     main = hotspots[(hotspots["role"] == "main") & (hotspots["function"] != "")]
     outside = main["other_ns"].astype(float) * (1.0 - main["waiting_share"].fillna(0).astype(float))
     outside = outside[outside > 0].sort_values(ascending=False)
@@ -57,7 +261,7 @@ def check(ctx: RuleContext) -> list[Finding]:
                                  function=str(function), name=str(function),
                                  note=f"{ms(ns)} per step of host Python outside the model in {function}"))
     named_ns = float(named.sum())
-    metrics: dict[str, Any] = {"host_ns_per_step": total, "share": share,
+    metrics: dict[str, Any] = {"host_ns_per_step": total, "share": share, "where": "outside the model",
                                "functions": [{"file": file, "function": function, "ns_per_step": float(v)}
                                              for (file, function), v in named.items()]}
     message = (f"The host spends {ms(total)} of each {ms(step)} step ({pct(share)}) in the script's own Python outside "
@@ -66,7 +270,14 @@ def check(ctx: RuleContext) -> list[Finding]:
     recommendation = ("Take this work off the step's critical path: do it for the whole batch with tensor ops "
                       "instead of per sample in Python, or move it into a Dataset so DataLoader worker processes "
                       "run it while the model trains, or compute it once before training if it does not change.")
-    return [Finding(
+    # A CPU run's step is the host's alone: the named time comes off it. The step model's
+    # graph (one host chain) says the same; its partition holds the time outside the model.
+    fix = None
+    if ctx.model is not None and ctx.model.partition.ns("host outside model"):
+        outside_ns = ctx.model.partition.per_step("host outside model") + ctx.model.partition.per_step("unrecorded")
+        keep = max(1.0 - named_ns / outside_ns, 0.0) if outside_ns > named_ns else 0.0
+        fix = Fix("the named host work taken off the step", {"outside": keep, "unrecorded": keep})
+    finding = Finding(
         rule=ctx.spec.id,
         title=ctx.spec.title,
         severity=severity_by_share(ctx, share),
@@ -82,63 +293,6 @@ def check(ctx: RuleContext) -> list[Finding]:
         recommendation=recommendation,
         evidence=[e for e in evidence if e is not None],
         metrics=metrics,
-    )]
+    )
+    return [finding.with_fix(fix) if fix is not None else finding]
 
-
-def _from_gpu_idle(ctx: RuleContext) -> list[Finding]:
-    """A trace has no stack samples, but where the GPU was measured the gpu_idle_host
-    table says what the host ran, outside the model's phases, while the GPU idled."""
-    host = ctx.table("gpu_idle_host")
-    step = ctx.mean_step_ns
-    if host is None or not len(host) or not step:
-        return []
-    steps = max(ctx.step_count, 1)
-    outside = (host["outside_model_ns"].astype(float) / steps).sort_values(ascending=False)
-    outside = outside[outside > 0]
-    total = float(outside.sum())
-    share = total / step
-    if not len(outside) or share < ctx.threshold("host_share") or total < ctx.threshold("min_saving_ms") * 1e6:
-        return []
-    named = outside[(outside >= ctx.threshold("min_line_share") * step) & (outside.index != REST)]
-    named = named.head(int(ctx.threshold("max_listed")))
-    if not len(named):
-        named = outside.head(1)
-    parts, evidence = [], []
-    for key, ns in named.items():
-        source, line = host.at[key, "source"], str(host.at[key, "user_line"] or "")
-        where = {"python": "in", "range": "in the range", "none": "in"}.get(str(source), "in")
-        parts.append(f"{where} {key}{f' (called from {line})' if line and line not in key else ''}: {ms(ns)} per step "
-                     f"({pct(ns / step)})")
-        evidence.append(row_evidence("gpu_idle_host", host, key, "outside_model_ns",
-                                     "GPU idle, the host outside the model's phases and every operator"))
-        file, _, number = line.rpartition(":")
-        if file and number.isdigit():
-            evidence.append(Evidence(kind="source_line", file=file, line=int(number), name=str(key),
-                                     note=f"{ms(ns)} per step of GPU idle time under this line"))
-    unrecorded = NOTHING in named.index
-    named_ns = float(named.sum())
-    message = (f"The GPU idles {ms(total)} of each {ms(step)} step ({pct(share)}) while the host runs work outside "
-               "the model's phases (data loading, forward, backward, optimizer) and outside every operator: "
-               + "; ".join(parts) + ".")
-    if unrecorded:
-        message += (" No Python function or range covers the time marked as not recorded: profile with "
-                    "with_stack=True (or advisor diagnose train.py) to name the functions.")
-    recommendation = ("Take this host work off the step's critical path: batch it with tensor ops, move it into a "
-                      "Dataset so DataLoader workers run it, do it every N steps (logging, metrics, checkpoints), "
-                      "or compute it once before training if it does not change.")
-    return [Finding(
-        rule=ctx.spec.id,
-        title=ctx.spec.title,
-        severity=severity_by_share(ctx, share),
-        confidence=0.6,
-        saving=saving(ctx, named_ns, "the GPU's idle time per step under the named host work outside the model; at "
-                                     "most all of the idle time outside the model's phases",
-                      low_ns=named_ns * ctx.threshold("saving_low_share"), high_ns=total,
-                      remains="The step keeps the model's own work on the GPU and what the host work costs once "
-                              "batched, overlapped or done less often."),
-        message=message,
-        recommendation=recommendation,
-        evidence=[e for e in evidence if e is not None],
-        metrics={"host_ns_per_step": total, "share": share,
-                 "ranges": [{"name": str(k), "ns_per_step": float(v)} for k, v in named.items()]},
-    )]

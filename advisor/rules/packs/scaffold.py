@@ -88,10 +88,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from advisor.rules import run_rules
+from advisor.diagnosis import diagnose
 from advisor.importers import load
 from advisor.rules.packs import load_pack
-from advisor.tables import compute_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 PACK = ROOT / "rules" / "{rule_id}.yaml"
@@ -117,8 +116,9 @@ def test_case(case):
         pytest.skip("record the case first: " + " ".join(spec["command"].split()))
     session = load(case / "session")
     rules = load_pack(PACK).rules
-    result = run_rules(session, compute_tables(session), rules)
-    assert result.errors == []
+    diagnosis = diagnose(session, specs=rules)
+    assert diagnosis.result.errors == []
+    result = diagnosis.result
     ours = {{rule.id for rule in rules}}
     for rule in set(spec.get("must") or []) & ours:
         assert rule in fired(result.findings), f"{{case.name}} must produce {{rule}}"

@@ -9,7 +9,7 @@ import pandas as pd
 
 from advisor.findings import Evidence, Finding, Severity
 from advisor.knowledge import hardware as kb
-from advisor.rules.checks.common import gpu_speedup_cap, ms, saving, severity_by_share
+from advisor.rules.checks.common import faster_gpu, ms, severity_by_share
 from advisor.rules.registry import RuleContext, register
 
 HALF = ("fp16", "bf16", "fp8", "int8")
@@ -115,8 +115,15 @@ def check(ctx: RuleContext) -> list[Finding]:
     gpu_time = sum(item["saving_ns"] for item in items) / steps
     if gpu_time < ctx.threshold("min_saving_ms") * 1e6:
         return []  # microseconds a step: not worth a reader's attention
-    per_step, capped = gpu_speedup_cap(ctx, gpu_time)
-    share = per_step / ctx.mean_step_ns if ctx.mean_step_ns else 0.0
+    estimate, fix = faster_gpu(
+        ctx, [(str(i["row"]["name"]), str(i["row"]["input_dims"]),
+               max(1.0 - i["saving_ns"] / float(i["row"]["measured_ns"]), 0.0) if bool(i["row"].get("measured_on_target"))
+               and not pd.isna(i["row"]["measured_ns"]) and float(i["row"]["measured_ns"]) > 0 else 1.0) for i in items],
+        gpu_time, items[0]["basis"])
+    share = estimate.share_of_step
+    capped = (f"The GPU would save {ms(gpu_time)} a step, of which the step loses {ms(estimate.ms_per_step * 1e6)}: "
+              "the rest becomes idle time where the host sets the pace." if fix is not None
+              and estimate.ms_per_step * 1e6 < 0.9 * gpu_time else "")
     lines, evidence = [], []
     for item in items[: int(ctx.threshold("max_listed"))]:
         row, rule = item["row"], item["rule"]
@@ -156,7 +163,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             title=("fp32 matrix work runs without tensor cores" if fp32 and not misaligned else ctx.spec.title),
             severity=severity_by_share(ctx, share) if share else Severity.low,
             confidence=0.7 if all(bool(i["row"].get("measured_on_target")) for i in items) else 0.5,
-            saving=saving(ctx, per_step, items[0]["basis"]),
+            saving=estimate,
             message=(f"{where[0].upper()}{where[1:]}, " + " and ".join(part for part in (
                          f"{len(misaligned)} GEMM/convolution shapes miss the tensor-core multiples" if misaligned else "",
                          f"{len(fp32)}{'' if misaligned else ' GEMM/convolution shapes'} run fp32 matrix work on "
@@ -171,5 +178,5 @@ def check(ctx: RuleContext) -> list[Finding]:
             evidence=evidence,
             metrics={"misaligned": [str(i["key"]) for i in misaligned], "fp32_off_tensor_cores": [str(i["key"]) for i in fp32],
                      "target": profile.id, "gpu_time_ns_per_step": gpu_time},
-        )
+        ).with_fix(fix)
     ]

@@ -5,15 +5,10 @@ from __future__ import annotations
 import re
 
 from advisor.findings import Evidence, Finding
-from advisor.rules.checks.common import (
-    ms,
-    pct,
-    row_evidence,
-    saving,
-    severity_by_share,
-    value,
-)
+from advisor.rules.checks.common import ms, pct, row_evidence, saving, severity_by_share
 from advisor.rules.registry import RuleContext, register
+from advisor.rules.savings import replayed
+from advisor.step.whatif import Fix
 
 _SOURCE = re.compile(r"^(?P<file>.+):(?P<line>\d+)(?: (?P<function>.+))?$")
 
@@ -64,14 +59,26 @@ def check(ctx: RuleContext) -> list[Finding]:
         evidence.append(Evidence(kind="event", event_id=int(event_id), name=str(in_loop.iloc[0].get("name", ""))))
 
     gpu_idle = ctx.table("gpu_idle")
-    idle_blocked = value(gpu_idle, "blocking sync", "idle_ns")
-    idle_blocked = idle_blocked / steps if idle_blocked is not None else None
-    if ctx.gpu_measured and idle_blocked is not None:
-        ns = min(float(idle_blocked), blocked_per_step) if blocked_per_step else float(idle_blocked)
-        basis = "GPU idle time while the host was blocked in these calls, per step"
+    fix = None
+    estimate = None
+    if ctx.gpu_measured and ctx.model is not None:
+        # The waits of these calls dropped: the host goes on while the device works, and
+        # the step shrinks by what the host waited for that nothing else needed.
+        calls = ctx.model.waits()
+        keys = set(zip(in_loop["name"].astype(str), in_loop["reason"].astype(str), in_loop["source"].astype(str)))
+        mine = [key in keys for key in zip(calls["name"].astype(str), calls["reason"].astype(str),
+                                          calls["source"].astype(str))]
+        fix = Fix("the waits removed", wait_rows=frozenset(int(r) for r in calls["row"].to_numpy()[mine]))
+        found = replayed(ctx, fix, "the step replayed with the host no longer waiting in these calls",
+                         low=None, high=Fix("every wait removed", drop_waits=True),
+                         remains="The step keeps the calls' own cost and the device's work; where the value is "
+                                 "needed on the host, one wait every N steps.")
+        if found is not None:
+            estimate = found[0]
         ev = row_evidence("gpu_idle", gpu_idle, "blocking sync", "idle_ns", "GPU idle while the host is blocked")
         if ev:
             evidence.append(ev)
+        ns, basis = 0.0, ""
     elif ctx.gpu_measured:
         ns = blocked_per_step
         basis = "host time inside these calls, per step"
@@ -108,7 +115,9 @@ def check(ctx: RuleContext) -> list[Finding]:
                       "only around timing code)")
     recommendation = ("Remove the waits from the training loop: " + "; ".join(advice) + "."
                       if advice else "Remove the waits from the training loop.")
-    estimate = saving(ctx, ns, basis)
+    if estimate is None:
+        estimate = saving(ctx, ns, basis)
+    finding_fix = fix
     return [
         Finding(
             rule=ctx.spec.id,
@@ -122,7 +131,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             recommendation=recommendation,
             evidence=evidence,
             metrics={"blocked_ns_per_step": blocked_per_step, "blocked_share": share},
-        )
+        ).with_fix(finding_fix)
     ]
 
 

@@ -1,36 +1,40 @@
-"""What a step becomes when part of the host's work is taken off its critical path.
+"""How the rules turn a fix into a saving: replayed on the step model's graph.
 
-A fix that moves loading into worker processes does not save the loader's whole time: the
-step after it is still at least
+A rule states its fix as a change to the graph (advisor.step.whatif.Fix); ``replayed``
+replays it at the point estimate and at the two ends of its range and returns the finding's
+Saving: the replayed step's reduction, never more than the time the fix changes, with what
+the step keeps. Where a fix leaves a floor the graph cannot see (worker processes that make
+a batch at their own pace, the CPU cores they share with the training loop), the floor is
+part of the Fix.
 
-- the GPU's own busy time per step (work the GPU must do whatever the host does),
-- the host's remaining work, run a little slower while the workers share the CPU, plus,
-  where the host waits for the GPU once a step (``.item()``, a copy from pageable memory),
-  the GPU's tail: the work still running after the host's last launch, which the loader
-  used to hide and every step now waits for,
+What worker processes leave, for a fix that moves loading into them (``StepFigures``,
+``step_after``, ``best_workers``): the step is still at least
+
 - the time the workers need to make a batch, divided among them,
 - the CPU time the whole step needs (the rest of the host's work and the workers' CPU
   time per batch) spread over the cores the job may use, where that is known: the main
   process and its workers share them, and a worker that only waits (files, sleeps) takes
-  none.
+  none;
 
-``best_workers`` picks the fewest workers that get within 5 % of the best step this
-model allows.
-
-``overlap_saving`` works that out three times, with the CPU contention the workers cause
-at its expected value (the point estimate), at its worst (the low end of the saving) and
-at its best (the high end: for a trace, where the loader may have run in a thread of the
-training process and slowed the rest of the step too, the rest may even get faster). It
-is a pure function of per-step figures, so ``benchmarks/savings.py`` applies it to a case
-known only by its published summary tables as well as to the findings advisor makes.
+and the graph adds the rest: the GPU's own work, the host's other work (a little slower
+while the workers share the CPU), and the GPU's tail where the host waits for it.
+``best_workers`` picks the fewest workers that get within 5 % of the best step these
+floors allow. ``overlap_saving`` is the same arithmetic on per-step figures alone, for a
+case known only by its published summary tables (benchmarks/savings.py).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from advisor.findings import Saving
 from advisor.units import format_ns
+
+if TYPE_CHECKING:
+    from advisor.rules.registry import RuleContext
+    from advisor.step.whatif import Fix, WhatIf
 
 
 @dataclass(frozen=True)
@@ -113,3 +117,45 @@ def best_workers(fig: StepFigures, contention: float, cap: int) -> int:
     steps = [step_after(StepFigures(**{**fig.__dict__, "workers": n}), contention)[0] for n in range(1, cap + 1)]
     best = min(steps)
     return next(n for n, after in enumerate(steps, start=1) if after <= best * 1.05)
+
+
+def saving(ctx: RuleContext, ns_per_step: float, basis: str, *, low_ns: float | None = None,
+           high_ns: float | None = None, remains: str = "") -> Saving:
+    """A finding's saving: the point estimate ``ns_per_step`` (ranking uses it), and where
+    the rule models them, the bounds it lies between and what the fix cannot remove."""
+    step = ctx.mean_step_ns or 0.0
+    ns = max(float(ns_per_step), 0.0)
+    share = min(ns / step, 1.0) if step > 0 else 0.0
+    if not ctx.step_count:
+        basis += "; no steps were found, so the whole window counts as one step"
+    low = None if low_ns is None else round(min(max(float(low_ns), 0.0), ns) / 1e6, 4)
+    high = None if high_ns is None else round(max(float(high_ns), ns) / 1e6, 4)
+    return Saving(ms_per_step=round(ns / 1e6, 4), share_of_step=round(share, 4), basis=basis,
+                  low_ms_per_step=low, high_ms_per_step=high, remains=remains)
+
+
+def worker_floor(fig: StepFigures, contention: float) -> float:
+    """The step the workers and the cores allow, whatever the graph does: the floors of
+    ``step_after`` that the step graph cannot see."""
+    floors = [fig.moved_ns * contention / fig.workers if fig.workers > 0 else math.inf]
+    if math.isfinite(fig.cores) and fig.cores > 0:
+        rest = _rest(fig) * contention
+        floors.append((rest + fig.moved_ns * fig.moved_cpu_share * contention) / min(fig.cores, fig.workers + 1))
+    return max(f for f in floors if math.isfinite(f)) if any(math.isfinite(f) for f in floors) else 0.0
+
+
+def replayed(ctx: RuleContext, fix: Fix, basis: str, *, low: Fix | None = None, high: Fix | None = None,
+             base: Fix | None = None, remains: str = "") -> tuple[Saving, WhatIf] | None:
+    """The finding's Saving from ``fix`` replayed on the step graph (the point), ``low``
+    and ``high`` (the ends of the range, each the point's fix where not given), each on
+    ``base`` (the graph as the job runs it, where given); None where the context has no
+    step model."""
+    point = ctx.what_if(fix, base=base)
+    if point is None:
+        return None
+    ends = [ctx.what_if(other, base=base) if other is not None else point for other in (low, high)]
+    saved = [w.saved_ns for w in (point, *ends)]
+    low_ns, high_ns = min(saved), max(saved)
+    # The replay's step is the graph's; a share of the step is of the job's own step where
+    # the engine knows a better one (steps run without the profiler).
+    return saving(ctx, saved[0], basis, low_ns=low_ns, high_ns=high_ns, remains=remains), point

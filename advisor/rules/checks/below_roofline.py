@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from advisor.findings import Evidence, Finding
-from advisor.rules.checks.common import gpu_speedup_cap, ms, pct, saving, severity_by_share
+from advisor.rules.checks.common import faster_gpu, ms, pct, severity_by_share
 from advisor.rules.registry import RuleContext, register
 
 ADVICE = {
@@ -53,8 +53,15 @@ def check(ctx: RuleContext) -> list[Finding]:
     if gpu_time / 1e6 < ctx.threshold("min_saving_ms") or (ctx.mean_step_ns and gpu_time / ctx.mean_step_ns
                                                           < ctx.threshold("min_share")):
         return []
-    per_step, capped = gpu_speedup_cap(ctx, gpu_time)
-    share = per_step / ctx.mean_step_ns if ctx.mean_step_ns else 0.0
+    basis = (f"time above {pct(target_efficiency)} of the roofline on {str(rows['target'].iloc[0])}, the efficiency a "
+             "well-tuned kernel reaches")
+    estimate, fix = faster_gpu(
+        ctx, [(str(r["name"]), str(r["input_dims"]), max(1.0 - float(r["recoverable_ns"]) / float(r["measured_ns"]), 0.0))
+              for _, r in rows.iterrows() if r["unit"] != "cpu"], gpu_time, basis)
+    per_step = estimate.ms_per_step * 1e6
+    share = estimate.share_of_step
+    capped = (f"The GPU would save {ms(gpu_time)} a step, of which the step loses {ms(per_step)}: the rest becomes "
+              "idle time where the host sets the pace." if fix is not None and per_step < 0.9 * gpu_time else "")
     listed = rows.head(int(ctx.threshold("max_listed")))
     target = str(listed["target"].iloc[0])
     lines = [
@@ -76,8 +83,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             title=ctx.spec.title,
             severity=severity_by_share(ctx, share),
             confidence=0.6,
-            saving=saving(ctx, per_step, f"time above {pct(target_efficiency)} of the roofline on {target}, "
-                                         "the efficiency a well-tuned kernel reaches"),
+            saving=estimate,
             message=(f"{len(rows)} op shapes run below {pct(target_efficiency)} of their roofline on {target}; "
                      f"the ones losing most time: " + "; ".join(lines) + "." + (f" {capped}" if capped else "")),
             recommendation=("Bring the slowest ops closer to the hardware: " + "; ".join(advice) + "."
@@ -85,7 +91,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             evidence=evidence,
             metrics={"recoverable_ns_per_step": per_step, "gpu_time_ns_per_step": gpu_time, "op_shapes": int(len(rows)),
                      "worst": [{"key": str(k), "efficiency": float(r["efficiency"])} for k, r in listed.iterrows()]},
-        )
+        ).with_fix(fix)
     ]
 
 

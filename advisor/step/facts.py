@@ -1,4 +1,4 @@
-"""What several summary tables need from one session, worked out once.
+"""What several summary tables and the step model need from one session, worked out once.
 
 ``Facts`` wraps a Session: the window, the steps, the events of each kind inside the
 profiled steps, and a memo so that an intermediate result one table computes (the blocking
@@ -75,6 +75,7 @@ _LIBRARY_PACKAGES = frozenset(sys.stdlib_module_names) | {
     "huggingface_hub", "tokenizers", "datasets", "lightning", "pytorch_lightning", "apex", "deepspeed",
     "triton", "einops", "numpy", "pandas", "PIL", "tqdm", "safetensors", "peft", "xformers", "flash_attn",
     "megatron", "fairscale", "jax", "tensorflow", "sklearn", "scipy", "cv2", "albumentations", "typing_extensions",
+    "av", "decord", "librosa", "soundfile", "imageio", "skimage", "h5py", "pyarrow", "sentencepiece",
 }
 
 
@@ -127,14 +128,16 @@ class Facts:
         self.steps = session.steps()
         self.has_steps = len(self.steps) > 0
         self._memo: dict[Any, Any] = {}
+        self.model: Any = None  # the StepModel these facts belong to (advisor.step.model), where one
 
     def forget(self) -> None:
         """Let go of everything worked out so far; what is asked again is worked out
         again. (compute_tables, waiting for the tables computed aside: the facts of
         its own tables are hundreds of MB on a large session, held for nothing.)"""
-        session = self.session
+        session, model = self.session, self.model
         self.__dict__.clear()
         self.__init__(session)  # type: ignore[misc]
+        self.model = model
 
     def share(self) -> None:
         """Work out now what the tables computed aside (advisor.tables.ASIDE) and the
@@ -174,15 +177,16 @@ class Facts:
     def mask(self, *kinds: str) -> np.ndarray:
         """Events of these kinds in the profiled steps: rows attributed to a step, or
         starting inside the window (GPU work queued in a step counts even when it runs
-        after the step's end). Without steps, every event of these kinds."""
+        after the step's end). Without steps, those starting inside the window (a steady
+        window leaves start-up and work in flight out)."""
 
         def compute() -> np.ndarray:
             ev = self.events
             mask = one_of(ev["kind"], kinds)
-            if self.has_steps:
-                lo, hi = self.window
-                start = ev["start_ns"].to_numpy()
-                mask &= (ev["step"].to_numpy() >= 0) | ((start >= lo) & (start < hi))
+            lo, hi = self.window
+            start = ev["start_ns"].to_numpy()
+            inside = (start >= lo) & (start < hi)
+            mask &= ((ev["step"].to_numpy() >= 0) | inside) if self.has_steps else inside
             return mask
 
         return self.memo(("mask", kinds), compute)

@@ -12,8 +12,11 @@ GPU-side saving it counts only where the GPU, not the host, sets the step's pace
 from __future__ import annotations
 
 from advisor.findings import Finding
-from advisor.rules.checks.common import gpu_speedup_cap, ms, pct, row_evidence, saving, severity_by_share, value
+from advisor.rules.checks.common import ms, pct, row_evidence, saving, severity_by_share, value
 from advisor.rules.registry import RuleContext, register
+from advisor.rules.savings import replayed
+from advisor.step.facts import COMM_KERNEL
+from advisor.step.whatif import Fix
 
 
 @register("communication-not-overlapped")
@@ -34,10 +37,25 @@ def check(ctx: RuleContext) -> list[Finding]:
     # collectives already partly overlapped keep their exposed tail.
     nothing_overlaps = alone >= (1 - ctx.threshold("no_overlap_share")) * comm
     share = ctx.threshold("after_compute_hidden_share" if nothing_overlaps else "hidden_share")
-    point, capped = gpu_speedup_cap(ctx, hideable * share)
-    high, _ = gpu_speedup_cap(ctx, hideable)
+    fix = _overlap_fix(ctx, hideable * share, comm)
+    found = replayed(ctx, fix, "the step replayed with the communication that runs alone hidden, as far as the "
+                               "computation that runs alone could hide it, less what stays exposed (the last "
+                               "bucket, the first layer)",
+                     low=_overlap_fix(ctx, hideable * share * ctx.threshold("saving_low_share"), comm),
+                     high=_overlap_fix(ctx, hideable, comm),
+                     remains="The step keeps the communication no computation is left to hide (the last gradient "
+                             "bucket, the first layer's gather) and all the computation.") if fix is not None else None
+    if found is not None:
+        estimate = found[0]
+    else:
+        estimate = saving(ctx, hideable * share, "the communication that runs alone, as far as the computation that "
+                                                 "runs alone could hide it",
+                          low_ns=hideable * share * ctx.threshold("saving_low_share"), high_ns=hideable)
+    point = estimate.ms_per_step * 1e6
     if point < ctx.threshold("min_saving_ms") * 1e6:
         return []
+    capped = (f"Hiding it saves the step {ms(point)}: the rest is time the host, not the GPU, sets."
+              if point < 0.9 * hideable * share else "")
     where = "on the GPU" if ctx.gpu_measured else "on gloo's threads"
     message = (f"Collectives run {ms(comm)} per step {where}, {ms(alone)} of it ({pct(alone / step)} of the step) with "
                f"no computation beside them; {ms(compute_alone)} of computation per step runs alone, so overlap "
@@ -45,13 +63,9 @@ def check(ctx: RuleContext) -> list[Finding]:
     return [Finding(
         rule=ctx.spec.id,
         title=ctx.spec.title,
-        severity=severity_by_share(ctx, point / step),
+        severity=severity_by_share(ctx, estimate.share_of_step),
         confidence=0.6,
-        saving=saving(ctx, point, "the communication that runs alone, as far as the computation that runs alone "
-                                  "could hide it, less what stays exposed (the last bucket, the first layer)",
-                      low_ns=point * ctx.threshold("saving_low_share"), high_ns=high,
-                      remains="The step keeps the communication no computation is left to hide (the last "
-                              "gradient bucket, the first layer's gather) and all the computation."),
+        saving=estimate,
         message=message,
         recommendation=("Overlap the collectives with computation: with DDP, smaller buckets start the "
                         "all-reduce earlier in backward (DistributedDataParallel(bucket_cap_mb=...), "
@@ -66,4 +80,17 @@ def check(ctx: RuleContext) -> list[Finding]:
             row_evidence("distributed", table, "Overlap", "total_ns"),
         ) if e is not None],
         metrics={"alone_ns_per_step": alone, "comm_ns_per_step": comm, "hideable_ns_per_step": hideable},
-    )]
+    ).with_fix(fix)]
+
+
+def _overlap_fix(ctx: RuleContext, hidden: float, comm: float) -> Fix | None:
+    """Hiding ``hidden`` ns of a step's ``comm`` ns of communication, as a change to the
+    step graph: the collectives' kernels on a GPU, the host's time in them on a CPU job
+    (gloo), shortened by that share."""
+    if ctx.model is None or comm <= 0:
+        return None
+    factor = max(1.0 - hidden / comm, 0.0)
+    if ctx.gpu_measured:
+        rows = ctx.model.gpu_named(COMM_KERNEL)
+        return Fix("the collectives overlapped", gpu_rows={int(r): factor for r in rows}) if len(rows) else None
+    return Fix("the collectives overlapped", {"comm": factor})

@@ -1,0 +1,92 @@
+"""One diagnosis, whatever door it came through.
+
+``diagnose(session)`` assembles the flow once: the step model (the steady window, the
+steady Session, the partition of the step's time and the graph fixes are replayed on),
+the summary tables of the steady Session, the rules over both, and the report. The command
+line, a job's ranks, the Profiler API and the rule-pack scaffold all call it, so a
+diagnosis says the same thing whichever way it was asked for.
+
+    diagnosis = diagnose(session)                      # the built-in rules
+    diagnosis = diagnose(session, specs=pack.rules)    # a pack's
+    diagnosis.findings, diagnosis.tables, diagnosis.report
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from advisor.reports.build import build_report
+from advisor.reports.model import CombinedSaving, PeriodicSteps, Report, SetApartSpan, Window
+from advisor.rules.engine import Combined, EngineResult, run_rules
+from advisor.session import Session
+from advisor.step import StepModel, build_step_model
+from advisor.tables import TABLE_DOCS, compute_tables
+
+__all__ = ["Diagnosis", "diagnose", "report_window"]
+
+
+@dataclass
+class Diagnosis:
+    """What a diagnosis made: the step model, the tables, the rules' result, the report."""
+
+    model: StepModel
+    tables: dict[str, pd.DataFrame]
+    result: EngineResult
+    report: Report
+
+    @property
+    def session(self) -> Session:
+        """The steady session every figure is of."""
+        return self.model.session
+
+    @property
+    def findings(self) -> list[Any]:
+        return self.result.findings
+
+
+def diagnose(session: Session, *, specs: list[Any] | None = None, disabled: Iterable[str] = (),
+             enabled: Iterable[str] = (), preview: bool = False,
+             tables: Callable[[Session, list[str] | None], dict[str, pd.DataFrame]] | None = None) -> Diagnosis:
+    """Diagnose ``session``: the chosen rules (the built-in ones by default) over its step
+    model and tables. ``tables(session, None)`` computes the tables where given (the
+    session cache's, which keeps them); else they are computed here."""
+    model = build_step_model(session)
+    steady = model.session
+    computed = (tables or compute_tables)(steady, None)
+    result = run_rules(steady, computed, specs, disabled=set(disabled), enabled=set(enabled), preview=preview,
+                       model=model)
+    report = build_report(steady, computed, result.findings, table_docs=TABLE_DOCS, skipped=result.skipped,
+                          window=report_window(model), combined=_combined(result.combined))
+    return Diagnosis(model, computed, result, report)
+
+
+def report_window(model: StepModel) -> Window:
+    """The step model's window as the report states it."""
+    window = model.window
+    periodic = window.periodic
+    return Window(
+        start_ns=window.start_ns, end_ns=window.end_ns, duration_ns=window.duration_ns, source=window.source,
+        how=window.how, steady=window.steady, not_steady=window.not_steady,
+        set_apart=[SetApartSpan(kind=s.kind, start_ns=s.start_ns, end_ns=s.end_ns, duration_ns=s.duration_ns,
+                                what=s.what, event_ids=list(s.events)) for s in window.set_apart],
+        periodic=None if periodic is None else PeriodicSteps(
+            every=periodic.every, steps=list(periodic.steps), extra_ns=periodic.extra_ns,
+            steady_ns=periodic.steady_ns, share_of_run=periodic.share_of_run, phase=periodic.phase,
+            source=periodic.source, timed=periodic.timed),
+    )
+
+
+def _combined(combined: Combined | None) -> CombinedSaving | None:
+    if combined is None or combined.before_ns <= 0:
+        return None
+    return CombinedSaving(
+        ms_per_step=round(combined.saved_ns / 1e6, 4),
+        share_of_step=round(min(combined.saved_ns / combined.before_ns, 1.0), 4),
+        step_before_ms=round(combined.before_ns / 1e6, 4), step_after_ms=round(combined.after_ns / 1e6, 4),
+        rules=list(combined.rules),
+        basis="every finding's fix applied at once to the step's dependency graph and replayed: time two fixes "
+              "share is saved once")

@@ -1,0 +1,389 @@
+"""dataloader-starvation: the step waits on input, and the fix that holds for this loader.
+
+Measure: the loader's share of the step, from the steps that ran unrecorded where there are
+any (a profiler slows per-item indexing several times over, and a share measured under it
+overstates the loader); what a batch costs and where (the dataloaders table); the cores
+the job may use (its CPU affinity and cgroup quota: never other processes' momentary load,
+which a batch scheduler's neighbours change from one minute to the next).
+
+Decide which fix holds:
+
+- items that are cheap to fetch (in-memory tensors; ``cheap_item_us`` per item or less):
+  the time is Python's per-item overhead and collation, which worker processes would only
+  add inter-process traffic to; index whole batches instead;
+- per-item work that dominates: worker processes, as many as it takes for loading to hide
+  under the rest of the step and as the cores the job may use allow; a loader that mostly
+  waits (sleeps, reads files) overlaps without a free core;
+- per-item CPU work with no core to spare: make the work cheaper, naming the function that
+  takes the time;
+- loaders that already have workers and still starve the loop: more workers where cores
+  allow, else cheaper per-item work;
+- a trace from another profiler: what cannot be seen there is said.
+
+The saving is the fix replayed on the step graph: the loading's host time gone (or cut to
+the batched index), the rest of the host's work a little slower while workers share the
+CPU, the floors the workers and the cores set; on the recorded steps run at the job's own
+unrecorded pace.
+
+Word: the finding, its evidence and its advice.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from advisor.findings import Evidence, Finding
+from advisor.rules.checks.common import ms, pct, row_evidence, severity_by_share, value
+from advisor.rules.registry import RuleContext, register
+from advisor.rules.savings import StepFigures, best_workers, replayed, step_after, worker_floor
+from advisor.step.whatif import Fix
+
+# -- measure ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Measure:
+    share: float  # the loader's share of the step
+    per_step: float  # its time per step, ns
+    over: str  # what the share was measured over, in words
+    evidence: list[Any]
+    step: float  # the step those figures are of, ns
+    loader: pd.Series | None  # the dataloaders table's first row; None on a trace
+    key: str
+    logical_cores: float
+    usable_cores: float  # the cores the job may use (NaN: not known)
+    base: Fix | None  # the recorded graph at the job's unrecorded pace
+    starved_note: str = ""
+
+
+def _share(ctx: RuleContext) -> tuple[float, float, str, list[Any], float, float] | None:
+    """The loader's share of the step, its time per step, where they come from, the
+    evidence, and its recorded time per step and the recorded step (for the base)."""
+    timing = ctx.table("step_timing")
+    ratio = value(timing, "Dataloader", "best_ratio")
+    recorded_loader = float(value(timing, "Dataloader", "recorded_avg_ns", math.nan) or math.nan)
+    recorded_step = float(value(timing, "ProfileStep", "recorded_avg_ns", math.nan) or math.nan)
+    if ratio is not None:
+        source = value(timing, "Dataloader", "source", "")
+        steps = value(timing, "Dataloader", "unrecorded_steps" if source == "unrecorded steps" else "recorded_steps", 0)
+        evidence = [row_evidence("step_timing", timing, "Dataloader", "best_ratio", f"over {steps} {source}"),
+                    row_evidence("step_timing", timing, "Dataloader", "best_avg_ns")]
+        overhead = value(timing, "Dataloader", "overhead_ratio")
+        if overhead is not None and overhead > 0.25:
+            evidence.append(row_evidence("step_timing", timing, "Dataloader", "overhead_ratio",
+                                         "recording slowed loading this much; the unrecorded steps are used"))
+        return (float(ratio), float(value(timing, "Dataloader", "best_avg_ns")), f"{steps} {source}", evidence,
+                recorded_loader, recorded_step)
+    model = ctx.table("model")
+    ratio = value(model, "Dataloader", "cpu_ratio")
+    if ratio is None:
+        return None
+    evidence = [row_evidence("model", model, "Dataloader", "cpu_ratio"),
+                row_evidence("model", model, "Dataloader", "cpu_avg_ns"),
+                row_evidence("perf", ctx.table("perf"), "reader_cost", "avg")]
+    return float(ratio), float(value(model, "Dataloader", "cpu_avg_ns", 0.0)), \
+        f"{ctx.step_count} recorded steps", evidence, math.nan, math.nan
+
+
+def _cores(ctx: RuleContext) -> tuple[float, float]:
+    """(logical cores, cores the job may use: its affinity and cgroup quota), NaN where
+    not recorded."""
+    device = ctx.table("device")
+    cores = float(value(device, "cpu", "logical_cores", math.nan) or math.nan)
+    usable = float(value(device, "cpu", "usable_cores", math.nan) or math.nan)
+    return cores, usable if not math.isnan(usable) else cores
+
+
+def measure(ctx: RuleContext) -> Measure | None:
+    found = _share(ctx)
+    if found is None:
+        return None
+    share, per_step, over, evidence, recorded_loader, recorded_step = found
+    step = per_step / share if share > 0 else per_step
+    loaders = ctx.table("dataloaders")
+    loader = loaders.iloc[0] if loaders is not None and len(loaders) else None
+    cores, usable = _cores(ctx)
+    base = None
+    if not math.isnan(recorded_loader) and not math.isnan(recorded_step) and recorded_loader > 0 \
+            and recorded_step > recorded_loader:
+        # The recorded steps at the pace the job runs them unrecorded: the loading and the
+        # rest each scaled to their unrecorded time.
+        k_loading = per_step / recorded_loader
+        k_rest = max(step - per_step, 0.0) / (recorded_step - recorded_loader)
+        if abs(k_loading - 1) > 0.02 or abs(k_rest - 1) > 0.02:
+            base = Fix(what="the job's own pace", host_states={"loading": k_loading}, rest_factor=k_rest)
+    return Measure(share, per_step, over, evidence, step, loader, str(loaders.index[0]) if loader is not None else "",
+                   cores, usable, base)
+
+
+# -- decide ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    advice: str  # trace, batched indexing, num_workers=N, cheaper per-item work, workers cannot keep up
+    fix: Fix
+    low: Fix | None
+    high: Fix | None
+    basis: str
+    remains: str
+    workers: int = 0
+    figures: StepFigures | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def _number(x: Any) -> float:
+    return float(x) if x is not None and pd.notna(x) else math.nan
+
+
+def _remains(fig: StepFigures, contention: float) -> str:
+    """What the step keeps after the workers take the loading, in words."""
+    after, binding = step_after(fig, contention)
+    parts = ["the GPU's own work and the host's other work (a little slower while workers share the CPU)"]
+    if math.isfinite(fig.workers):
+        parts.append(f"the workers' {ms(fig.moved_ns)} per batch shared among {fig.workers:.0f}")
+    if math.isfinite(fig.cores):
+        parts.append(f"{fig.cores:.1f} CPU cores for the main process and its workers")
+    return f"The step keeps {'; '.join(parts)}."
+
+
+def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
+    if m.share < ctx.threshold("dataloader_share") or m.per_step < ctx.threshold("min_saving_ms") * 1e6:
+        return None
+    contention, worst = ctx.threshold("contention"), ctx.threshold("contention_worst")
+    loading_gone = {"loading": 0.0}
+    rest = max(m.step - m.per_step, 0.0)
+    if m.loader is None:
+        # A trace: how many workers, and how many cores, is not known; the rest of the
+        # step is taken to run slower beside them (point and worst), or, where the loader
+        # ran in a thread of the training process and slowed the rest, faster (best).
+        return Verdict("trace", Fix("workers", loading_gone, rest_factor=ctx.threshold("contention_trace")),
+                       Fix("workers, at worst", loading_gone, rest_factor=ctx.threshold("contention_worst_trace")),
+                       Fix("workers, at best", loading_gone, rest_factor=ctx.threshold("rest_speedup_trace")),
+                       "the step replayed with the loading overlapped by worker processes: what the GPU and the "
+                       "host's other work leave, the rest slower while workers share the CPU",
+                       "The step keeps the GPU's own work and the host's other work, slower while workers share the "
+                       "CPU.")
+    loader = m.loader
+    workers = int(loader["num_workers"])
+    item_ns, items = _number(loader["item_avg_ns"]), _number(loader["items_per_batch"])
+    collate_ns = _number(loader["collate_avg_ns"])
+    cpu_share = _number(loader.get("fetch_cpu_share", math.nan))
+    cpu_share = 1.0 if math.isnan(cpu_share) else max(cpu_share, 0.0)
+    usable = m.usable_cores if not math.isnan(m.usable_cores) else math.inf
+    # Workers that mostly wait can outnumber the cores; CPU-bound ones cannot usefully.
+    cap = (max(1, math.ceil(usable / max(cpu_share, 0.25) - 0.05)) if math.isfinite(usable)
+           else max(1, math.ceil(m.per_step / max(rest, 1.0))))
+    cap = min(cap, 32)
+    cheap = not math.isnan(item_ns) and item_ns <= ctx.threshold("cheap_item_us") * 1e3
+    # A core for a worker: the main process idles while it waits for a batch, so one core
+    # beside it is room; a loader that mostly waits needs none.
+    room = not math.isfinite(usable) or usable >= 1 + ctx.threshold("free_core") or cpu_share < 0.5
+    metrics = {"fetch_cpu_share": cpu_share}
+    if workers == 0 and (loader["kind"] == "in-memory tensors" or cheap) and not loader["batched_fetch"]:
+        replaced = ((item_ns * items + collate_ns) * (m.per_step / float(loader["read_avg_ns"]))
+                    if not math.isnan(items) and loader["read_avg_ns"] > 0 else m.per_step)
+        kept = max(1.0 - min(replaced, m.per_step) / m.per_step, 0.0) if m.per_step else 1.0
+        return Verdict("batched indexing", Fix("batched indexing", {"loading": kept}, base=m.base),
+                       Fix("batched indexing, at worst", {"loading": 1 - (1 - kept) * 0.5}, base=m.base),
+                       Fix("batched indexing, at best", loading_gone, base=m.base),
+                       "the step replayed without the per-item fetching and collation a batched index replaces",
+                       "The step keeps the batched index itself (one indexing of each tensor per batch) and the rest "
+                       "of the step.", metrics=metrics)
+    if workers == 0 and room:
+        figures = StepFigures(step_ns=m.step, moved_ns=m.per_step, cores=usable, moved_cpu_share=cpu_share)
+        n = best_workers(figures, contention, cap)
+        fig_n = StepFigures(**{**figures.__dict__, "workers": n})
+        return Verdict(f"num_workers={n}",
+                       Fix(f"{n} workers", loading_gone, rest_factor=contention,
+                           floor_ns=worker_floor(fig_n, contention), base=m.base),
+                       Fix(f"{n} workers, at worst", loading_gone, rest_factor=worst,
+                           floor_ns=worker_floor(fig_n, worst), base=m.base),
+                       Fix(f"{n} workers, at best", loading_gone, floor_ns=worker_floor(fig_n, 1.0), base=m.base),
+                       f"the step replayed with {n} worker{'s' if n != 1 else ''} making the batches: what the rest "
+                       "of the step, the GPU, the workers and the cores leave",
+                       _remains(fig_n, contention), workers=n, figures=fig_n, metrics=metrics)
+    if workers == 0:
+        return Verdict("cheaper per-item work", Fix("cheaper loading", loading_gone, base=m.base),
+                       Fix("cheaper loading, at worst", {"loading": 0.5}, base=m.base), None,
+                       "the step replayed without the loading that precomputing or caching the per-item work removes",
+                       "The step keeps whatever loading remains after the work is made cheaper, and the rest of the "
+                       "step.", metrics=metrics)
+    busy = _number(loader["workers_busy"])
+    # Loader-bound, the workers make one batch per step between them: each takes
+    # workers x step to make one.
+    batch_ns = workers * m.step * (busy if not math.isnan(busy) else 1.0)
+    more = StepFigures(step_ns=m.step, moved_ns=batch_ns, rest_ns=rest, cores=usable)
+    n = best_workers(more, contention, max(cap, workers))
+    metrics["workers_busy"] = busy
+    if n > workers:
+        fig_n = StepFigures(**{**more.__dict__, "workers": n})
+        return Verdict("workers cannot keep up",
+                       Fix(f"{n} workers", loading_gone, rest_factor=contention,
+                           floor_ns=worker_floor(fig_n, contention), base=m.base),
+                       Fix(f"{n} workers, at worst", loading_gone, rest_factor=worst,
+                           floor_ns=worker_floor(fig_n, worst), base=m.base),
+                       Fix(f"{n} workers, at best", loading_gone, floor_ns=worker_floor(fig_n, 1.0), base=m.base),
+                       f"the step replayed with {n} workers instead of {workers}", _remains(fig_n, contention),
+                       workers=n, figures=fig_n, metrics=metrics)
+    return Verdict("workers cannot keep up", Fix("cheaper loading", loading_gone, base=m.base),
+                   Fix("cheaper loading, at worst", {"loading": 0.5}, base=m.base), None,
+                   "the step replayed without the wait for batches, removed when a batch is cheaper to make",
+                   "The step keeps the rest of its work.", workers=workers, metrics=metrics)
+
+
+# -- word ------------------------------------------------------------------------------------------
+
+
+def _hotspot(loader: pd.Series | None) -> str:
+    if loader is None or not loader.get("top_function"):
+        return ""
+    lines = str(loader.get("top_lines") or "")
+    where = str(loader["top_function"])
+    if lines:
+        where = where[:-1] + f", line{'s' if ',' in lines else ''} {lines})" if where.endswith(")") else \
+            f"{where} (lines {lines})"
+    text = f"{pct(float(loader['top_function_share']))} of loading is in {where}"
+    caller = str(loader.get("top_caller") or "")
+    if caller:
+        text += (f", called from {caller}, which with what it calls takes "
+                 f"{pct(float(loader['top_caller_share']))}")
+    return text
+
+
+def _spare(m: Measure) -> str:
+    if math.isnan(m.usable_cores):
+        return "how many CPU cores the job may use was not recorded"
+    limited = (f" (its CPU affinity or quota allows {m.usable_cores:.1f} of the machine's {m.logical_cores:.0f})"
+               if not math.isnan(m.logical_cores) and m.usable_cores < m.logical_cores - 0.05 else "")
+    return (f"the job may use {m.usable_cores:.1f} cores{limited}; the main process idles while it waits for a batch, "
+            "so a worker can run there")
+
+
+def _threads_advice(v: Verdict, m: Measure, metrics: dict[str, Any], contention: float) -> str:
+    """Where the workers' CPU work fills the cores the job may use (the step after the fix
+    sits on the CPU floor), the main process's own operators must not compete with them:
+    torch's default of a thread per core, its idle threads spinning between operators,
+    takes back much of what the workers save."""
+    if v.figures is None or math.isnan(m.usable_cores) or step_after(v.figures, contention)[1] != "cpu":
+        return ""
+    threads = max(1, math.floor(m.usable_cores + 0.05) - v.workers)
+    metrics["torch_threads"] = threads
+    return (f" With the workers on every core, give the main process's operators what they leave: "
+            f"torch.set_num_threads({threads}) (its default, a thread per core, would compete with the workers "
+            "for them).")
+
+
+def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
+    found = replayed(ctx, v.fix, v.basis, low=v.low, high=v.high, remains=v.remains)
+    if found is None:
+        return None
+    estimate, _ = found
+    evidence = list(m.evidence)
+    message = (f"The data loader takes {pct(m.share)} of each step ({ms(m.per_step)} per step, over {m.over}); "
+               "nothing else runs in the loop meanwhile, and a GPU would sit idle for that time.")
+    hotspot = _hotspot(m.loader)
+    metrics: dict[str, Any] = {"share": m.share, "ns_per_step": m.per_step, "job_cores": m.usable_cores,
+                               "logical_cores": m.logical_cores, "advice": v.advice, **v.metrics}
+    balance = ctx.table("step_gpu")
+    if ctx.gpu_measured and balance is not None and len(balance):
+        row = "mean" if "mean" in balance.index else "window"
+        evidence.append(row_evidence("step_gpu", balance, row, "gpu_busy_ns",
+                                     "the GPU's own work per step: the step cannot get shorter"))
+    if m.loader is None:
+        advice = ("Load batches in worker processes so they overlap compute, DataLoader(num_workers=N, "
+                  "pin_memory=True, persistent_workers=True), where the per-item work (reading, decoding, "
+                  "tokenizing, augmenting in __getitem__) dominates and CPU cores are free; where the data are "
+                  "in-memory tensors, index whole batches at once instead (workers would only add inter-process "
+                  "traffic). A trace does not show which, nor how many cores the job may use: `advisor diagnose "
+                  "train.py` does.")
+    else:
+        loader, key = m.loader, m.key
+        loaders = ctx.table("dataloaders")
+        evidence.append(row_evidence("dataloaders", loaders, key, "num_workers"))
+        workers = int(loader["num_workers"])
+        item_ns, items = _number(loader["item_avg_ns"]), _number(loader["items_per_batch"])
+        collate_ns = _number(loader["collate_avg_ns"])
+        cpu_share = _number(loader.get("fetch_cpu_share", math.nan))
+        metrics.update({"dataset": loader["dataset"], "num_workers": workers, "item_ns": item_ns,
+                        "collate_ns": collate_ns})
+        if workers == 0 and not math.isnan(item_ns):
+            source = {"in-memory tensors": f"in-memory tensors ({key})", "iterable": f"an iterable dataset ({key})"}
+            message += (f" Its batches come from {source.get(loader['kind'], f'a map-style dataset ({key})')}, made "
+                        f"in the main process one item at a time: {ms(item_ns)} per item, {items:.0f} items and "
+                        f"{ms(collate_ns)} of collation per batch.")
+            evidence += [row_evidence("dataloaders", loaders, key, "item_avg_ns"),
+                         row_evidence("dataloaders", loaders, key, "collate_avg_ns")]
+            if not math.isnan(cpu_share) and cpu_share < 0.5:
+                waiting = _number(loader.get("fetch_runnable_share", math.nan))
+                if not math.isnan(waiting) and waiting > 0.1:
+                    message += (f" {pct(cpu_share)} of making a batch ran on a CPU and {pct(waiting)} waited for one "
+                                "(other processes held the cores): CPU work, slowed by the machine being busy.")
+                else:
+                    message += f" Only {pct(cpu_share)} of making a batch is CPU work: the rest is waiting."
+                evidence.append(row_evidence("dataloaders", loaders, key, "fetch_cpu_share"))
+        if hotspot:
+            message += f" {hotspot[0].upper()}{hotspot[1:]}." if not hotspot[0].isdigit() else f" {hotspot}."
+            evidence.append(row_evidence("dataloaders", loaders, key, "top_function"))
+            function, _, file = str(loader["top_function"]).rstrip(")").partition(" (")
+            busiest = str(loader.get("top_lines") or "").split(",")[0].strip()
+            if file and busiest.isdigit():
+                evidence.append(Evidence(kind="source_line", file=file, line=int(busiest), function=function,
+                                         name=function, note="the busiest line of loading's busiest function"))
+        contention = ctx.threshold("contention")
+        if v.advice == "batched indexing":
+            advice = ("Index the data a whole batch at a time instead of item by item: give the Dataset a "
+                      "__getitems__(indices) that returns the batch (X[indices], y[indices]) and pass "
+                      "collate_fn=lambda batch: batch, or iterate a BatchSampler yourself: for idx in "
+                      "BatchSampler(RandomSampler(data), batch_size, drop_last=False): xb, yb = X[idx], y[idx]. "
+                      "Worker processes would not help: each item is cheap, and passing every batch between "
+                      "processes would cost more than making it.")
+        elif v.advice.startswith("num_workers="):
+            n = v.workers
+            advice = (f"Make batches in worker processes so loading overlaps the model: DataLoader(num_workers={n}, "
+                      "persistent_workers=True, prefetch_factor=2, pin_memory=True on a GPU); "
+                      f"{_spare(m)}.{_threads_advice(v, m, metrics, contention)} Then cut the per-item work"
+                      + (f": {hotspot}." if hotspot else " in __getitem__ (decode once, cache, vectorise)."))
+        elif v.advice == "cheaper per-item work":
+            advice = (f"Worker processes would compete with training for CPU: the job may use {m.usable_cores:.1f} "
+                      f"cores. Make the per-item work cheaper instead"
+                      + (f": {hotspot} (cache its results, precompute them once before training, or vectorise it)."
+                         if hotspot else " (cache, precompute once before training, vectorise)."))
+        else:
+            busy = v.metrics.get("workers_busy", math.nan)
+            what = (f"raise num_workers from {workers} to {v.workers} ({_spare(m)})" if v.workers > workers
+                    else "make the per-item work cheaper (no CPU core is left for more workers)")
+            threads = _threads_advice(v, m, metrics, contention) if v.workers > workers else ""
+            advice = (f"The {workers} worker process{'es' if workers != 1 else ''} cannot keep up"
+                      + (f" (busy {pct(busy)} of their time)" if not math.isnan(busy) else "")
+                      + f": {what}" + (f"; {hotspot}." if hotspot else ".") + threads
+                      + " Keep persistent_workers=True so workers are not restarted each epoch.")
+            if v.workers > workers:
+                metrics["advice"] = f"num_workers={v.workers}"
+    return Finding(
+        rule=ctx.spec.id,
+        title=ctx.spec.title,
+        severity=severity_by_share(ctx, m.share),
+        confidence=0.9,
+        saving=estimate,
+        message=message,
+        recommendation=advice,
+        evidence=[e for e in evidence if e is not None],
+        metrics=metrics,
+    ).with_fix(v.fix)
+
+
+@register("dataloader-starvation")
+def check(ctx: RuleContext) -> list[Finding]:
+    m = measure(ctx)
+    if m is None:
+        return []
+    v = decide(ctx, m)
+    if v is None:
+        return []
+    finding = word(ctx, m, v)
+    return [finding] if finding is not None else []

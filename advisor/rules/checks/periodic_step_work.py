@@ -1,0 +1,71 @@
+"""periodic-step-work: every N steps a step runs extra work (a validation pass, a
+checkpoint, logging), and it costs a real share of the run.
+
+Measure: the step model's periodic steps (advisor.step.window.periodic_steps): from every
+step the collector timed, recorded or not, where the run timed enough of them, else from
+the recorded steps; how much longer the slow steps run, how often, and in which phase the
+extra time is (a forward with no backward: validation; outside every phase: a checkpoint,
+logging). Decide: the extra time is at least ``min_share`` of the run. Word: its cost per
+N steps and the fix; the saving is what running the work LESS_OFTEN times less often
+gives (three quarters of its cost spread over the steps), between half (half as often) and
+all of it (off the training loop).
+"""
+
+from __future__ import annotations
+
+from advisor.findings import Finding
+from advisor.rules.checks.common import ms, pct, severity_by_share
+from advisor.rules.registry import RuleContext, register
+from advisor.rules.savings import saving
+
+# The fix runs the periodic work this many times less often (or off the loop): the saving
+# is the share of its cost that leaves.
+LESS_OFTEN = 4
+
+WHAT = {
+    "Forward": "forward passes with no backward: an evaluation or validation pass",
+    "Backward": "extra backward work",
+    "Optimization": "extra optimizer work",
+    "Dataloader": "extra data loading (a second loader, an evaluation set)",
+    "Others": "work outside the model's phases: saving a checkpoint, logging, evaluation code",
+}
+
+
+@register("periodic-step-work")
+def check(ctx: RuleContext) -> list[Finding]:
+    periodic = ctx.model.window.periodic if ctx.model is not None else None
+    if periodic is None or periodic.share_of_run < ctx.threshold("min_share"):
+        return []
+    per_step = periodic.extra_ns / periodic.every
+    kept = 1 / LESS_OFTEN
+    what = WHAT.get(periodic.phase, f"extra work in {periodic.phase}")
+    shown = ", ".join(f"#{n}" for n in periodic.steps[:6]) + ("..." if len(periodic.steps) > 6 else "")
+    message = (f"Every {periodic.every} steps a step runs {ms(periodic.extra_ns)} longer than the steady "
+               f"{ms(periodic.steady_ns)} (steps {shown}, over {periodic.timed} {periodic.source}): {what}. "
+               f"That is {ms(per_step)} per step spread over the run, {pct(periodic.share_of_run)} of its time.")
+    if periodic.phase == "Forward":
+        advice = (f"Validate less often (every {periodic.every * LESS_OFTEN} steps rather than {periodic.every}), on a subset "
+                  "of the validation set, under torch.no_grad() / torch.inference_mode() with a larger batch, or in "
+                  "a separate process on a copy of the weights.")
+    else:
+        advice = ("Take the periodic work off the training loop: save checkpoints asynchronously "
+                  "(torch.distributed.checkpoint.async_save, or copy the state to CPU and write it in a thread), "
+                  f"every {periodic.every * LESS_OFTEN} steps rather than {periodic.every}, and log without reading values back every time.")
+    return [Finding(
+        rule=ctx.spec.id,
+        title=ctx.spec.title,
+        severity=severity_by_share(ctx, periodic.share_of_run),
+        confidence=0.7,
+        saving=saving(ctx, per_step * (1 - kept),
+                      f"the periodic steps' extra time spread over every {periodic.every} steps, "
+                      f"{LESS_OFTEN} times less often (all of it off the training loop, half of it half as often)",
+                      low_ns=per_step / 2, high_ns=per_step,
+                      remains=f"The steady steps' own work, and 1/{LESS_OFTEN} of the periodic work's cost: "
+                              f"{ms(per_step * kept)} a step."),
+        message=message,
+        recommendation=advice,
+        evidence=[],
+        metrics={"every": periodic.every, "extra_ns": periodic.extra_ns, "steady_ns": periodic.steady_ns,
+                 "share_of_run": periodic.share_of_run, "phase": periodic.phase, "steps": list(periodic.steps),
+                 "source": periodic.source},
+    )]

@@ -1,0 +1,511 @@
+"""The dependency graph of the steady steps, and its replay.
+
+A step's time is set by what waits on what. The graph holds, over the steady window:
+
+- **host nodes**: the loop's process on the host as one timeline (the main thread, and
+  the autograd thread while backward runs there), cut into segments where its state
+  changes (the partition's causes: data loading, a blocking wait, a launch call, host work
+  in or outside the model, nothing recorded) and at every launch and wait; each segment
+  follows the one before it;
+- **GPU nodes**: every kernel, copy and set the window's host launched (and work already
+  queued when it began), each after its launch (plus the launch latency), after the
+  node before it on its stream, and after the node on another stream it was seen to wait
+  for (a node that starts later than its launch and stream allow, right as another
+  stream's node ends, waited for that one);
+- **waits**: a blocking call's last segment ends only once the GPU work it waits on has
+  (a synchronize: all work launched before it; a copy or ``.item()``: its own copy).
+
+``StepGraph.replay(change)`` runs the graph forward with some nodes' durations changed
+(advisor.step.whatif) and returns the new window length: Daydream's what-if (USENIX ATC
+2020). The unchanged graph replays the measured window; a node that started later than its
+dependencies explain keeps that delay. The graph is a networkx DiGraph (``digraph``), and
+``critical_path`` walks back from the last node along the dependency that set each start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+
+from advisor.session import GPU_KINDS, one_of
+from advisor.session import intervals as iv
+from advisor.step.facts import Facts
+from advisor.step.idle import Partition, _host_recorded, launch_calls, model_ranges
+from advisor.step.waits import blocking_calls
+
+__all__ = ["HOST_STATES", "LAUNCH_LATENCY_CAP_NS", "StepGraph"]
+
+# The host's states, first that covers a moment wins (as the idle partition's causes).
+HOST_STATES = ("wait", "loading", "comm", "launch", "model", "outside", "unrecorded")
+# A kernel reaches the GPU at most this long after its launch returns when nothing holds
+# it; a longer delay is a dependency (its stream, another stream, something unseen).
+LAUNCH_LATENCY_CAP_NS = 20_000
+# A node that starts within this long of another stream's node's end, later than its own
+# stream and launch allow, waited for that node.
+CROSS_STREAM_SLACK_NS = 10_000
+# What ending a wait costs the host after the awaited work ends (wake-up), at least.
+WAKE_NS = 1_000
+
+HOST, GPU = 0, 1
+
+
+@dataclass
+class StepGraph:
+    """The graph as flat arrays (node i), plus its networkx form on demand."""
+
+    lo: int  # the window's start: the replay's time zero
+    hi: int
+    steps: int
+    kind: np.ndarray  # HOST or GPU
+    start: np.ndarray  # measured start, ns
+    end: np.ndarray  # measured end, ns
+    state: np.ndarray  # host nodes: index into HOST_STATES; GPU nodes: -1
+    row: np.ndarray  # the event row behind the node (GPU: its event; host: the launch or wait call), -1 if none
+    stream: np.ndarray  # GPU nodes: (device, stream) key; host: -1
+    host_prev: np.ndarray  # host nodes: the previous host node (-1: the first)
+    launch_src: np.ndarray  # GPU nodes: the host node it waits on to be launched (-1: none)
+    latency: np.ndarray  # GPU nodes: the launch latency to keep
+    stream_prev: np.ndarray  # GPU nodes: the node before it on its stream (-1: none)
+    cross_prev: np.ndarray  # GPU nodes: the node on another stream it waited for (-1: none)
+    extra_delay: np.ndarray  # GPU nodes: the start delay no dependency explains
+    fixed_start: np.ndarray  # GPU nodes never launched in the profile: start as measured (-1: free)
+    ready_before: np.ndarray  # GPU nodes launched before the window: when they were ready (0: not so)
+    awaits: list[np.ndarray] = field(default_factory=list)  # host nodes: GPU nodes a wait ends after
+    base: np.ndarray = field(default_factory=lambda: np.zeros(0))  # host wait nodes: time after the awaited end
+    wait_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # host wait nodes: the call
+    node_step: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each node's step (0-based)
+    order: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # a topological order
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    @property
+    def duration(self) -> np.ndarray:
+        return self.end - self.start
+
+    # -- building ------------------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, f: Facts, part: Partition) -> StepGraph:
+        lo, hi = f.window
+        ev = f.events
+        cuts, states, seg_rows = _host_segments(f, lo, hi)
+        n_host = len(states)
+        gpu = _gpu_nodes(f, lo, hi)
+        n = n_host + len(gpu)
+        kind = np.concatenate([np.full(n_host, HOST), np.full(len(gpu), GPU)]).astype(np.int8)
+        start = np.concatenate([cuts[:-1], gpu["start_ns"].to_numpy()]).astype(np.int64)
+        end = np.concatenate([cuts[1:], gpu["end_ns"].to_numpy()]).astype(np.int64)
+        state = np.concatenate([states, np.full(len(gpu), -1)]).astype(np.int8)
+        row = np.concatenate([seg_rows, gpu["id"].to_numpy()]).astype(np.int64)
+        stream_key = np.concatenate([np.full(n_host, -1), gpu["device"].to_numpy() * 1_000_003
+                                     + gpu["stream"].to_numpy()]).astype(np.int64)
+        host_prev = np.full(n, -1, dtype=np.int64)
+        host_prev[1:n_host] = np.arange(n_host - 1)
+
+        # Launch: the host node holding the end of the launch call (for a blocking call,
+        # one that runs its copy itself, the node before the call: the copy starts in it).
+        launch_src = np.full(n, -1, dtype=np.int64)
+        latency = np.zeros(n, dtype=np.int64)
+        fixed_start = np.full(n, -1, dtype=np.int64)
+        g_launch = gpu["launch"].to_numpy()
+        known = g_launch >= 0
+        call_start = np.where(known, ev["start_ns"].to_numpy()[np.maximum(g_launch, 0)], 0)
+        call_end = np.where(known, ev["end_ns"].to_numpy()[np.maximum(g_launch, 0)], 0)
+        # Work that started before its call returned ran under a call that blocks (a
+        # synchronous or pageable copy): it was ready when the call began.
+        by_blocking = known & (gpu["start_ns"].to_numpy() < call_end)
+        at = np.where(by_blocking, call_start, call_end)
+        inside = known & (at > lo) & (at <= hi)
+        host_node = np.clip(np.searchsorted(cuts, at, side="left") - 1, 0, max(n_host - 1, 0))
+        g_idx = np.arange(n_host, n)
+        ok = inside & (host_node >= 0) & (n_host > 0)
+        launch_src[g_idx[ok]] = host_node[ok]
+        ready = np.where(by_blocking, call_start, call_end)
+        latency[g_idx[known]] = np.clip(gpu["start_ns"].to_numpy()[known] - ready[known], 0, LAUNCH_LATENCY_CAP_NS)
+        # Launched before the window: ready then, whatever the window's host does. Never
+        # launched in the profile: it starts where it started.
+        before = known & ~ok
+        fixed_start[g_idx[before]] = -2
+        ready_before = np.full(n, 0, dtype=np.int64)
+        ready_before[g_idx[before]] = ready[before] + latency[g_idx[before]]
+        fixed_start[g_idx[~known]] = gpu["start_ns"].to_numpy()[~known]
+
+        # Streams, and what a node waited for on another stream.
+        stream_prev = np.full(n, -1, dtype=np.int64)
+        cross_prev = np.full(n, -1, dtype=np.int64)
+        extra = np.zeros(n, dtype=np.int64)
+        g_start, g_end = start[n_host:], end[n_host:]
+        order = np.lexsort((g_start, stream_key[n_host:]))
+        same = stream_key[n_host:][order][1:] == stream_key[n_host:][order][:-1]
+        stream_prev[n_host + order[1:][same]] = n_host + order[:-1][same]
+        ready_at = np.where(known, ready + latency[n_host:], np.iinfo(np.int64).min)
+        prev_end = np.where(stream_prev[n_host:] >= 0, end[np.maximum(stream_prev[n_host:], 0)], np.iinfo(np.int64).min)
+        explained = np.maximum(ready_at, prev_end)
+        late = (fixed_start[n_host:] < 0) & (g_start - explained > CROSS_STREAM_SLACK_NS // 2)
+        fixed_start[g_idx[before]] = -1
+        by_end = np.argsort(g_end, kind="stable")
+        ends_sorted = g_end[by_end]
+        for i in np.flatnonzero(late):
+            # The latest-ending node on another stream that ended at most the slack before.
+            j = np.searchsorted(ends_sorted, g_start[i], side="right") - 1
+            while j >= 0 and ends_sorted[j] >= g_start[i] - CROSS_STREAM_SLACK_NS:
+                other = by_end[j]
+                if stream_key[n_host + other] != stream_key[n_host + i]:
+                    cross_prev[n_host + i] = n_host + other
+                    break
+                j -= 1
+        explained = np.maximum(explained, np.where(cross_prev[n_host:] >= 0, end[np.maximum(cross_prev[n_host:], 0)],
+                                                   np.iinfo(np.int64).min))
+        free = fixed_start[n_host:] < 0
+        extra[n_host:][free] = np.maximum(g_start[free] - explained[free], 0)
+
+        # Waits: the last segment of each blocking call ends after the GPU work it waits on.
+        awaits: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * n
+        base = np.zeros(n, dtype=np.int64)
+        wait_rows = np.full(n, -1, dtype=np.int64)
+        calls = blocking_calls(f)
+        if len(calls) and n_host and len(gpu):
+            gpu_ids = gpu["id"].to_numpy()
+            node_of = pd.Series(np.arange(n_host, n), index=gpu_ids)
+            own = pd.Series(g_idx[known], index=g_launch[known])
+            # When each node was launched: work whose launch the profile lacks was launched
+            # before it began.
+            launched_at = np.where(known, call_end, np.iinfo(np.int64).min)
+            launched_before = np.sort(launched_at)
+            by_launch = np.argsort(launched_at, kind="stable")
+            for c_row, c_start, c_end in zip(calls["row"].to_numpy(), calls["start_ns"].to_numpy(),
+                                             calls["end_ns"].to_numpy()):
+                if c_end <= lo or c_end > hi:
+                    continue
+                last = int(np.searchsorted(cuts, c_end, side="left")) - 1
+                if last < 0 or last >= n_host:
+                    continue
+                # What it waited for ended before it returned.
+                mine = _launched_within(ev, c_row, own)
+                mine = mine[end[mine] <= c_end + WAKE_NS] if len(mine) else mine
+                if not len(mine):
+                    # A synchronize: the work launched before it, the latest-ending of it
+                    # that ended before the call returned.
+                    k = int(np.searchsorted(launched_before, c_start, side="right"))
+                    before = n_host + by_launch[:k]
+                    before = before[end[before] <= c_end + WAKE_NS]
+                    if not len(before):
+                        continue
+                    mine = before[[int(np.argmax(end[before]))]]
+                awaited_end = int(end[mine].max())
+                awaits[last] = np.union1d(awaits[last], mine)
+                wait_rows[last] = c_row
+                base[last] = max(int(end[last]) - max(int(start[last]), awaited_end), 0)
+            del node_of
+        node_step = _node_steps(f, kind, start, launch_src)
+        graph = cls(lo=lo, hi=hi, steps=max(part.steps, 1), kind=kind, start=start, end=end, state=state, row=row,
+                    stream=stream_key, host_prev=host_prev, launch_src=launch_src, latency=latency,
+                    stream_prev=stream_prev, cross_prev=cross_prev, extra_delay=extra, fixed_start=fixed_start,
+                    ready_before=ready_before, awaits=awaits, base=base, wait_rows=wait_rows, node_step=node_step)
+        graph.order = graph._topological()
+        return graph
+
+    def _topological(self) -> np.ndarray:
+        """Nodes by measured end (host before GPU on ties): every dependency ends no later
+        than what depends on it, so this order runs each node after its dependencies.
+        Dependencies that point forward in it (clock skew between host and device) are
+        dropped."""
+        order = np.lexsort((self.kind, self.start, self.end))
+        position = np.empty(len(order), dtype=np.int64)
+        position[order] = np.arange(len(order))
+        for deps in (self.launch_src, self.stream_prev, self.cross_prev):
+            bad = (deps >= 0) & (position[np.maximum(deps, 0)] > position)
+            deps[bad] = -1
+        for i, waited in enumerate(self.awaits):
+            if len(waited):
+                self.awaits[i] = waited[position[waited] < position[i]]
+        return order
+
+    # -- replay --------------------------------------------------------------------------------
+
+    def replay(self, host_scale: np.ndarray | None = None, gpu_scale: np.ndarray | None = None,
+               keep_waits: np.ndarray | None = None, free_gpu: bool = False,
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Start and end of every node with durations scaled (``host_scale``,
+        ``gpu_scale``: one factor per node, 1 keeps it) and the waits of the host nodes
+        where ``keep_waits`` is False dropped; with ``free_gpu``, GPU work waits on no other
+        stream and keeps no delay the profile does not explain; and each node's binding
+        dependency."""
+        n = len(self)
+        scale = np.ones(n) if host_scale is None else np.asarray(host_scale, dtype=np.float64)
+        if gpu_scale is not None:
+            scale = scale * np.asarray(gpu_scale, dtype=np.float64)
+        dur = (self.duration * scale).tolist()
+        base = (self.base * scale).tolist()
+        waits = np.ones(n, dtype=bool) if keep_waits is None else keep_waits
+        kind, host_prev = self.kind.tolist(), self.host_prev.tolist()
+        launch_src, latency = self.launch_src.tolist(), self.latency.tolist()
+        stream_prev = self.stream_prev.tolist()
+        cross_prev = (np.full(n, -1, dtype=np.int64) if free_gpu else self.cross_prev).tolist()
+        extra = (np.zeros(n, dtype=np.int64) if free_gpu else self.extra_delay).tolist()
+        # Times relative to the window's start: as floats, nanoseconds since 1970 keep only
+        # 256 ns of resolution.
+        lo = self.lo
+        fixed = np.where(self.fixed_start >= 0, self.fixed_start - lo, -1).tolist()
+        has_ready = (self.ready_before != 0).tolist()
+        ready_before = (self.ready_before - lo).tolist()
+        awaits = self.awaits
+        has_wait = [len(a) > 0 for a in awaits]
+        is_wait = [h and bool(waits[i]) for i, h in enumerate(has_wait)]
+        s = [0.0] * n
+        e = [0.0] * n
+        why = [-1] * n
+        for i in self.order.tolist():
+            if kind[i] == HOST:
+                p = host_prev[i]
+                t = e[p] if p >= 0 else 0.0
+                why[i] = p
+                s[i] = t
+                if is_wait[i]:
+                    a = awaits[i]
+                    ends = [e[j] for j in a.tolist()]
+                    last = max(ends)
+                    if last > t:
+                        why[i] = int(a[ends.index(last)])
+                        t = last
+                    e[i] = t + base[i]
+                elif has_wait[i]:  # a wait dropped: the call's own cost only
+                    e[i] = t + base[i]
+                else:
+                    e[i] = t + dur[i]
+            else:
+                if fixed[i] >= 0:
+                    t, w = float(fixed[i]), -1
+                else:
+                    src = launch_src[i]
+                    t, w = (e[src] + latency[i], src) if src >= 0 else (float(ready_before[i]) if has_ready[i] else 0.0, -1)
+                for dep in (stream_prev[i], cross_prev[i]):
+                    if dep >= 0 and e[dep] > t:
+                        t, w = e[dep], dep
+                t += extra[i]
+                s[i], e[i], why[i] = t, t + dur[i], w
+        return np.asarray(s) + lo, np.asarray(e) + lo, np.asarray(why)
+
+    def span(self, ends: np.ndarray) -> float:
+        """The window's length in a replay: to the end of its last node."""
+        return float(ends.max() - self.lo) if len(ends) else float(self.hi - self.lo)
+
+    def step_time(self, ends: np.ndarray) -> float:
+        """A step's time in a replay, ns: with several steps, the pace at which they complete
+        (a step completes when its host work and the GPU work it launched have ended), from
+        the first step's completion to the last's; so the first step's start and the last
+        one's GPU tail count once, not in every step. With one step, the window to its last
+        node."""
+        if not len(ends):
+            return float(self.hi - self.lo)
+        if self.steps < 2 or not len(self.node_step):
+            return self.span(ends) / max(self.steps, 1)
+        done = np.full(self.steps, -np.inf)
+        np.maximum.at(done, self.node_step, ends)
+        return float(done[-1] - done[0]) / (self.steps - 1)
+
+    @cached_property
+    def baseline(self) -> float:
+        """The unchanged graph's replayed step, ns (the measured one, up to dropped
+        dependencies)."""
+        _, ends, _ = self.replay()
+        return self.step_time(ends)
+
+    def held_ns(self) -> float:
+        """The time GPU work was held past its launch and its stream by other streams and by
+        what the profile does not explain, as measured, summed: the most freeing the GPU's
+        work can take off the window."""
+        gpu = np.flatnonzero((self.kind == GPU) & (self.fixed_start < 0))
+        if not len(gpu):
+            return 0.0
+        src = self.launch_src[gpu]
+        ready = np.where(src >= 0, self.end[np.maximum(src, 0)] + self.latency[gpu],
+                         np.where(self.ready_before[gpu] != 0, self.ready_before[gpu], self.lo))
+        prev = self.stream_prev[gpu]
+        prev_end = np.where(prev >= 0, self.end[np.maximum(prev, 0)], np.iinfo(np.int64).min)
+        return float(np.maximum(self.start[gpu] - np.maximum(ready, prev_end), 0).sum())
+
+    def waited_ns(self, keep: np.ndarray) -> float:
+        """The time the host spent waiting in the waits ``keep`` drops, as measured."""
+        dropped = np.array([len(a) > 0 for a in self.awaits], dtype=bool) & ~keep
+        return float(np.maximum(self.duration[dropped] - self.base[dropped], 0).sum())
+
+    # -- reading it ----------------------------------------------------------------------------
+
+    def host_nodes(self, *states: str) -> np.ndarray:
+        """Mask of the host nodes in the given states."""
+        codes = [HOST_STATES.index(s) for s in states]
+        return (self.kind == HOST) & np.isin(self.state, codes)
+
+    def critical_path(self) -> np.ndarray:
+        """The nodes on the replayed window's critical path, last first: from the node that
+        ends last, back along the dependency that set each one's start."""
+        _, ends, why = self.replay()
+        if not len(ends):
+            return np.zeros(0, dtype=np.int64)
+        path = []
+        i = int(np.argmax(ends))
+        seen = set()
+        while i >= 0 and i not in seen:
+            seen.add(i)
+            path.append(i)
+            i = int(why[i])
+        return np.asarray(path, dtype=np.int64)
+
+    def ready_at(self) -> np.ndarray:
+        """When each GPU node could have started as far as its launch goes, ns (host nodes
+        and work never launched in the profile: their measured start)."""
+        src = self.launch_src
+        return np.where(src >= 0, self.end[np.maximum(src, 0)] + self.latency,
+                        np.where(self.ready_before != 0, self.ready_before, self.start))
+
+    def held_by(self, spans: iv.Intervals, names: np.ndarray) -> pd.DataFrame:
+        """What the work queued through each idle span of ``spans`` waited for (``names``:
+        the event names by row id). The queued work is the GPU node launched before the span
+        that starts first after it; it waited for the node on another stream it followed
+        (and that one, where it was queued too, for what it followed), or, where nothing in
+        the profile explains its delay, for work the profile does not hold. One row per kind
+        of wait: ``waits_on`` (another stream, unseen), ``node`` (the node waited for, -1 if
+        unseen), ``name``, ``stream``, ``launched_late`` (that node was launched by the host
+        only after the span began), ``ns`` (the idle time it held)."""
+        columns = ["waits_on", "node", "name", "stream", "launched_late", "ns"]
+        gpu = np.flatnonzero(self.kind == GPU)
+        if not len(spans) or not len(gpu):
+            return pd.DataFrame(columns=columns)
+        ready = self.ready_at()
+        rows = []
+        for lo, hi in zip(spans.starts, spans.ends):
+            # Queued through the span: ready by its start (a launch's latency aside) and
+            # started after it.
+            queued = gpu[(ready[gpu] <= lo + LAUNCH_LATENCY_CAP_NS) & (self.start[gpu] >= hi)]
+            if not len(queued):
+                continue
+            node = int(queued[np.argmin(self.start[queued])])
+            other, depth = int(self.cross_prev[node]), 0
+            # Follow the chain while what it waited for was queued itself.
+            while other >= 0 and depth < 8 and ready[other] <= lo + LAUNCH_LATENCY_CAP_NS and self.cross_prev[other] >= 0:
+                other, depth = int(self.cross_prev[other]), depth + 1
+            if other >= 0:
+                row = int(self.row[other])
+                rows.append(("another stream", other, str(names[row]) if row >= 0 else "", int(self.stream[other]),
+                             bool(ready[other] > lo), int(hi - lo)))
+            else:
+                rows.append(("unseen", -1, "", int(self.stream[node]), False, int(hi - lo)))
+        frame = pd.DataFrame(rows, columns=columns)
+        return frame.groupby(["waits_on", "name", "stream"], as_index=False, sort=False).agg(
+            node=("node", "first"), launched_late=("launched_late", "max"), ns=("ns", "sum")).sort_values(
+            "ns", ascending=False, kind="stable")
+
+    @cached_property
+    def digraph(self) -> nx.DiGraph:
+        """The graph in networkx form: nodes with kind, state, row and duration; edges
+        host -> host (order), host -> GPU (launch), GPU -> GPU (stream, cross-stream),
+        GPU -> host (wait), each with its ``dependency``."""
+        g = nx.DiGraph()
+        for i in range(len(self)):
+            g.add_node(i, kind="host" if self.kind[i] == HOST else "gpu",
+                       state=HOST_STATES[self.state[i]] if self.state[i] >= 0 else "", row=int(self.row[i]),
+                       duration=int(self.end[i] - self.start[i]))
+        for deps, label in ((self.host_prev, "order"), (self.launch_src, "launch"), (self.stream_prev, "stream"),
+                            (self.cross_prev, "cross-stream")):
+            for i in np.flatnonzero(deps >= 0):
+                g.add_edge(int(deps[i]), int(i), dependency=label)
+        for i, waited in enumerate(self.awaits):
+            for j in waited:
+                g.add_edge(int(j), i, dependency="wait")
+        return g
+
+
+def _node_steps(f: Facts, kind: np.ndarray, start: np.ndarray, launch_src: np.ndarray) -> np.ndarray:
+    """Each node's step, as a position among the window's steps: a host node's is the step
+    its start falls in (between steps, the one before); a GPU node's that of the host node
+    that launched it, else the step its start falls in."""
+    steps = f.steps
+    if not len(steps):
+        return np.zeros(len(kind), dtype=np.int64)
+    starts = steps["start_ns"].to_numpy()
+    position = np.clip(np.searchsorted(starts, start, side="right") - 1, 0, len(starts) - 1).astype(np.int64)
+    launched = (kind == GPU) & (launch_src >= 0)
+    position[launched] = position[launch_src[launched]]
+    return position
+
+
+def _launched_within(ev: pd.DataFrame, call_row: int, own: pd.Series) -> np.ndarray:
+    """The GPU nodes a blocking call (or the op that holds it) launched itself: its copy."""
+    hits = own.get(call_row)
+    if hits is not None:
+        return np.atleast_1d(np.asarray(hits, dtype=np.int64))
+    # An operator (.item(), .cpu()): the copies launched by calls inside it.
+    start, end = int(ev["start_ns"].iat[call_row]), int(ev["end_ns"].iat[call_row])
+    keys = own.index.to_numpy()
+    inside = (ev["start_ns"].to_numpy()[keys] >= start) & (ev["end_ns"].to_numpy()[keys] <= end) \
+        & (ev["pid"].to_numpy()[keys] == int(ev["pid"].iat[call_row]))
+    return np.asarray(own.to_numpy()[inside], dtype=np.int64)
+
+
+def _gpu_nodes(f: Facts, lo: int, hi: int) -> pd.DataFrame:
+    """GPU work of the window: launched by a call inside it, or running in it."""
+    ev = f.events
+    gpu = one_of(ev["kind"], GPU_KINDS)
+    launch = ev["launch"].to_numpy()
+    start, end = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
+    launched_in = (launch >= 0) & (end[np.maximum(launch, 0)] > lo) & (start[np.maximum(launch, 0)] < hi)
+    running_in = (end > lo) & (start < hi)
+    rows = np.flatnonzero(gpu & (launched_in | running_in))
+    return ev.iloc[rows][["id", "start_ns", "end_ns", "device", "stream", "launch"]]
+
+
+def _host_segments(f: Facts, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The host timeline of the window cut into segments: the cut points, each segment's
+    state (index into HOST_STATES) and the launch or wait call it ends (-1 if none)."""
+    if hi <= lo:
+        return np.array([lo], dtype=np.int64), np.zeros(0, dtype=np.int8), np.zeros(0, dtype=np.int64)
+    ev = f.events
+    whole = iv.Intervals(np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64))
+    calls = blocking_calls(f)
+    phases = f.phases
+    launches = launch_calls(f)
+    l_start, l_end = ev["start_ns"].to_numpy()[launches], ev["end_ns"].to_numpy()[launches]
+    recorded = _host_recorded(f)
+    model = model_ranges(f)
+    sets = {
+        "wait": iv.as_intervals(calls),
+        "loading": iv.as_intervals(phases[phases["phase_name"].to_numpy() == "Dataloader"]),
+        "comm": iv.as_intervals(f.comm_host),
+        "launch": iv.as_intervals(l_start, l_end),
+        "model": model,
+        "outside": recorded,
+    }
+    remaining = whole
+    owned: list[iv.Intervals] = []
+    for name in HOST_STATES[:-1]:
+        spans = iv.intersect(remaining, iv.union(sets[name]))
+        owned.append(spans)
+        remaining = iv.subtract(remaining, spans)
+    owned.append(remaining)
+    points = [np.array([lo, hi], dtype=np.int64)]
+    points += [np.concatenate([s.starts, s.ends]) for s in owned]
+    points += [l_start, l_end, calls["start_ns"].to_numpy(), calls["end_ns"].to_numpy()]
+    cuts = np.unique(np.clip(np.concatenate(points).astype(np.int64), lo, hi))
+    # A blocking call is one node from where its own copy becomes ready (the start of the
+    # launch call inside it) to its end: the wait. Cuts strictly inside it go.
+    waiting = iv.union((calls["start_ns"].to_numpy() + 1, calls["end_ns"].to_numpy()))
+    if len(waiting):
+        inside = iv.covers(waiting, cuts) & ~np.isin(cuts, l_start)
+        cuts = cuts[~inside]
+    mids = (cuts[:-1] + cuts[1:]) // 2
+    state = np.full(len(mids), len(HOST_STATES) - 1, dtype=np.int8)
+    for code, spans in enumerate(owned):
+        hit = iv.covers(spans, mids) if len(spans) else np.zeros(len(mids), dtype=bool)
+        state[hit & (state == len(HOST_STATES) - 1)] = code
+    rows = np.full(len(mids), -1, dtype=np.int64)
+    ends_at = pd.Series(np.asarray(launches), index=l_end)
+    ends_at = ends_at[~ends_at.index.duplicated()]
+    hit = np.isin(cuts[1:], l_end)
+    rows[hit] = ends_at.reindex(cuts[1:][hit]).to_numpy()
+    return cuts, state, rows

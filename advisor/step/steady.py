@@ -1,0 +1,126 @@
+"""The steady Session: the profile as the later stages judge it, in the window the step
+model chose.
+
+``steady_session(session, window)`` returns a Session whose steps are the steady ones and
+whose window is the steady window (``Session.window()``):
+
+- inferred steps become step rows (category ``advisor-inferred``), with phases inferred per
+  step where the profile has none, and every event gets its step and phase again;
+- steps set apart (start-up) stop being steps: their ranges stay as plain ranges
+  (category ``advisor-set-apart``) and their events belong to no step, so no per-step
+  figure counts them;
+- what was set apart, and why, is said in the session's notes, which every report shows.
+
+The events the window leaves out stay in the frame: the tables clip to the window.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from advisor.session import Session, insert_unrelated, one_of
+from advisor.session.attribute import assign_steps_and_phases, infer_phases, main_thread
+from advisor.step.window import SteadyWindow
+from advisor.units import format_ns
+
+__all__ = ["INFERRED", "SET_APART", "notes_for", "steady_session"]
+
+INFERRED = "advisor-inferred"
+SET_APART = "advisor-set-apart"
+
+
+def steady_session(session: Session, window: SteadyWindow) -> Session:
+    """``session`` as the steady window sees it (see the module docstring)."""
+    events = session.events
+    if window.inferred and len(window.all_steps):
+        events = _with_inferred_steps(events, window)
+    apart = _set_apart_step_numbers(window)
+    if len(apart):
+        events = _without_steps(events, apart)
+    notes = notes_for(window)
+    meta = session.meta
+    if notes:
+        collector = meta.collector
+        meta = meta.model_copy(update={"collector": collector.model_copy(
+            update={"notes": [*collector.notes, *(n for n in notes if n not in collector.notes)]})})
+    steady = Session(meta, events, window=(window.start_ns, window.end_ns))
+    # Derived from the cached session alone, so its tables can be kept in the same entry
+    # (their key holds the metadata, whose notes say what was set apart).
+    steady.cache_entry = session.cache_entry
+    return steady
+
+
+def _set_apart_step_numbers(window: SteadyWindow) -> np.ndarray:
+    """The numbers of the steps found but not steady (start-up steps)."""
+    if not len(window.all_steps):
+        return np.zeros(0, dtype=np.int64)
+    found = window.all_steps["step"].to_numpy(dtype=np.int64)
+    kept = window.steps["step"].to_numpy(dtype=np.int64) if len(window.steps) else np.zeros(0, dtype=np.int64)
+    return np.setdiff1d(found, kept)
+
+
+def _with_inferred_steps(events: pd.DataFrame, window: SteadyWindow) -> pd.DataFrame:
+    """The events with the inferred steps as step rows (and phases inferred per step where
+    the profile has none), every event's step and phase assigned again."""
+    main = main_thread(events)
+    if main is None:
+        return events
+    steps = window.all_steps
+    rows = pd.DataFrame({
+        "name": [f"Step#{int(n)}" for n in steps["step"]], "kind": "step", "category": INFERRED,
+        "start_ns": steps["start_ns"].to_numpy(), "end_ns": steps["end_ns"].to_numpy(),
+        "pid": main[0], "tid": main[1], "step": steps["step"].to_numpy(),
+    })
+    out = insert_unrelated(events, rows)
+    if not one_of(out["kind"], ("phase",)).any():
+        light = out[["kind", "name", "pid", "tid", "start_ns", "end_ns", "step"]]
+        phases = infer_phases(light, main)
+        if len(phases):
+            out = insert_unrelated(out, phases)
+    out = out.copy(deep=False)  # copy-on-write: the reassigned columns are this frame's alone
+    is_step = one_of(out["kind"], ("step",))
+    out["step"] = np.where(is_step, out["step"].to_numpy(), -1)
+    assign_steps_and_phases(out, main)
+    return out
+
+
+def _without_steps(events: pd.DataFrame, numbers: np.ndarray) -> pd.DataFrame:
+    """The events with the given steps no longer steps: their ranges plain ranges, their
+    events in no step and no phase."""
+    out = events.copy(deep=False)  # copy-on-write: the changed columns are this frame's alone
+    step = out["step"].to_numpy()
+    theirs = np.isin(step, numbers)
+    is_step = one_of(out["kind"], ("step",)) & theirs
+    out["kind"] = _set(out["kind"], is_step, "annotation")
+    out["category"] = _set(out["category"], is_step, SET_APART)
+    out["phase"] = _set(out["phase"], theirs & ~one_of(out["kind"], ("phase",)), "")
+    out["step"] = np.where(theirs, -1, step)
+    return out
+
+
+def _set(column: pd.Series, rows: np.ndarray, value: str) -> pd.Series:
+    """A categorical column with ``value`` at ``rows`` (by code: no string per row)."""
+    if value not in column.cat.categories:
+        column = column.cat.add_categories([value])
+    return column.mask(rows, value)
+
+
+def notes_for(window: SteadyWindow) -> list[str]:
+    """The report's lines on what the window is and what it set apart."""
+    notes = []
+    if window.inferred and len(window.steps):
+        notes.append(f"The profile has no step ranges; {len(window.all_steps)} steps were inferred: {window.how}.")
+    if window.source == "work span" and window.steady:
+        notes.append("No steps were found: the window is the stretch of the profile where the work runs, "
+                     f"{format_ns(window.duration_ns)}.")
+    for apart in window.set_apart:
+        notes.append(f"Set apart from the window ({apart.kind}, {format_ns(apart.duration_ns)}): {apart.what}.")
+    if not window.steady:
+        notes.append(f"The profile is not a steady state: {window.not_steady}.")
+    periodic = window.periodic
+    if periodic is not None:
+        notes.append(f"Every {periodic.every} steps a step runs {format_ns(periodic.extra_ns)} longer than the steady "
+                     f"{format_ns(periodic.steady_ns)} (steps {', '.join(f'#{n}' for n in periodic.steps[:6])}"
+                     f"{'...' if len(periodic.steps) > 6 else ''}, over {periodic.timed} {periodic.source}).")
+    return notes

@@ -1,0 +1,160 @@
+"""Fixes as changes to the step graph, replayed: what a fix saves is the replayed step's
+reduction, never more than the time it changes.
+
+A rule describes its fix as a ``Fix``: which nodes of the graph (advisor.step.graph)
+change and how, in the user's terms (a host state, the host's time inside some ranges, some
+GPU events, the host's waits), plus what the graph cannot see (the rest of the host slowed
+by worker processes sharing the CPU; a floor the step cannot go under, such as the time
+the workers need to make a batch). ``what_if(model, fix)`` replays the graph with the fix
+applied and returns the step before and after.
+
+``combine(fixes)`` applies several fixes at once: where two change the same node the
+stronger change holds, so time two findings share is saved once, and the combined estimate
+is never more than the step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from advisor.session import intervals as iv
+from advisor.step.graph import HOST, HOST_STATES, StepGraph
+
+__all__ = ["Fix", "WhatIf", "combine", "what_if"]
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A fix, as a change to the step graph; every factor scales a duration (0 removes it)."""
+
+    what: str = ""
+    host_states: dict[str, float] = field(default_factory=dict)  # host state -> factor
+    host_spans: tuple[tuple[iv.Intervals, float], ...] = ()  # the host's time in these spans -> factor
+    gpu_rows: dict[int, float] = field(default_factory=dict)  # GPU event row id -> factor
+    drop_waits: bool = False  # the host no longer waits on the device (every wait)
+    wait_rows: frozenset[int] = frozenset()  # ... or these blocking calls only
+    free_gpu: bool = False  # GPU work starts as soon as its launch and stream allow: no cross-stream
+    # wait, no delay the profile does not explain
+    rest_factor: float = 1.0  # the host's other work, slowed (>1) or sped up by the fix
+    floor_ns: float = 0.0  # per step: the step cannot get shorter than this after the fix
+    # The graph as the job runs it, before the fix (steps run without the profiler, where
+    # their pace differs from the recorded one); the fix's factors apply on top of it.
+    base: Fix | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not (self.host_states or self.host_spans or self.gpu_rows or self.drop_waits or self.wait_rows
+                    or self.floor_ns or self.free_gpu) and self.rest_factor == 1.0
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """A fix replayed: per step, ns."""
+
+    before_ns: float  # the step as the graph replays it unchanged
+    after_ns: float  # the step with the fix applied
+    changed_ns: float  # the time the fix takes off the nodes it changes (an upper bound of the saving)
+    floor_bound: bool  # the step after sits on the fix's floor, not on the graph
+
+    @property
+    def saved_ns(self) -> float:
+        return max(self.before_ns - self.after_ns, 0.0)
+
+
+def combine(fixes: list[Fix]) -> Fix:
+    """Every fix at once: on a node two fixes change, the stronger change holds; waits
+    dropped by any are dropped; the rest of the host is slowed by the most any slows it;
+    the step's floor is the highest."""
+    states: dict[str, float] = {}
+    gpu: dict[int, float] = {}
+    spans: list[tuple[iv.Intervals, float]] = []
+    waits: set[int] = set()
+    for fix in fixes:
+        for name, factor in fix.host_states.items():
+            states[name] = min(states.get(name, 1.0), factor)
+        for row, factor in fix.gpu_rows.items():
+            gpu[row] = min(gpu.get(row, 1.0), factor)
+        spans.extend(fix.host_spans)
+        waits |= set(fix.wait_rows)
+    return Fix(what="every fix at once", host_states=states, host_spans=tuple(spans), gpu_rows=gpu,
+               drop_waits=any(f.drop_waits for f in fixes), wait_rows=frozenset(waits),
+               free_gpu=any(f.free_gpu for f in fixes),
+               rest_factor=max((f.rest_factor for f in fixes), default=1.0),
+               floor_ns=max((f.floor_ns for f in fixes), default=0.0),
+               base=next((f.base for f in fixes if f.base is not None), None))
+
+
+def scales(graph: StepGraph, fix: Fix) -> tuple[np.ndarray, np.ndarray]:
+    """Each node's duration factor under ``fix``, and which waits hold."""
+    n = len(graph)
+    factor = np.ones(n, dtype=np.float64)
+    host = graph.kind == HOST
+    touched = np.zeros(n, dtype=bool)
+    for name, value in fix.host_states.items():
+        if name in HOST_STATES:
+            mask = graph.host_nodes(name)
+            factor[mask] = np.minimum(factor[mask], value)
+            touched |= mask
+    for spans, value in fix.host_spans:
+        spans = iv.union(spans)
+        if not len(spans):
+            continue
+        # A node partly inside the spans changes in proportion to the part inside.
+        inside = (iv.covered_before(spans, graph.end) - iv.covered_before(spans, graph.start)).astype(np.float64)
+        share = np.where(host & (graph.end > graph.start), inside / np.maximum(graph.end - graph.start, 1), 0.0)
+        partial = 1.0 - (1.0 - value) * share
+        factor = np.minimum(factor, partial)
+        touched |= share > 0
+    if fix.gpu_rows:
+        rows = np.fromiter(fix.gpu_rows.keys(), dtype=np.int64)
+        values = np.fromiter(fix.gpu_rows.values(), dtype=np.float64)
+        position = {int(r): i for i, r in enumerate(graph.row)} if len(rows) else {}
+        for r, v in zip(rows.tolist(), values.tolist()):
+            i = position.get(r)
+            if i is not None and graph.kind[i] != HOST:
+                factor[i] = min(factor[i], v)
+    if fix.rest_factor != 1.0:
+        rest = host & ~touched & ~graph.host_nodes("wait", "unrecorded")
+        factor[rest] *= fix.rest_factor
+    keep = np.ones(n, dtype=bool)
+    if fix.drop_waits:
+        keep[:] = False
+    elif fix.wait_rows:
+        keep = ~np.isin(graph.wait_rows, np.fromiter(fix.wait_rows, dtype=np.int64))
+    return factor, keep
+
+
+def what_if(graph: StepGraph, fix: Fix, *, base: Fix | None = None) -> WhatIf:
+    """The step before and after ``fix`` (see the module docstring). ``base`` changes the
+    graph before the fix too: the step as the job runs it where that differs from the
+    recorded one (steps run without the profiler); the fix's factors then apply on top of
+    the base's."""
+    steps = max(graph.steps, 1)
+    base = base if base is not None else fix.base
+    if base is None or base.empty:
+        before, base_factor, base_keep = graph.baseline, np.ones(len(graph)), np.ones(len(graph), dtype=bool)
+    else:
+        base_factor, base_keep = scales(graph, base)
+        _, ends, _ = graph.replay(base_factor, keep_waits=base_keep)
+        before = graph.step_time(ends)
+    if not len(graph):
+        return WhatIf(before, before, 0.0, False)
+    factor, keep = scales(graph, fix)
+    factor, keep = factor * base_factor, keep & base_keep
+    _, ends, _ = graph.replay(factor, keep_waits=keep, free_gpu=fix.free_gpu)
+    after = graph.step_time(ends)
+    floor_bound = fix.floor_ns > after
+    after = max(after, fix.floor_ns)
+    duration = graph.duration.astype(np.float64) * base_factor
+    shortened = float(np.maximum(duration * (1.0 - factor / np.maximum(base_factor, 1e-12)), 0.0).sum())
+    waited = graph.waited_ns(keep | ~base_keep) + (graph.held_ns() if fix.free_gpu else 0.0)
+    changed = (shortened + waited) / steps
+    # Replaying a graph whose durations only shrink cannot shorten it by more than they
+    # shrank; a floor or a slower rest only adds. Where rounding says otherwise, the
+    # changed time is the bound.
+    if fix.rest_factor <= 1.0 and not fix.floor_ns:
+        after = max(after, before - changed)
+    return WhatIf(before, after, changed if math.isfinite(changed) else 0.0, floor_bound)

@@ -1,0 +1,544 @@
+"""The steady window: which steps a diagnosis judges, where they came from, and what is
+set apart from them.
+
+A profile often holds more than the loop the user wants judged: the CUDA context being
+made and kernel modules loaded, torch.compile compiling, a serving engine capturing its
+graphs, GPU work still running from before the trace began, a first step that pays for all
+of that, a validation pass every N steps. Judged as part of the steady state, each of these
+reads as a problem (launch overhead, a starved GPU, step-to-step variation). So the window
+is chosen first, and everything set apart is named:
+
+- **Steps**: the trace's ProfilerStep ranges (or the steps advisor's hooks marked), else
+  steps inferred from what repeats on the thread that runs the loop: a DataLoader's
+  ``__next__``, an optimizer's ``step``, the top-level module call, a graph replay; else
+  no steps, and the window is the stretch of the profile where the work runs.
+- **Set apart**: start-up (context creation, module loading, a first launch that loads
+  kernels lazily), compilation (Dynamo, Inductor, Triton), graph capture, GPU work in flight
+  from before the trace began, a start-up step (far slower than the steady ones, or holding
+  start-up work), and steps that run extra work periodically.
+- **Steady**: whether any steady work is left. A trace that is all warm-up or capture is
+  not steady: the rules say so instead of judging it.
+
+``find_window`` is a pure function of an attributed Session's events and metadata.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from advisor.session import GPU_KINDS, Session, calls, one_of, text
+from advisor.session import intervals as iv
+from advisor.session.attribute import main_thread, name_matches
+from advisor.units import format_ns
+
+__all__ = [
+    "IN_FLIGHT_MIN_NS",
+    "IN_FLIGHT_SHARE",
+    "Periodic",
+    "SetApart",
+    "SteadyWindow",
+    "find_window",
+    "periodic_steps",
+]
+
+# A first step this many times the median of the others (with at least MIN_STEPS steps)
+# is start-up, whatever it holds; one holding start-up work is from STARTUP_SLOWER.
+STARTUP_FACTOR = 3.0
+STARTUP_SLOWER = 1.5
+MIN_STEPS = 3
+# Steps to infer before inferred steps are believed.
+MIN_INFERRED = 3
+# A context call this long is start-up; so is a launch this long (a launch costs
+# microseconds; one that loads its kernel's module lazily, milliseconds to seconds).
+LONG_START_CALL_NS = 1_000_000
+LONG_LAUNCH_NS = 5_000_000
+# GPU work that starts this long after its launch returned, with nothing else on the GPU
+# before it, was queued behind work the trace does not hold.
+IN_FLIGHT_MIN_NS = 1_000_000
+# ... and, without steps, waits at least this share of the work after it.
+IN_FLIGHT_SHARE = 0.5
+# Where no steps are found: the stretch between set-apart spans that holds at least this
+# share of the work is the steady window; where none does, the profile is not steady.
+STEADY_MIN_SHARE = 0.5
+# Periodic steps: at least this many times the steps around them (the median of the
+# PERIODIC_NEIGHBOURS steps centred on each: a loop whose first steps run slower while it
+# warms up still shows its validation steps against their own neighbours).
+PERIODIC_FACTOR = 1.5
+PERIODIC_MIN_STEPS = 6
+PERIODIC_NEIGHBOURS = 9
+PERIODIC_SHARE = 0.75
+PERIODIC_MIN_HITS = 3
+PERIODIC_CLEAR = 3.0
+
+_LOADER_NEXT = re.compile(r"^enumerate\(DataLoader\).*__next__")
+_OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
+_MODULE_CALL = re.compile(r"^nn\.Module: ")
+
+
+@dataclass(frozen=True)
+class SetApart:
+    """A stretch of the profile judged apart from the steady steps."""
+
+    kind: str  # start-up, compilation, capture, in flight, start-up step, periodic step
+    start_ns: int
+    end_ns: int
+    what: str  # in words, with what shows it
+    events: tuple[int, ...] = ()  # row ids of the events that show it (evidence)
+
+    @property
+    def duration_ns(self) -> int:
+        return max(self.end_ns - self.start_ns, 0)
+
+
+@dataclass(frozen=True)
+class Periodic:
+    """Steps that run extra work every N steps (validation, checkpointing, logging)."""
+
+    every: int  # the period, in steps
+    steps: tuple[int, ...]  # the slow steps' numbers
+    extra_ns: float  # a slow step's time over a steady one's (mean)
+    steady_ns: float  # a steady step (median)
+    share_of_run: float  # the extra time over all the timed steps' time
+    phase: str  # where the extra time is (a phase name, "Others": outside every phase)
+    source: str  # "timed steps" (the collector's clock, recorded or not) or "recorded steps"
+    timed: int  # how many steps the figures cover
+
+
+@dataclass(frozen=True)
+class SteadyWindow:
+    """What ``find_window`` decided: the window, its steps and what it set apart."""
+
+    start_ns: int
+    end_ns: int
+    source: str  # recorded, dataloader, optimizer, module calls, graph replays, work span, empty
+    how: str  # the source in words
+    steps: pd.DataFrame  # the steady steps: step, start_ns, end_ns, name (may be empty)
+    inferred: bool  # the steps were inferred, not recorded
+    set_apart: tuple[SetApart, ...] = ()
+    steady: bool = True
+    not_steady: str = ""  # why not, where not steady
+    periodic: Periodic | None = None
+    all_steps: pd.DataFrame = field(default_factory=pd.DataFrame)  # every step found, steady or not
+
+    @property
+    def duration_ns(self) -> int:
+        return max(self.end_ns - self.start_ns, 0)
+
+    @property
+    def set_apart_ns(self) -> int:
+        return iv.total_length((np.array([s.start_ns for s in self.set_apart], dtype=np.int64),
+                                np.array([s.end_ns for s in self.set_apart], dtype=np.int64)))
+
+
+# -- start-up, compilation and capture ---------------------------------------------------------
+
+
+def startup_spans(ev: pd.DataFrame) -> list[SetApart]:
+    """The host calls and frames that set the device up, compile or capture, each as a
+    SetApart (not merged), in time order."""
+    names = ev["name"]
+    host_call = one_of(ev["kind"], ("runtime", "driver"))
+    frames = one_of(ev["kind"], ("python", "annotation", "op"))
+    start, end = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
+    took = end - start
+    found: list[SetApart] = []
+
+    def add(mask: np.ndarray, kind: str, what: str) -> None:
+        rows = np.flatnonzero(mask)
+        if not len(rows):
+            return
+        # Calls of one kind that follow each other closely make one stretch.
+        spans = iv.union((start[rows], end[rows] + LONG_START_CALL_NS))
+        for lo, hi in zip(spans.starts, spans.ends):
+            inside = rows[(start[rows] >= lo) & (start[rows] < hi)]
+            hi = int(end[inside].max())
+            named = _top_names(names, inside, took)
+            found.append(SetApart(kind, int(lo), hi, f"{what} ({named})", tuple(int(r) for r in inside[:20])))
+
+    context = host_call & name_matches(names, calls.CONTEXT_CALLS) & (took >= LONG_START_CALL_NS)
+    modules = host_call & name_matches(names, calls.MODULE_CALLS)
+    capture = host_call & name_matches(names, calls.CAPTURE_CALLS)
+    first_launches = host_call & name_matches(names, calls.LAUNCH_CALLS) & (took >= LONG_LAUNCH_NS) \
+        & ~name_matches(names, calls.GRAPH_LAUNCH)
+    add(context | modules | first_launches, "start-up", "the device being set up: context creation and kernel "
+        "modules loaded on first use")
+    add(capture | (frames & name_matches(names, calls.CAPTURE_FRAMES)), "capture",
+        "graph capture and instantiation: work recorded into graphs, not run")
+    add(frames & name_matches(names, calls.COMPILE_FRAMES), "compilation", "compilation (torch.compile, Triton)")
+    found.sort(key=lambda s: s.start_ns)
+    return found
+
+
+def _top_names(names: pd.Series, rows: np.ndarray, took: np.ndarray, limit: int = 3) -> str:
+    """The names holding most time among ``rows``, with their time: "cudaFree 8.0 s, ..."."""
+    labels = text(names.iloc[rows])
+    totals: dict[str, int] = {}
+    for label, ns in zip(labels, took[rows]):
+        short = label.split("(")[0] if label.startswith("/") else label
+        totals[short] = totals.get(short, 0) + int(ns)
+    top = sorted(totals.items(), key=lambda kv: -kv[1])[:limit]
+    return ", ".join(f"{name} {format_ns(ns)}" for name, ns in top)
+
+
+# -- steps --------------------------------------------------------------------------------------
+
+
+def _recorded_steps(ev: pd.DataFrame) -> pd.DataFrame:
+    steps = ev[one_of(ev["kind"], ("step",))]
+    out = steps[["step", "start_ns", "end_ns", "name"]].sort_values("start_ns", kind="stable")
+    out = out.assign(name=text(out["name"])) if len(out) else out.assign(name=np.zeros(0, dtype=object))
+    return out.reset_index(drop=True)
+
+
+def _steps_from_starts(starts: np.ndarray, ends: np.ndarray | None = None) -> pd.DataFrame:
+    """Steps that run from one start to the next; the last ends at ``ends[-1]`` where given
+    (else it is dropped: where it ends is not known)."""
+    starts = np.sort(np.asarray(starts, dtype=np.int64))
+    lo, hi = starts[:-1], starts[1:]
+    if ends is not None and len(starts):
+        lo, hi = starts, np.append(starts[1:], max(int(ends[-1]), int(starts[-1]) + 1))
+    return pd.DataFrame({"step": np.arange(len(lo), dtype=np.int64), "start_ns": lo, "end_ns": hi})
+
+
+def infer_steps(ev: pd.DataFrame, main: tuple[int, int] | None) -> tuple[pd.DataFrame, str, str] | None:
+    """Steps from what repeats on the loop's thread, with their source and how it was
+    found; None where nothing repeats often enough."""
+    if main is None:
+        return None
+    pid, tid = main
+    on_main = (ev["pid"].to_numpy() == pid) & (ev["tid"].to_numpy() == tid)
+    start, end = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
+    ranges = on_main & one_of(ev["kind"], ("annotation", "op", "python"))
+
+    loader = np.flatnonzero(ranges & name_matches(ev["name"], _LOADER_NEXT))
+    loader = _outermost(loader, start, end)
+    optimizer = np.flatnonzero(ranges & name_matches(ev["name"], _OPTIMIZER_STEP))
+    optimizer = _outermost(optimizer, start, end)
+    if len(loader) >= MIN_INFERRED:
+        # A step runs from one batch's read to the next; the last one ends with its
+        # optimizer step where there is one after its read.
+        after = optimizer[start[optimizer] > start[loader[-1]]] if len(optimizer) else optimizer
+        steps = _steps_from_starts(start[loader], end[after] if len(after) else None)
+        name = text(ev["name"].iloc[loader[:1]])[0]
+        return steps, "dataloader", f"each read of the data loader ({name}) starts a step"
+    if len(optimizer) >= MIN_INFERRED:
+        ends = end[optimizer]
+        steps = pd.DataFrame({"step": np.arange(len(ends) - 1, dtype=np.int64), "start_ns": ends[:-1],
+                              "end_ns": ends[1:]})
+        return steps, "optimizer", "each optimizer step ends a step"
+    modules = np.flatnonzero(ranges & name_matches(ev["name"], _MODULE_CALL))
+    modules = _outermost(modules, start, end)
+    if len(modules) >= MIN_INFERRED:
+        labels = text(ev["name"].iloc[modules])
+        values, counts = np.unique(labels, return_counts=True)
+        top = values[np.argmax(counts)]
+        calls_of_top = modules[labels == top]
+        if len(calls_of_top) >= MIN_INFERRED:
+            steps = _steps_from_starts(start[calls_of_top], end[calls_of_top])
+            return steps, "module calls", f"each top-level call of {top.removeprefix('nn.Module: ')} starts a step"
+    graphs = np.flatnonzero(on_main & one_of(ev["kind"], ("runtime", "driver")) & name_matches(ev["name"],
+                                                                                            calls.GRAPH_LAUNCH))
+    if len(graphs) >= MIN_INFERRED:
+        steps = _steps_from_starts(start[graphs], end[graphs])
+        return steps, "graph replays", "each graph launch starts a step"
+    return None
+
+
+def _outermost(rows: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The rows (in start order) not inside an earlier one of them."""
+    if not len(rows):
+        return rows
+    rows = rows[np.argsort(start[rows], kind="stable")]
+    reach = np.maximum.accumulate(end[rows])
+    inside = np.zeros(len(rows), dtype=bool)
+    inside[1:] = start[rows][1:] < reach[:-1]
+    return rows[~inside]
+
+
+# -- the window ---------------------------------------------------------------------------------
+
+
+def _work(ev: pd.DataFrame) -> tuple[iv.Intervals, bool]:
+    """When the work ran: the GPU's busy time where the GPU was measured, else the host's
+    operators; and whether it is the GPU's."""
+    start, end = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
+    gpu = one_of(ev["kind"], GPU_KINDS)
+    if gpu.any():
+        return iv.union((start[gpu], end[gpu])), True
+    ops = one_of(ev["kind"], ("op",))
+    return iv.union((start[ops], end[ops])), False
+
+
+def _span(ev: pd.DataFrame) -> tuple[int, int]:
+    """First to last event, host samples and stacks left out where there is anything else."""
+    if not len(ev):
+        return 0, 0
+    measured = ~one_of(ev["kind"], ("sample", "stack"))
+    start, end = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
+    if measured.any():
+        start, end = start[measured], end[measured]
+    return int(start.min()), int(end.max())
+
+
+def _in_flight(ev: pd.DataFrame, lo: int, hi: int) -> tuple[SetApart, int] | None:
+    """GPU work queued at the window's start behind work the trace does not hold: GPU work
+    with a known launch in [lo, hi) that started long after its launch call began, with the
+    GPU running next to nothing before it. The time up to its start is in flight: the
+    device was busy with, or waiting behind, what the trace does not show. (From the call's
+    start, not its return: a blocking copy returns only once its copy ran.) Returns the
+    span and how long the work waited."""
+    gpu = one_of(ev["kind"], GPU_KINDS)
+    start, end = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
+    launch = ev["launch"].to_numpy()
+    rows = np.flatnonzero(gpu & (start >= lo) & (start < hi))
+    if not len(rows):
+        return None
+    rows = rows[np.argsort(start[rows], kind="stable")]
+    known = rows[launch[rows] >= 0]
+    waited = start[known] - np.maximum(start[launch[known]], lo)
+    late = known[waited >= IN_FLIGHT_MIN_NS]
+    if not len(late):
+        return None
+    first = late[0]
+    wait = int(start[first]) - max(int(start[launch[first]]), lo)
+    before = rows[start[rows] < start[first]]
+    # Work the GPU ran before it must be a small part of the wait: else the device was
+    # busy with the trace's own work, which is no artifact.
+    if len(before) and iv.total_length((start[before], end[before])) > 0.05 * (int(start[first]) - lo):
+        return None
+    what = (f"GPU work launched before the trace began: work the trace launches waits {format_ns(wait)} to start, "
+            "the GPU showing next to nothing else meanwhile")
+    blocked = _blocking_during(ev, lo, int(start[first]))
+    if blocked:
+        what += f"; the host waits in {blocked}"
+    return SetApart("in flight", lo, int(start[first]), what, (int(first), int(launch[first]))), wait
+
+
+def _blocking_during(ev: pd.DataFrame, lo: int, hi: int) -> str:
+    """The longest blocking call the host made in [lo, hi), in words ("" if none)."""
+    host = one_of(ev["kind"], ("runtime", "driver"))
+    blocking = np.zeros(len(ev), dtype=bool)
+    for pattern in calls.BLOCKING_CALLS:
+        blocking |= name_matches(ev["name"], pattern)
+    start, end = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
+    rows = np.flatnonzero(host & blocking & (start < hi) & (end > lo))
+    if not len(rows):
+        return ""
+    longest = rows[np.argmax(end[rows] - start[rows])]
+    return f"{text(ev['name'].iloc[[longest]])[0]} for {format_ns(int(end[longest] - start[longest]))}"
+
+
+def _stretches(lo: int, hi: int, apart: list[SetApart]) -> iv.Intervals:
+    """[lo, hi) less the set-apart spans."""
+    if not apart:
+        return iv.Intervals(np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64))
+    taken = iv.union((np.array([s.start_ns for s in apart]), np.array([s.end_ns for s in apart])))
+    return iv.subtract(([lo], [hi]), taken)
+
+
+def _startup_steps(steps: pd.DataFrame, apart: list[SetApart]) -> tuple[pd.DataFrame, list[SetApart]]:
+    """Steps that are start-up rather than steady: leading steps far slower than the median
+    of the rest (the first of at least MIN_STEPS, STARTUP_FACTOR times it), or slower than
+    STARTUP_SLOWER times it and holding start-up, compilation or capture; and any step that
+    is mostly start-up, compilation or capture. Returns the steps left and those set apart."""
+    took = (steps["end_ns"] - steps["start_ns"]).to_numpy(dtype=np.float64)
+    spans = iv.union((np.array([s.start_ns for s in apart], dtype=np.int64),
+                      np.array([s.end_ns for s in apart], dtype=np.int64)))
+    held = np.array([iv.intersection_length(spans, ([a], [b]))
+                     for a, b in zip(steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy())], dtype=np.float64)
+    out: list[SetApart] = []
+    keep = np.ones(len(steps), dtype=bool)
+    first = 0
+    while first < len(steps) - 1:
+        rest = took[first + 1:]
+        steady = float(np.median(rest)) if len(rest) else 0.0
+        slow_alone = len(steps) - first >= MIN_STEPS and steady > 0 and took[first] >= STARTUP_FACTOR * steady
+        slow_with_startup = (steady > 0 and took[first] >= STARTUP_SLOWER * steady
+                             and held[first] > 0.1 * (took[first] - steady))
+        if not (slow_alone or slow_with_startup):
+            break
+        why = (f"it took {format_ns(took[first])}, {took[first] / steady:.1f} times the median of the steps after it"
+               + (f", {format_ns(held[first])} of it start-up, compilation or capture" if held[first] else
+                  " (start-up: initialisation, autotuning, compilation, state made on first use)"))
+        out.append(_step_apart(steps, first, why))
+        keep[first] = False
+        first += 1
+    for i in np.flatnonzero(keep & (held >= 0.5 * np.maximum(took, 1))):
+        out.append(_step_apart(steps, int(i), f"{format_ns(held[i])} of its {format_ns(took[i])} is start-up, "
+                                              "compilation or graph capture"))
+        keep[i] = False
+    return steps[keep].reset_index(drop=True), out
+
+
+def _step_apart(steps: pd.DataFrame, i: int, why: str) -> SetApart:
+    return SetApart("start-up step", int(steps["start_ns"].iat[i]), int(steps["end_ns"].iat[i]),
+                    f"step #{int(steps['step'].iat[i])}: {why}")
+
+
+def periodic_steps(numbers: np.ndarray, durations: np.ndarray, phases: list[dict[str, int]] | None = None,
+                   *, source: str) -> Periodic | None:
+    """Steps that take far longer than the steps around them every N steps. The period is
+    the commonest gap between slow steps and its phase the commonest remainder, so a slow
+    step of another kind (start-up, the step after a validation paying for its own
+    warm-up) does not hide the pattern; at least PERIODIC_SHARE of the steps on that
+    period must be slow, and PERIODIC_MIN_HITS of them (two where each is PERIODIC_CLEAR
+    times its neighbours: a long run validating twice)."""
+    numbers = np.asarray(numbers, dtype=np.int64)
+    took = np.asarray(durations, dtype=np.float64)
+    if len(took) < PERIODIC_MIN_STEPS or float(np.median(took)) <= 0:
+        return None
+    around = pd.Series(took).rolling(PERIODIC_NEIGHBOURS, center=True, min_periods=1).median().to_numpy()
+    slow = took >= PERIODIC_FACTOR * around
+    if slow.sum() < 2 or slow.sum() > len(took) // 2:
+        return None
+    gaps = np.diff(numbers[slow])
+    gaps = gaps[gaps >= 2]
+    if not len(gaps):
+        return None
+    values, counts = np.unique(gaps, return_counts=True)
+    every = int(values[np.argmax(counts)])
+    residues, counts = np.unique(numbers[slow] % every, return_counts=True)
+    on_period = numbers % every == int(residues[np.argmax(counts)])
+    periodic = on_period & slow
+    hits = int(periodic.sum())
+    clear = bool(np.all(took[periodic] >= PERIODIC_CLEAR * around[periodic]))
+    if hits < PERIODIC_SHARE * on_period.sum() or hits < (2 if clear else PERIODIC_MIN_HITS):
+        return None
+    extra = float((took[periodic] - around[periodic]).mean())
+    steady = float(np.median(took[~slow]))
+    phase = "Others"
+    if phases:
+        steady_rows = [phases[i] for i in np.flatnonzero(~slow)]
+        slow_rows = [phases[i] for i in np.flatnonzero(periodic)]
+        excess = {}
+        for name in {k for row in slow_rows for k in row}:
+            excess[name] = float(np.mean([r.get(name, 0) for r in slow_rows])) - \
+                float(np.median([r.get(name, 0) for r in steady_rows]))
+        # What no phase covers is Others: the slow step's time not in its phases.
+        covered = float(np.mean([sum(r.values()) for r in slow_rows])) - \
+            float(np.median([sum(r.values()) for r in steady_rows]))
+        excess["Others"] = extra - covered
+        phase = max(excess, key=excess.__getitem__)
+    total = float(took.sum())
+    return Periodic(every=every, steps=tuple(int(n) for n in numbers[periodic]), extra_ns=extra, steady_ns=steady,
+                    share_of_run=float(extra * periodic.sum() / total) if total else 0.0, phase=phase, source=source,
+                    timed=len(took))
+
+
+def find_window(session: Session) -> SteadyWindow:
+    """The steady window of ``session`` (see the module docstring)."""
+    ev = session.events
+    lo, hi = _span(ev)
+    if not len(ev) or hi <= lo:
+        # Nothing to judge, and nothing set apart: the rules find nothing on their own.
+        return SteadyWindow(lo, hi, "empty", "the profile holds no events", _recorded_steps(ev), False)
+    apart = startup_spans(ev)
+    main = main_thread(ev)
+    steps = _recorded_steps(ev)
+    source, how, inferred = "recorded", "the profile's own step ranges (ProfilerStep#N)", False
+    if len(steps) and session.meta.collector.name != "kineto-import":
+        how = "the steps advisor's hooks marked"
+    if not len(steps):
+        found = infer_steps(ev, main)
+        if found is not None:
+            steps, source, how = found
+            inferred = True
+    periodic = _periodic(session, steps)
+    if len(steps):
+        all_steps = steps
+        steady_steps, leading = _startup_steps(steps, apart)
+        # A first step that spends a real part of itself waiting behind work launched
+        # before the trace (the GPU showing none of it) is that work's, not the loop's.
+        if len(steady_steps) >= 2:
+            first = steady_steps.iloc[0]
+            found = _in_flight(ev, int(first["start_ns"]), int(first["end_ns"]))
+            flight, wait = found if found is not None else (None, 0)
+            if flight is not None and wait >= 0.1 * int(first["end_ns"] - first["start_ns"]):
+                leading.append(SetApart("in flight", int(first["start_ns"]), int(first["end_ns"]),
+                                        f"step #{int(first['step'])}: {flight.what}", flight.events))
+                steady_steps = steady_steps.iloc[1:].reset_index(drop=True)
+        w_lo = int(steady_steps["start_ns"].min()) if len(steady_steps) else lo
+        w_hi = int(steady_steps["end_ns"].max()) if len(steady_steps) else hi
+        set_apart = leading + [s for s in apart if s.end_ns <= w_lo or s.start_ns >= w_hi]
+        if periodic is not None and periodic.source == "recorded steps":
+            slow = set(periodic.steps)
+            marked = steady_steps["step"].isin(slow).to_numpy()
+            set_apart += [SetApart("periodic step", int(r.start_ns), int(r.end_ns),
+                                   f"step #{int(r.step)}: {format_ns(int(r.end_ns - r.start_ns))}, with the work that "
+                                   f"runs every {periodic.every} steps")
+                          for r in steady_steps[marked].itertuples()]
+        steady = bool(len(steady_steps))
+        why = "" if steady else ("every step is start-up, compilation or graph capture: the profile holds no steady "
+                                 "step")
+        return SteadyWindow(w_lo, w_hi, source, how, steady_steps, inferred, tuple(_dedupe(set_apart)), steady,
+                            why, periodic, all_steps)
+    # No steps: the stretch between set-apart spans where the work runs.
+    work, on_gpu = _work(ev)
+    total_work = work.length
+    stretches = _stretches(lo, hi, apart)
+    best, best_work = None, -1
+    for s_lo, s_hi in zip(stretches.starts, stretches.ends):
+        held = iv.intersection_length(work, ([s_lo], [s_hi]))
+        if held > best_work:
+            best, best_work = (int(s_lo), int(s_hi)), held
+    what = "GPU work" if on_gpu else "host operators"
+    if best is None or (total_work and best_work < STEADY_MIN_SHARE * total_work):
+        why = ("most of the profile is start-up, compilation or graph capture: no stretch between them holds "
+               f"half of the {what}")
+        return SteadyWindow(lo, hi, "work span", f"the whole profile ({why})", steps, False, tuple(apart),
+                            steady=False, not_steady=why)
+    w_lo, w_hi = best
+    # Where the stretch begins: its work (a GPU window runs from its first to its last GPU work).
+    inside = iv.clip(work, w_lo, w_hi)
+    found = _in_flight(ev, w_lo, w_hi) if on_gpu else None
+    # Without steps, only a wait as long as half of the work after it says so: a few
+    # milliseconds of queue before a short trace's work may be the trace's own.
+    flight = found[0] if found is not None and found[1] >= IN_FLIGHT_SHARE * (w_hi - found[0].end_ns) else None
+    set_apart = [s for s in apart if s.end_ns <= w_lo or s.start_ns >= w_hi]
+    if flight is not None:
+        set_apart.append(flight)
+        w_lo = flight.end_ns
+    elif on_gpu and len(inside):
+        w_lo = max(w_lo, min(int(inside.starts[0]), _first_host_work(ev, w_lo, w_hi)))
+    how = ("no steps were found: the stretch of the profile where the work runs"
+           + (", start-up and capture set apart" if set_apart else ""))
+    return SteadyWindow(w_lo, w_hi, "work span", how, steps, False, tuple(_dedupe(sorted(set_apart,
+                        key=lambda s: s.start_ns))), True, "", periodic, steps)
+
+
+def _first_host_work(ev: pd.DataFrame, lo: int, hi: int) -> int:
+    """The start of the first host operator or range in [lo, hi) on the loop's thread's
+    process: host work before the GPU's first kernel (preprocessing) belongs to the window."""
+    host = one_of(ev["kind"], ("op", "annotation"))
+    start = ev["start_ns"].to_numpy()
+    rows = np.flatnonzero(host & (start >= lo) & (start < hi))
+    return int(start[rows].min()) if len(rows) else hi
+
+
+def _periodic(session: Session, steps: pd.DataFrame) -> Periodic | None:
+    """Periodic steps from the collector's clock (every step, recorded or not) where it
+    timed enough of them, else from the recorded steps."""
+    timed = [t for t in session.meta.timed_steps if not t.partial]
+    if len(timed) >= PERIODIC_MIN_STEPS:
+        found = periodic_steps(np.array([t.step for t in timed]), np.array([t.duration_ns for t in timed]),
+                               [dict(t.phases) for t in timed], source="timed steps")
+        if found is not None:
+            return found
+    if len(steps) >= PERIODIC_MIN_STEPS:
+        return periodic_steps(steps["step"].to_numpy(), (steps["end_ns"] - steps["start_ns"]).to_numpy(),
+                              source="recorded steps")
+    return None
+
+
+def _dedupe(spans: list[SetApart]) -> list[SetApart]:
+    seen, out = set(), []
+    for s in spans:
+        key = (s.kind, s.start_ns, s.end_ns)
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+    return out
