@@ -202,8 +202,11 @@ def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace,
                                            "samples": {f"{s.role} {s.pid}": len(s) for s in run.stacks},
                                            "dropped": sum(s.dropped for s in run.stacks)}
     timed = [TimedStep(step=r["step"], start_ns=r["start_ns"] - base_time_ns, duration_ns=r["duration_ns"],
-                       recorded=r["recorded"], partial=r["partial"], phases=r["phases"])
+                       recorded=r["recorded"], partial=r["partial"], phases=r["phases"], own_ns=r.get("own_ns", 0))
              for r in facts.get("step_times") or []]
+    # The step times are kept once, as meta.timed_steps: a second copy in the metadata would
+    # double the saved session of a loop that runs thousands of steps.
+    trace_metadata["advisor"] = {k: v for k, v in facts.items() if k != "step_times"}
     gaps += window_gaps(run.window, facts, timed, recorder="the CUPTI collector" if capture is not None
                         else "torch.profiler")
     gaps += child_gaps(facts.get("children") or [])

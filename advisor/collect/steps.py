@@ -8,9 +8,10 @@ host collector (torch.profiler) everywhere.
 
 ``StepClock``: the hooks tell it where each step and phase begins and ends, and it keeps
 every step's duration and its time per phase on ``time.time_ns()`` (the trace's clock),
-whether or not the profiler was recording. The steps after the window ran without the
-profiler: their times are what the job takes unprofiled, and the recorded steps' excess
-over them is the collector's overhead. It costs two clock reads per step and per phase.
+whether or not the profiler was recording, and the time the hooks' own code took in the
+step. The steps after the window ran without the profiler: their times, less the hooks'
+own, are what the job takes unprofiled, and the recorded steps' excess over them is the
+profiler's overhead. It costs two clock reads per step and per phase, and two per hook.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class StepClock:
         self._phases: dict[str, int] = {}
         self._phase: str | None = None
         self._phase_start = 0
+        self._own = 0  # the collector's own time in the open step (its hooks' code), ns
 
     def step_opened(self, number: int, *, recorded: bool) -> None:
         self._step = number
@@ -93,6 +95,13 @@ class StepClock:
         self._recorded = recorded
         self._phases = {}
         self._phase = None
+        self._own = 0
+
+    def own(self, ns: int) -> None:
+        """Count ``ns`` of the collector's own work (a hook's code) in the open step: the
+        step's time less it is the job's own (on a step of tens of microseconds the hooks
+        are a real part of it)."""
+        self._own += ns
 
     def phase_opened(self, name: str) -> None:
         if self._step is not None:
@@ -111,12 +120,14 @@ class StepClock:
         self.phase_closed()
         if len(self.rows) < MAX_TIMED_STEPS:
             kept = self._recorded if recorded is None else (self._recorded and recorded)
-            self.rows.append([self._step, self._start, self._clock() - self._start, kept, partial, self._phases])
+            self.rows.append([self._step, self._start, self._clock() - self._start, kept, partial, self._phases,
+                              self._own])
         else:
             self.dropped += 1
         self._step = None
 
     def as_records(self) -> list[dict[str, Any]]:
-        """The rows as dicts: step, start_ns, duration_ns, recorded, partial, phases."""
-        keys = ("step", "start_ns", "duration_ns", "recorded", "partial", "phases")
+        """The rows as dicts: step, start_ns, duration_ns, recorded, partial, phases, own_ns
+        (the collector's own time in the step)."""
+        keys = ("step", "start_ns", "duration_ns", "recorded", "partial", "phases", "own_ns")
         return [dict(zip(keys, row)) for row in self.rows]

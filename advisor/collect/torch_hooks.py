@@ -104,6 +104,11 @@ BACKWARD = "advisor::Backward"
 OPTIMIZATION = "advisor::Optimization"
 PHASE_NAMES = (DATALOADER, FORWARD, BACKWARD, OPTIMIZATION)
 PHASE_LABELS = {DATALOADER: "Dataloader", FORWARD: "Forward", BACKWARD: "Backward", OPTIMIZATION: "Optimization"}
+# An inference loop whose model has been called this many times as a step has shown its
+# model: from then on only the calls of the modules that opened a forward are hooked
+# (HostCollector._hook_top_only), as long as there are no more than TOP_MODULES of them.
+ROOT_ONLY_AFTER = 3
+TOP_MODULES = 8
 # A whole-run recording (--steps all) is written in parts of this many steps, so the event
 # budget can be checked at each part's end and no part holds more than this many steps.
 PART_STEPS = 20
@@ -418,6 +423,9 @@ class HostCollector:
         self._forward_steps: list[int] = []  # steps counted while the source was "forward"
         self._root_module: Any = None
         self._root_optimizer: Any = None
+        self._module_hooks: list[Any] = []
+        self._top_modules: list[Any] = []  # weak references: modules that opened a forward
+        self._root_only = False  # only those modules' calls are hooked (an inference loop)
         self._stopped = False
         self._manual = step_source == "manual"
         if self._manual:
@@ -631,14 +639,12 @@ class HostCollector:
         global _IN_TRACED_CODE
         torch = self._torch
         _IN_TRACED_CODE = _traced_code_test(torch)
-        module_mod = importlib.import_module("torch.nn.modules.module")
         optim_mod = importlib.import_module("torch.optim.optimizer")
         dataloader_mod = importlib.import_module("torch.utils.data.dataloader")
 
+        self._hook_every_module()
+        self._undo.append(self._unhook_modules)
         handles = [
-            module_mod.register_module_forward_pre_hook(_forward_pre_hook),
-            # always_call: the range is closed even when forward raises an Exception.
-            module_mod.register_module_forward_hook(_forward_hook, always_call=True),
             optim_mod.register_optimizer_step_pre_hook(_optimizer_pre_hook),
             optim_mod.register_optimizer_step_post_hook(_optimizer_post_hook),
         ]
@@ -719,6 +725,36 @@ class HostCollector:
     def _uninstall(self) -> None:
         while self._undo:
             self._undo.pop()()
+
+    def _hook_every_module(self) -> None:
+        """Hook every module's call (torch's global module hooks): where a step begins and
+        which module is the model is not known yet."""
+        self._unhook_modules()
+        module_mod = importlib.import_module("torch.nn.modules.module")
+        self._module_hooks = [
+            module_mod.register_module_forward_pre_hook(_forward_pre_hook),
+            # always_call: the range is closed even when forward raises an Exception.
+            module_mod.register_module_forward_hook(_forward_hook, always_call=True),
+        ]
+
+    def _hook_top_only(self) -> None:
+        """An inference loop, each step a call of the model: hook only the modules whose
+        calls opened a forward (the model, and a post-processing module beside it). Global
+        module hooks send every module's call down torch's slow path (a small module's call
+        takes twice as long), which on a step of a few dozen microseconds is most of what
+        the step measures; the submodules need no hook once the top ones are known."""
+        modules = [module for module in (ref() for ref in self._top_modules) if module is not None]
+        self._unhook_modules()
+        for module in modules:
+            self._module_hooks += [module.register_forward_pre_hook(_forward_pre_hook),
+                                   module.register_forward_hook(_forward_hook, always_call=True)]
+        self._root_only = True
+
+    def _unhook_modules(self) -> None:
+        for handle in getattr(self, "_module_hooks", []):
+            handle.remove()
+        self._module_hooks = []
+        self._root_only = False
 
     def _ours(self) -> bool:
         # A forked child (a DataLoader worker) sets _FORKED; reading it is cheaper than
@@ -842,6 +878,9 @@ class HostCollector:
                     self.result.partial_steps.append(number)
         self.result.step_source = source
         self._forward_steps = []
+        self._top_modules = []
+        if self._root_only:  # the loop trains after all: any module's call may open its forward
+            self._hook_every_module()
 
     # -- events --------------------------------------------------------------------------
 
@@ -1000,10 +1039,17 @@ class HostCollector:
             self._open_step()
         elif source == "forward" and self._root_module() is module:
             self._open_step()
+            if (not self._root_only and len(self._forward_steps) > ROOT_ONLY_AFTER
+                    and len(self._top_modules) <= TOP_MODULES):
+                self._hook_top_only()
         else:
             self._training_event()
         if self.result.batch_size is None and source in (None, "forward"):
             self._note_batch_size(args, "forward")
+        if self.result.step_source == "forward" and not self._root_only \
+                and len(self._top_modules) <= TOP_MODULES \
+                and not any(ref() is module for ref in self._top_modules):
+            self._top_modules.append(_weak(module))
         self._open_phase(FORWARD, frame)
 
     def forward_post(self, frame: Any) -> None:
@@ -1134,15 +1180,22 @@ def _acting() -> HostCollector | None:
 
 
 def _forward_pre_hook(module: Any, args: Any) -> None:
+    # The clock is read after _acting(): torch.compile must not trace it (fullgraph fails on
+    # a call it cannot trace), and _acting() is all a traced hook may do.
     collector = _acting()
     if collector is not None:
+        began = time.perf_counter_ns()
         collector.forward_pre(module, args, sys._getframe(1))
+        # What the hooks cost is the collector's, not the job's (StepClock.own).
+        collector.clock.own(time.perf_counter_ns() - began)
 
 
 def _forward_hook(module: Any, args: Any, output: Any) -> None:
     collector = _acting()
     if collector is not None:
+        began = time.perf_counter_ns()
         collector.forward_post(sys._getframe(1))
+        collector.clock.own(time.perf_counter_ns() - began)
 
 
 def _optimizer_pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
