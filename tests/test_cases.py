@@ -30,9 +30,9 @@ from advisor.findings import Finding
 from advisor.importers import load
 from advisor.job import is_job_dir
 from advisor.job.diagnose import diagnose_saved_job
-from advisor.session.startup import leave_out_startup
 from advisor.reports.schema import validate_report
 from advisor.rules import builtin_specs, run_rules
+from advisor.step import build_step_model
 from advisor.tables import compute_tables
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,6 +44,11 @@ CASE_KEYS = {"description", "command", "must", "must_not", "known_wrong", "expec
 TABLE_TESTS = {"at_least", "at_most", "equals"}
 FINDING_TESTS = {"severity", "share_of_step_at_least", "ms_per_step_at_least", "source_line", "message_contains",
                  "recommendation_contains", "recommendation_lacks"}
+
+
+def steady_of(session):
+    """The session as its step model judges it."""
+    return build_step_model(session).session
 
 
 def spec_of(name: str) -> dict:
@@ -59,8 +64,19 @@ def flatten(findings: list[Finding]) -> list[Finding]:
     return out
 
 
+def profile_of(name: str) -> Path:
+    """The case's profile: its saved session folder (a recorded case), or the trace it holds
+    (a synthetic one, cases/synth_traces.py)."""
+    trace = CASES_DIR / name / "trace.json.gz"
+    return trace if trace.is_file() else CASES_DIR / name / "session"
+
+
+def is_synthetic(name: str) -> bool:
+    return profile_of(name).name == "trace.json.gz"
+
+
 def is_job_case(name: str) -> bool:
-    return is_job_dir(CASES_DIR / name / "session")
+    return is_job_dir(profile_of(name))
 
 
 @functools.cache
@@ -69,13 +85,13 @@ def evaluated(name: str):
     as `advisor diagnose` reads it (a start-up first step left out). For a job (a torchrun
     case, saved as job.json and a session per rank): the lowest rank's session, its tables
     with the job's cross-rank tables, and the job's findings, merged across ranks."""
-    folder = CASES_DIR / name / "session"
+    folder = profile_of(name)
     if is_job_dir(folder):
         job, diagnosis = diagnose_saved_job(folder)
         assert diagnosis.errors == [], diagnosis.errors
-        session = leave_out_startup(load(job.ranks[0].summary.source))
+        session = steady_of(load(job.ranks[0].summary.source))
         return session, {**compute_tables(session), **diagnosis.tables}, flatten(diagnosis.findings)
-    session = leave_out_startup(load(folder))
+    session = steady_of(load(folder))
     tables = compute_tables(session)
     result = run_rules(session, tables)
     assert result.errors == [], result.errors
@@ -135,16 +151,24 @@ def test_case_is_well_formed(name):
         else:
             assert "finding" in expectation and len(FINDING_TESTS & set(expectation)) == 1, expectation
             assert expectation["finding"] in must, "a figure of a finding the case does not demand"
-    folder = CASES_DIR / name / "session"
-    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    folder = profile_of(name)
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else folder.stat().st_size
     assert size < MAX_CASE_BYTES, f"{name} is {size} bytes: record fewer steps"
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
 def test_session_was_recorded_by_the_command_given(name):
     """case.yaml's command saves into this case's session/ and ran the script, with the
-    arguments, that the session says ran."""
+    arguments, that the session says ran; a synthetic case's trace is the one
+    cases/synth_traces.py writes, byte for byte."""
     argv = shlex.split(spec_of(name)["command"])
+    if is_synthetic(name):
+        assert argv == ["python", "cases/synth_traces.py"]
+        spec = importlib.util.spec_from_file_location("synth_traces", CASES_DIR / "synth_traces.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        assert module.TRACES[name]().write(profile_of(name)) == profile_of(name).read_bytes()
+        return
     assert argv[:2] == ["advisor", "diagnose"]
     assert argv[argv.index("--save") + 1] == f"cases/{name}/session"
     script = next(i for i, word in enumerate(argv) if word.endswith(".py"))
@@ -231,7 +255,7 @@ def test_gpu_cases_measured_the_gpu(name):
 @pytest.mark.parametrize("name", CASE_NAMES)
 def test_diagnose_of_the_saved_session_is_a_valid_report(name, tmp_path, capsys):
     out = tmp_path / "report.json"
-    assert main(["diagnose", str(CASES_DIR / name / "session"), "--format", "json", "-o", str(out)]) == 0
+    assert main(["diagnose", str(profile_of(name)), "--format", "json", "-o", str(out)]) == 0
     assert capsys.readouterr().err.strip() == f"advisor: report written to {out}"
     report = json.loads(out.read_text())
     validate_report(report)

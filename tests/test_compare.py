@@ -159,8 +159,10 @@ def test_resnet50_num_workers_0_then_4():
     assert loader.relative < -0.95
     status = {f.rule: f.status for f in c.findings}
     assert status["dataloader-starvation"] == "gone" and status["low-gpu-utilization"] == "gone"
+    # The pageable copy waits on a busier GPU once the loader no longer hides its tail: the
+    # same finding, worth more after.
     sync = next(f for f in c.findings if f.rule == "sync-memcpy-stall")
-    assert sync.status == "changed" and sync.saving_after_ms > 10 * sync.saving_before_ms
+    assert sync.status == "changed" and sync.saving_after_ms > sync.saving_before_ms
     assert sync.anchor == "host_sync[aten::to @ resnet50_profiler_api.py:44]"
     idle = next(r for r in c.rows if r.table == "gpu_idle" and r.key == "data loading")
     assert idle.verdict == "better"

@@ -82,8 +82,9 @@ def test_builtin_rules_have_documentation_and_checks():
     assert [s.id for s in specs if s.is_data_rule] == []
     loader = next(s for s in specs if s.id == "dataloader-starvation")
     assert not pd.isna(loader.thresholds.get("dataloader_share"))
-    # The rule about the profile itself leads; no other does.
-    assert [s.id for s in specs if s.leads] == ["profile-incomplete"]
+    # The rules about the profile itself lead (what it missed, whether it holds steady steps);
+    # no other does.
+    assert [s.id for s in specs if s.leads] == ["profile-incomplete", "not-steady-state"]
 
 
 def test_a_cause_too_small_to_explain_a_symptom_does_not_hide_it():

@@ -1,5 +1,5 @@
-"""The gpu_idle_host table (what the host ran while the GPU idled outside every operator)
-and the rules that read it: host-bound on traces, launch-bound's Python between operators."""
+"""The gpu_idle_host table (what the host ran while the GPU idled with the host at work, by
+the innermost range, each nanosecond once) and host-bound, which reads it on traces."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from advisor.importers import load
 from advisor.rules import run_rules
 from advisor.tables import compute_tables
 from advisor.tables.gpu_idle_host import NOTHING
+
+HOST_CAUSES = ["host in model", "host outside model", "unrecorded"]
 
 MS = 1_000_000
 
@@ -31,17 +33,20 @@ def metrics_every_step():
     return t.session()
 
 
-def test_other_idle_time_is_named_by_the_innermost_python_and_split_at_the_model():
+def test_the_host_s_idle_time_is_named_by_the_innermost_range_and_split_at_the_model():
     session = metrics_every_step()
     tables = compute_tables(session, ["gpu_idle", "gpu_idle_host"])
     host, idle = tables["gpu_idle_host"], tables["gpu_idle"]
-    assert host["idle_ns"].sum() == idle.at["other", "idle_ns"]
-    # log_metrics runs 10 ms a step, 2 of them inside tolist: 8 ms self, all outside the model.
+    # Each nanosecond once: the rows are the GPU idle time with the host at work.
+    assert host["idle_ns"].sum() == idle.loc[HOST_CAUSES, "idle_ns"].sum()
+    # log_metrics runs 10 ms a step, 2 of them inside tolist: 8 ms its own, all outside the model.
     assert host.at["train.py(55): log_metrics", "outside_model_ns"] == 2 * 8 * MS
     assert host.at["train.py(55): log_metrics", "in_model_ns"] == 0
     assert host.at["torch/_tensor.py(900): tolist", "outside_model_ns"] == 2 * 2 * MS
-    # A library frame is named by the user's line it was called under.
+    # A library frame is named by the user's line it was called under, and by the
+    # outermost call of the user's code around it.
     assert host.at["torch/_tensor.py(900): tolist", "user_line"] == "train.py:55"
+    assert host.at["torch/_tensor.py(900): tolist", "outer_function"] == "train"
     # forward's Python around the matmul is in the model: 8 ms less the op (1 ms) and its kernel (1 ms).
     assert host.at["model.py(10): forward", "in_model_ns"] == 2 * 6 * MS
     assert host.at["model.py(10): forward", "share_of_step"] == pytest.approx(6 / 20)
@@ -53,21 +58,22 @@ def test_host_bound_on_a_trace_names_the_python_outside_the_model():
     findings = run_rules(session, compute_tables(session)).findings
     (host_bound,) = [f for f in findings if f.rule == "host-bound"]
     assert "log_metrics" in host_bound.message and "8.00 ms per step" in host_bound.message
-    assert host_bound.saving.high_ms_per_step == pytest.approx(12.0)  # all 12 ms outside Forward
+    assert "runs under train" in host_bound.message  # the outermost call of the user's code
+    # All 12 ms outside Forward at most: the step replayed without them.
+    assert host_bound.saving.high_ms_per_step == pytest.approx(12.0, abs=0.01)
     lines = [(e.file, e.line) for e in host_bound.evidence if e.kind == "source_line"]
     assert ("train.py", 55) in lines
-    launch = next(f for f in findings if f.rule == "launch-bound")
-    assert launch.metrics["idle_python_ns_per_step"] == pytest.approx(6 * MS)
-    assert "forward (model.py:10)" in launch.message
+    # One kernel a step is not launch overhead, however idle the GPU.
+    assert "launch-bound" not in {f.rule for f in findings}
 
 
 @pytest.mark.parametrize("name", ["bert_small_infer_h100.json.gz", "qwen0.5b_infer_h100.json.gz",
                                   "ddp_cnn_a100_rank0.json.gz", "resnet50_v100_num_workers_0.pt.trace.json.gz",
                                   "resnet50_v100_num_workers_4.pt.trace.json.gz"])
-def test_on_real_traces_it_accounts_for_all_the_other_time_and_leaves_little_unnamed(name):
+def test_on_real_traces_it_accounts_for_all_the_host_s_time_and_leaves_little_unnamed(name):
     tables = compute_tables(load(shared_trace(name)), ["gpu_idle", "gpu_idle_host"])
     host = tables["gpu_idle_host"]
-    assert host["idle_ns"].sum() == tables["gpu_idle"].at["other", "idle_ns"]
+    assert host["idle_ns"].sum() == tables["gpu_idle"].loc[HOST_CAUSES, "idle_ns"].sum()
     assert (host["in_model_ns"] + host["outside_model_ns"] == host["idle_ns"]).all()
     unnamed = host.at[NOTHING, "share_of_step"] if NOTHING in host.index else 0.0
     assert unnamed < 0.10
@@ -77,4 +83,8 @@ def test_transformer_inference_names_the_model_python_between_ops():
     tables = compute_tables(load(shared_trace("bert_small_infer_h100.json.gz")), ["gpu_idle_host"])
     host = tables["gpu_idle_host"]
     assert "transformers/models/bert/modeling_bert.py(181): forward" in host.index
-    assert host["outside_model_ns"].sum() == 0  # inference: the whole step is Forward
+    # Forward is the model's call (the top nn.Module frame): the harness's Python around it,
+    # in the step but outside the model, is a small share, named by the function it ran in.
+    assert host["in_model_ns"].sum() > 10 * host["outside_model_ns"].sum() > 0
+    outside = host[(host["outside_model_ns"] > 0) & (host["source"] == "python")]
+    assert set(outside["user_function"]) == {"run_on_input"}

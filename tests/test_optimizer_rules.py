@@ -17,11 +17,12 @@ ZERO = "Optimizer.zero_grad#SGD.zero_grad"
 
 
 def optimizer_session(*, params: int = 40, foreach: bool = False, set_to_none: bool = False, gpu: bool = True,
-                      gemm_ms: float = 4.5):
-    """Two 20 ms steps: zero_grad (1-3 ms), a forward matmul, then the optimizer step
-    (10-18 ms). Single-tensor: two ops per parameter, each launching a 5 us kernel."""
+                      gemm_ms: float = 4.5, steps: int = 2):
+    """``steps`` 20 ms steps (two by default): zero_grad (1-3 ms), a forward matmul, then the
+    optimizer step (10-18 ms). Single-tensor: two ops per parameter, each launching a 5 us
+    kernel."""
     t = Trace()
-    for number, base in ((1, 0.0), (2, 20.0)):
+    for number, base in ((n + 1, 20.0 * n) for n in range(steps)):
         t.step(number, base, base + 20)
         t.phase("Optimization", base + 1, base + 3)
         t.add(ZERO, "annotation", base + 1, base + 3)
@@ -44,8 +45,9 @@ def optimizer_session(*, params: int = 40, foreach: bool = False, set_to_none: b
             start = base + 10 + i * 8 / len(names)
             op = t.op(name, start, start + 6 / len(names))
             launch = t.call("cudaLaunchKernel", start + 1 / len(names), start + 2 / len(names), parent=op)
-            if gpu:
-                t.gpu("elementwise", "kernel", start + 2 / len(names), start + 2 / len(names) + 0.005, launch=launch)
+            if gpu:  # on a stream of their own: a long matmul does not hold them
+                t.gpu("elementwise", "kernel", start + 2 / len(names), start + 2 / len(names) + 0.005, launch=launch,
+                      stream=8, tid=8)
     return t.session(gpu_measured=gpu)
 
 
@@ -68,11 +70,15 @@ def test_single_tensor_steps_and_zeroed_gradients_on_a_gpu_are_named_with_their_
     found = _rules(optimizer_session())
     step, zero = found["optimizer-not-fused"], found["grad-zeroing-memsets"]
     assert "80 operators a step" in step.message and "foreach=True" in step.recommendation
-    # foreach keeps a quarter of the operators' 6 ms; at most it keeps one operator per kind.
-    assert step.saving.ms_per_step == pytest.approx(4.5)
-    assert step.saving.high_ms_per_step == pytest.approx(6 * (1 - 2 / 80))
+    # The step replayed with the optimizer step's 8 ms call (its operators and the Python
+    # loop over the parameters between them) cut to the quarter a foreach step keeps; at
+    # most to one operator per kind. The GPU idles meanwhile: the step loses all of it.
+    assert step.saving.ms_per_step == pytest.approx(8 * 0.75)
+    assert step.saving.high_ms_per_step == pytest.approx(8 * (1 - 2 / 80))
     assert "40 aten::zero_ calls" in zero.message and "set_to_none=True" in zero.recommendation
-    assert zero.saving.ms_per_step == pytest.approx(1.5)  # the zero_ ops' host time
+    # zero_grad's 2 ms call keeps its Python loop (the 0.5 ms its zero_ ops leave) and loses
+    # the 1.5 ms of zero_ ops and their fill kernels.
+    assert zero.saving.ms_per_step == pytest.approx(1.5)
 
 
 def test_the_fixed_twin_and_a_cpu_run_raise_neither():
@@ -82,17 +88,17 @@ def test_the_fixed_twin_and_a_cpu_run_raise_neither():
     assert not {"optimizer-not-fused", "grad-zeroing-memsets"} & set(_rules(optimizer_session(gpu=False)))
 
 
-def test_the_saving_is_capped_by_the_gpu_idle_time():
-    # The matmul keeps the GPU busy 15.4 ms of the 20 ms step: faster dispatch cannot
-    # shorten the step by more than the GPU's idle time.
-    session = optimizer_session(gemm_ms=15.4)
+def test_the_saving_is_what_the_gpu_leaves():
+    # The matmul keeps the GPU busy 15.4 ms of the 20 ms step, from 4.5 ms on: the optimizer
+    # step (10-18 ms) runs while the GPU is busy until 19.9, so a faster one shortens the
+    # step only by what it holds past the matmul's end, whatever the host time it saves.
+    session = optimizer_session(gemm_ms=15.4, steps=8)
     tables = compute_tables(session)
+    step = next(f for f in run_rules(session, tables).findings if f.rule == "optimizer-not-fused")
+    assert step.saving.high_ms_per_step < 8 * 0.75
     balance = tables["step_gpu"]
     idle = balance.at["mean", "step_ns"] - balance.at["mean", "gpu_busy_ns"]
-    assert idle < 4.5 * MS
-    step = next(f for f in run_rules(session, tables).findings if f.rule == "optimizer-not-fused")
-    assert step.saving.ms_per_step * MS == pytest.approx(idle, abs=1e3)
-    assert step.saving.high_ms_per_step * MS == pytest.approx(idle, abs=1e3)
+    assert step.saving.high_ms_per_step * MS <= idle + 1e3
 
 
 def test_resnet_trace_single_tensor_sgd_and_zeroed_gradients():

@@ -16,10 +16,15 @@ from conftest import synth_trace
 
 from advisor.importers.loader import load_kineto
 from advisor.session import attribute as attribution
-from advisor.session.startup import leave_out_startup
+from advisor.step import build_step_model
 from advisor.tables import compute_tables
 
 MAIN, OTHER = 4242, 4243  # the synthetic loop's step thread, and its second (backward) thread
+
+
+def steady_of(session):
+    """The session as its step model judges it."""
+    return build_step_model(session).session
 
 
 def _frame(name: str, ts: float, dur: float, tid: int = MAIN) -> dict:
@@ -102,7 +107,7 @@ def test_every_table_is_the_same_as_with_every_frame(sessions, steady, monkeypat
     monkeypatch.setenv("ADVISOR_PROCESSES", "1")
     session, whole = sessions
     if steady:
-        session, whole = leave_out_startup(session), leave_out_startup(whole)
+        session, whole = steady_of(session), steady_of(whole)
     tables, all_tables = compute_tables(session), compute_tables(whole)
     assert len(tables["gpu_idle_host"]) > 2 and (tables["gpu_idle_host"]["source"] == "python").any()
     for name, frame in tables.items():

@@ -3,9 +3,8 @@ by advisor's own importer with the same events, to the nanosecond."""
 
 from __future__ import annotations
 
-import io
-
 import gzip
+import io
 import json
 
 import pytest

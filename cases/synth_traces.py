@@ -1,0 +1,277 @@
+"""Write the planted cases' synthetic traces: Kineto Chrome-trace JSON, made here event by
+event, each with one pattern the step model must recognise.
+
+Real traces of these patterns exist only on GPUs this project cannot run (a context made
+at start-up, a graph being captured, a stream waiting on another), so each is built the
+way torch.profiler writes one (categories, ``args`` with correlation and External id,
+microsecond timestamps) with a known answer, and read through advisor's own importer like
+any trace a user brings. Each case folder holds the trace (``trace.json.gz``) beside its
+case.yaml; this script writes them again, byte for byte:
+
+    python cases/synth_traces.py            # every synthetic case's trace
+    python cases/synth_traces.py --check    # exit 1 where a committed trace differs
+
+    synth_startup             context creation and module loading before a steady loop
+    synth_capture             a serving engine capturing graphs: all warm-up, no steady step
+    synth_in_flight           the first work waits 400 ms behind work launched before the trace
+    synth_no_steps_loader     a training loop with no ProfilerStep whose DataLoader starves it
+    synth_queued_stream       work queued on one stream behind another stream's long kernel
+    synth_nested_preprocess   an inference pipeline decoding and normalising in nested Python
+                              frames between model calls
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from pathlib import Path
+
+CASES_DIR = Path(__file__).resolve().parent
+PID, TID, GPU = 4242, 4242, 0
+DEVICE = {"id": 0, "name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 85_899_345_920, "computeMajor": 8,
+          "computeMinor": 0, "numSms": 108}
+
+
+class Trace:
+    """Events in Kineto's spelling; times in microseconds from the trace's start."""
+
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+        self.correlation = 1000
+        self.external = 1
+
+    def host(self, name: str, cat: str, ts: float, dur: float, **args) -> dict:
+        event = {"ph": "X", "cat": cat, "name": name, "pid": PID, "tid": TID, "ts": round(ts, 3),
+                 "dur": round(dur, 3), "args": {"External id": self.external, **args}}
+        self.external += 1
+        self.events.append(event)
+        return event
+
+    def op(self, name: str, ts: float, dur: float, **args) -> dict:
+        return self.host(name, "cpu_op", ts, dur, **args)
+
+    def python(self, name: str, ts: float, dur: float) -> dict:
+        return self.host(name, "python_function", ts, dur)
+
+    def annotation(self, name: str, ts: float, dur: float) -> dict:
+        return self.host(name, "user_annotation", ts, dur)
+
+    def runtime(self, name: str, ts: float, dur: float) -> int:
+        """A runtime call; its correlation id, for the GPU work it launches."""
+        self.correlation += 1
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": TID,
+                            "ts": round(ts, 3), "dur": round(dur, 3),
+                            "args": {"correlation": self.correlation, "External id": self.external}})
+        return self.correlation
+
+    def kernel(self, name: str, ts: float, dur: float, correlation: int | None, *, stream: int = 7) -> None:
+        args = {"device": GPU, "stream": stream, "correlation": correlation if correlation is not None else -1,
+                "grid": [80, 1, 1], "block": [256, 1, 1]}
+        self.events.append({"ph": "X", "cat": "kernel", "name": name, "pid": GPU, "tid": stream,
+                            "ts": round(ts, 3), "dur": round(dur, 3), "args": args})
+
+    def launch(self, ts: float, name: str, kernel_start: float, kernel_dur: float, *, call_us: float = 5.0,
+               stream: int = 7, op: str = "aten::add") -> float:
+        """An operator launching one kernel: the op, its launch call, the kernel; returns
+        when the op ends."""
+        self.op(op, ts, call_us + 4)
+        correlation = self.runtime("cudaLaunchKernel", ts + 2, call_us)
+        self.kernel(name, kernel_start, kernel_dur, correlation, stream=stream)
+        return ts + call_us + 4
+
+    def write(self, path: Path) -> bytes:
+        doc = {"schemaVersion": 1, "deviceProperties": [DEVICE], "traceEvents": self.events,
+               "traceName": path.parent.name}
+        text = json.dumps(doc, indent=None, separators=(",", ":"), sort_keys=True).encode()
+        return gzip.compress(text, mtime=0)
+
+
+def steady_gpu_loop(t: Trace, start: float, iterations: int, *, kernels: int = 20, kernel_us: float = 400.0) -> float:
+    """A GPU-bound loop: each iteration's kernels are long (``kernel_us``) and launched well
+    ahead, the host waiting for the device once an iteration. Returns its end."""
+    now, gpu = start, start
+    for _ in range(iterations):
+        for k in range(kernels):
+            gpu = max(gpu, now + 8) + kernel_us
+            now = t.launch(now, f"ampere_sgemm_128x64_nn_{k % 3}", gpu - kernel_us, kernel_us)
+        sync = t.runtime("cudaDeviceSynchronize", now, max(gpu - now, 1.0) + 3)
+        del sync
+        now = max(gpu, now) + 5
+    return now
+
+
+def synth_startup() -> Trace:
+    """The CUDA context made by the first cudaFree (800 ms), kernel modules loaded, a first
+    launch that loads its module lazily (60 ms), then a steady GPU-bound loop of 30 ms."""
+    t = Trace()
+    t.runtime("cudaGetDeviceCount", 0, 30)
+    t.runtime("cudaFree", 40, 800_000)
+    t.runtime("cuModuleLoadData", 800_100, 25_000)
+    t.runtime("cuModuleGetFunction", 825_200, 10)
+    first = t.runtime("cudaLaunchKernel", 825_300, 60_000)
+    t.kernel("vectorized_elementwise_kernel", 885_310, 5, first)
+    steady_gpu_loop(t, 890_000, 6)
+    return t
+
+
+def synth_capture() -> Trace:
+    """A serving engine's warm-up: for each batch size an eager warm-up run, then the same
+    launches captured into a graph and instantiated; the captured launches run nothing."""
+    t = Trace()
+    now = 0.0
+    for batch in (1, 2, 4, 8, 16, 32):
+        frame = t.python("sglang/srt/model_executor/cuda_graph_runner.py(300): capture_one_batch_size", now, 0)
+        begin = now
+        for k in range(10):  # warm-up: eager, short kernels
+            now = t.launch(now, f"fused_moe_kernel_{k}", now + 12, 4)
+        now += 50
+        t.runtime("cudaStreamBeginCapture", now, 20)
+        now += 30
+        for k in range(300):  # captured: launch calls, no kernels
+            t.op("aten::mm", now, 30)
+            t.runtime("cudaLaunchKernel", now + 5, 20)
+            now += 40
+        t.runtime("cudaStreamEndCapture", now, 400)
+        now += 450
+        t.runtime("cudaGraphInstantiateWithFlags", now, 2500)
+        now += 2600
+        frame["dur"] = round(now - begin, 3)
+        now += 200
+    return t
+
+
+def synth_in_flight() -> Trace:
+    """The trace begins while the GPU still runs work launched before it: the host copies
+    a result back (a blocking cudaMemcpy) and waits 400 ms for the stream, the GPU showing
+    nothing of what it runs; then a steady GPU-bound loop."""
+    t = Trace()
+    t.op("aten::copy_", 0, 400_050)
+    copy = t.runtime("cudaMemcpy", 10, 400_030)
+    t.events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "pid": GPU,
+                     "tid": 7, "ts": 400_020, "dur": 15,
+                     "args": {"device": GPU, "stream": 7, "correlation": copy, "bytes": 256}})
+    steady_gpu_loop(t, 400_100, 6)
+    return t
+
+
+def synth_no_steps_loader() -> Trace:
+    """A training loop recorded without ProfilerStep ranges: each iteration reads a batch
+    from a DataLoader in the main process (60 ms), runs forward and backward (GPU 30 ms,
+    launched in 12 ms of host work), and an optimizer step."""
+    t = Trace()
+    now = 0.0
+    for _ in range(8):
+        t.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", now, 60_000)
+        now += 60_010
+        gpu = now
+        for k in range(40):
+            gpu = max(gpu, now + 8) + 700
+            now = t.launch(now, f"cudnn_convolution_kernel_{k % 4}", gpu - 700, 700, call_us=290)
+        opt = t.annotation("Optimizer.step#SGD.step", now, 0)
+        begin = now
+        for _k in range(10):
+            gpu = max(gpu, now + 8) + 40
+            now = t.launch(now, "multi_tensor_apply_kernel", gpu - 40, 40, call_us=20, op="aten::_foreach_add_")
+        opt["dur"] = round(now - begin, 3)
+        t.runtime("cudaStreamSynchronize", now, max(gpu - now, 1.0) + 2)
+        now = max(gpu, now) + 10
+    return t
+
+
+def synth_queued_stream() -> Trace:
+    """Two streams, eight ProfilerSteps: each step the host launches the main stream's
+    kernels at once, to wait on an event from a side stream; then it works 15 ms on the CPU
+    before it launches the side stream's kernel (5 ms) and records the event. The device
+    holds the main stream's work, launched, for 20 ms and idles for 15 of them: the queued
+    work waits on the side stream, which waits on the host."""
+    t = Trace()
+    now = 0.0
+    for number in range(8):
+        step_start = now
+        t.runtime("cudaStreamWaitEvent", now + 2, 3)
+        side_start = now + 15_030
+        main_start = side_start + 5_000 + 3
+        for k in range(5):
+            now = t.launch(now + 6, f"gemv_kernel_{k}", main_start + k * 500, 450)
+        t.op("aten::cpu_preprocess", now + 5, 15_000 - (now - step_start))
+        now = step_start + 15_010
+        side = t.runtime("cudaLaunchKernel", now, 6)
+        t.kernel("embedding_bag_backward_kernel", side_start, 5_000, side, stream=13)
+        t.runtime("cudaEventRecord", now + 8, 3)
+        now += 20
+        t.runtime("cudaStreamSynchronize", now, main_start + 5 * 500 - now + 5)
+        now = main_start + 5 * 500 + 10
+        t.annotation(f"ProfilerStep#{number}", step_start, now - step_start)
+    return t
+
+
+def synth_nested_preprocess() -> Trace:
+    """An inference pipeline, one video per call: preprocess decodes the frames
+    (read_video) and normalises them (normalize), in Python frames nested under the
+    pipeline's __call__, with the GPU idle; then the model's forward launches its kernels."""
+    t = Trace()
+    now = 0.0
+    for _ in range(6):
+        call = t.python("transformers/pipelines/base.py(1300): __call__", now, 0)
+        begin = now
+        pre = t.python("video_pipeline.py(40): preprocess", now + 5, 0)
+        decode = t.python("video_pipeline.py(52): read_video_pyav", now + 10, 0)
+        t.python("av/container.py(80): decode", now + 12, 120_000)
+        decode["dur"] = 120_010
+        norm = t.python("transformers/image_transforms.py(300): normalize", now + 120_030, 0)
+        t.op("aten::sub", now + 120_040, 15_000)
+        t.op("aten::div", now + 135_050, 14_000)
+        norm["dur"] = 29_100
+        pre["dur"] = round(now + 149_200 - (now + 5), 3)
+        now += 149_300
+        forward = t.python("torch/nn/modules/module.py(1743): _call_impl", now, 0)
+        module = t.python("nn.Module: VideoMAEForVideoClassification_0", now + 2, 0)
+        gpu = now
+        start = now
+        for k in range(60):
+            gpu = max(gpu, now + 8) + 900
+            now = t.launch(now + 1, f"ampere_bf16_gemm_{k % 5}", gpu - 900, 900, call_us=30)
+        module["dur"] = round(now - start - 1, 3)
+        forward["dur"] = round(now - start + 1, 3)
+        t.runtime("cudaStreamSynchronize", now + 2, max(gpu - now, 1.0))
+        now = max(gpu, now) + 20
+        call["dur"] = round(now - begin, 3)
+        now += 50
+    return t
+
+
+TRACES = {
+    "synth_startup": synth_startup,
+    "synth_capture": synth_capture,
+    "synth_in_flight": synth_in_flight,
+    "synth_no_steps_loader": synth_no_steps_loader,
+    "synth_queued_stream": synth_queued_stream,
+    "synth_nested_preprocess": synth_nested_preprocess,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 where a committed trace differs")
+    args = parser.parse_args(argv)
+    differs = []
+    for name, build in TRACES.items():
+        path = CASES_DIR / name / "trace.json.gz"
+        data = build().write(path)
+        if args.check:
+            if not path.is_file() or path.read_bytes() != data:
+                differs.append(name)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        print(f"synth_traces: {path.relative_to(CASES_DIR.parent)} ({len(data):,} bytes)")
+    if differs:
+        print(f"synth_traces: differs from what this script writes: {', '.join(differs)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
