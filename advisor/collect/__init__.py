@@ -14,6 +14,8 @@
                     under a collector of its own and saved as a rank of a job
     steps           the window of steps recorded (--steps), and the clock that times
                     every step, recorded or not
+    cores           the cores the job may use (affinity, cgroup quota) and the time a
+                    thread waited for one (a busy machine)
     assemble        from a run to a Session: events, samples, devices, what was not
                     measured (``collect_script``)
 

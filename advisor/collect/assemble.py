@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from advisor.collect.cores import usable_cores
 from advisor.collect.sampler import DEFAULT_INTERVAL_S, HostSamples
 from advisor.collect.script import DEFAULT_EVENT_BUDGET, HeldInterrupts, ScriptRun, run_script
 from advisor.collect.stacks import DEFAULT_INTERVAL_S as STACK_INTERVAL_S
@@ -34,6 +35,9 @@ from advisor.session import (
     insert_unrelated,
 )
 
+# A main thread that waited for a core this share of its run was measured on a busy machine.
+BUSY_SHARE = 0.10
+
 
 @dataclass
 class CollectedRun:
@@ -51,7 +55,8 @@ def _host_device(notes: list[str] | None = None) -> DeviceInfo:
     name = platform.processor() or platform.machine() or "host CPU"
     device = DeviceInfo(id=-1, kind="cpu", name=f"{name} ({os.cpu_count()} logical cores)",
                         total_memory_bytes=_host_memory_bytes(),
-                        properties={"platform": platform.platform(), "logical_cores": os.cpu_count()})
+                        properties={"platform": platform.platform(), "logical_cores": os.cpu_count(),
+                                    "usable_cores": usable_cores()})
     try:
         calibration = load_calibration()
     except AdvisorError as exc:
@@ -66,6 +71,16 @@ def _host_device(notes: list[str] | None = None) -> DeviceInfo:
     elif notes is not None:
         notes.append("no CPU roofline: `advisor calibrate` has not measured this machine's peaks")
     return device
+
+
+def _busy_machine(wait: dict[str, Any]) -> str:
+    """A note where the script's main thread spent BUSY_SHARE of its run waiting for a core."""
+    wall, delay = wait.get("wall_ns") or 0, wait.get("run_delay_ns") or 0
+    if wall <= 0 or delay < BUSY_SHARE * wall:
+        return ""
+    return (f"the machine was busy: the script's main thread waited for a CPU core {delay / wall:.0%} of the time "
+            "it ran, other processes holding the cores; its timings are slower than on a quiet machine (advice is "
+            "sized from the cores the job may use, not from that load)")
 
 
 def _host_memory_bytes() -> int | None:
@@ -181,6 +196,9 @@ def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace,
                            "step_source": run.step_source, "ending": run.ending})
     if run.host_samples is not None:
         trace_metadata["host_sampler"] = run.host_samples.summary()
+    busy = _busy_machine(facts.get("cpu_wait") or {})
+    if busy:
+        notes.append(busy)
 
     if capture is not None:
         base_time_ns = capture.base_time_ns

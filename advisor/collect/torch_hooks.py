@@ -95,6 +95,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from advisor.collect.cores import RunDelay
 from advisor.collect.steps import StepClock, StepWindow
 from advisor.importers.advisor_metadata import METADATA_KEY, trace_metadata_json
 
@@ -295,6 +296,9 @@ class HostCollection:
     library_roots: list[str] = field(default_factory=list)
     """Folders of installed code (the standard library, site-packages, torch, advisor): a
     stack frame outside them is the user's."""
+    cpu_wait: dict[str, Any] = field(default_factory=dict)
+    """The script's main thread from the collector's start: ``wall_ns`` and ``run_delay_ns``
+    (the time it was ready to run but waited for a core; empty where not measured)."""
 
     def metadata(self) -> dict[str, Any]:
         """The ``advisor`` object written into the trace's top level."""
@@ -312,6 +316,7 @@ class HostCollection:
             "loaders": list(self.loaders),
             "children": list(self.children),
             "library_roots": list(self.library_roots),
+            "cpu_wait": dict(self.cpu_wait),
         }
 
 
@@ -451,6 +456,9 @@ class HostCollector:
         self._part_steps = 0
         self._loaders: dict[int, dict[str, Any]] = {}
         self._children: list[dict[str, Any]] = []
+        self._run_delay: RunDelay | None = None
+        self._began_ns = 0
+        self._began_delay: int | None = None
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -469,6 +477,9 @@ class HostCollector:
                     self._recording_state = "recording"
         if self._window is not None:
             self.result.recording["window"] = str(self._window)
+        # The main thread's wait for a core from here on: a busy machine's mark on the timings.
+        self._run_delay = RunDelay()
+        self._began_ns, self._began_delay = time.perf_counter_ns(), self._run_delay.read()
         _ACTIVE = self
         try:
             self._install()
@@ -594,6 +605,8 @@ class HostCollector:
                 self._recording_state = "done"
             else:
                 self._fill_result()
+            if self._run_delay is not None:
+                self._run_delay.close()
         return self.result
 
     def _fill_result(self) -> None:
@@ -608,6 +621,10 @@ class HostCollector:
             result.recording["untimed_steps"] = self.clock.dropped
         result.loaders = [dict(entry) for entry in self._loaders.values()]
         result.children = list(self._children)
+        delay = self._run_delay.read() if self._run_delay is not None else None
+        if delay is not None and self._began_delay is not None:
+            result.cpu_wait = {"wall_ns": time.perf_counter_ns() - self._began_ns,
+                               "run_delay_ns": delay - self._began_delay}
         if not result.library_roots:
             result.library_roots = library_roots(self._torch)
 
@@ -968,6 +985,8 @@ class HostCollector:
                 spent[0] += time.perf_counter_ns() - began
 
         fetcher.collate_fn = timed_collate
+        delay = self._run_delay
+        began_delay = delay.read() if delay is not None else None
         began, began_cpu = time.perf_counter_ns(), time.thread_time_ns()
         try:
             return original(fetcher, index)
@@ -975,8 +994,12 @@ class HostCollector:
             fetcher.collate_fn = collate
             entry["fetch_ns"] += time.perf_counter_ns() - began
             # The thread's CPU time tells work from waiting (reading files, sleeps):
-            # workers that mostly wait can outnumber the cores.
+            # workers that mostly wait can outnumber the cores. Time spent ready but
+            # waiting for a core (a busy machine) is CPU work too, not waiting.
             entry["fetch_cpu_ns"] += time.thread_time_ns() - began_cpu
+            ended_delay = delay.read() if delay is not None else None
+            if began_delay is not None and ended_delay is not None:
+                entry["fetch_runnable_ns"] = entry.get("fetch_runnable_ns", 0) + ended_delay - began_delay
             entry["collate_ns"] += spent[0]
             entry["fetches"] += 1
             try:

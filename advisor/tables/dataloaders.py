@@ -96,7 +96,10 @@ def _caller(samples: pd.DataFrame) -> str:
         "item_avg_ns": "Mean per-item time in the main process (__getitem__), ns (NaN with workers).",
         "collate_avg_ns": "Mean collate time per batch in the main process, ns (NaN with workers).",
         "fetch_cpu_share": "The share of making a batch the main process spent on the CPU (the rest: waiting on "
-                           "files, the network, sleeps); NaN with workers or where not measured.",
+                           "files, the network, sleeps, or for a core); NaN with workers or where not measured.",
+        "fetch_runnable_share": "The share of making a batch the main process was ready to run but waited for a "
+                                "core (other processes held them): CPU work delayed, not waiting on data; NaN with "
+                                "workers or where not measured.",
         "machinery_avg_ns": "read_avg_ns - fetch_avg_ns: the loader's own work per batch (sampler, iteration, "
                             "pinning); with workers, waiting for them.",
         "items_per_batch": "Items fetched per batch in the main process.",
@@ -132,6 +135,9 @@ def dataloaders_table(f: Facts) -> pd.DataFrame | None:
         collate_avg = entry["collate_ns"] / fetches if fetches and not workers else np.nan
         cpu_share = (min(entry["fetch_cpu_ns"] / entry["fetch_ns"], 1.0)
                      if entry.get("fetch_cpu_ns") and entry["fetch_ns"] and not workers else np.nan)
+        runnable = entry.get("fetch_runnable_ns")
+        runnable_share = (min(max(runnable, 0) / entry["fetch_ns"], 1.0)
+                          if runnable is not None and entry.get("fetch_ns") and not workers else np.nan)
         item_avg = (entry["fetch_ns"] - entry["collate_ns"]) / items if items and not workers else np.nan
         kind = "iterable" if entry.get("iterable") else "in-memory tensors" if entry.get("in_memory_tensors") \
             else "map-style"
@@ -140,6 +146,7 @@ def dataloaders_table(f: Facts) -> pd.DataFrame | None:
             "num_workers": workers, "batch_size": entry.get("batch_size"), "pin_memory": bool(entry.get("pin_memory")),
             "reads": reads, "read_avg_ns": read_avg, "fetch_avg_ns": fetch_avg, "item_avg_ns": item_avg,
             "collate_avg_ns": collate_avg, "fetch_cpu_share": cpu_share,
+            "fetch_runnable_share": runnable_share,
             "machinery_avg_ns": read_avg - fetch_avg if not workers else read_avg,
             "items_per_batch": items / fetches if fetches and not workers else np.nan,
             "workers_busy": np.nan, "top_function": "", "top_function_share": np.nan, "top_lines": "",

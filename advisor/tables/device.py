@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from advisor.session import DeviceInfo
 from advisor.session import intervals as iv
 from advisor.step.facts import Facts
 from advisor.tables._registry import table, with_notes
@@ -102,6 +103,11 @@ def logical_cores(f: Facts) -> float:
     return float(cores) if isinstance(cores, int) and cores > 0 else float("nan")
 
 
+def _usable_cores(cpu: DeviceInfo | None) -> float:
+    value = cpu.properties.get("usable_cores") if cpu is not None else None
+    return float(value) if isinstance(value, (int, float)) and value > 0 else float("nan")
+
+
 @table(
     "device",
     title="Device Summary",
@@ -134,6 +140,8 @@ def logical_cores(f: Facts) -> float:
         "peak_rss_bytes": "cpu: largest resident set size of the profiled process sampled in the window, bytes "
                           "(its worker processes not added).",
         "logical_cores": "cpu: logical cores of the host, as recorded.",
+        "usable_cores": "cpu: the cores the job may use, its CPU affinity and cgroup quota the fewer, as recorded "
+                        "(NaN: not recorded, as in a trace from another profiler).",
         "sm_count": "Streaming multiprocessors, where known.",
         "compute_capability": "e.g. '8.0', where known.",
         "memory_bytes": "Device memory, where known (cpu: the host's physical memory).",
@@ -166,6 +174,7 @@ def device_table(f: Facts) -> pd.DataFrame:
         "system_cpu_utilization": samples.mean(samples.system, window) if samples is not None else np.nan,
         "peak_rss_bytes": samples.peak(samples.rss, window) if samples is not None else np.nan,
         "logical_cores": cores,
+        "usable_cores": _usable_cores(cpu),
         "note": "" if f.gpu_measured else f.gpu_not_measured_reason,
     }
     if f.gpu_measured:
@@ -197,7 +206,7 @@ def device_table(f: Facts) -> pd.DataFrame:
     out["utilization"] = f.ratio(out["busy_ns"].astype("float64"), f.window_ns)
     out["kernel_utilization"] = f.ratio(out["kernel_busy_ns"].astype("float64"), f.window_ns)
     for column in ("sm_count", "memory_bytes", "memory_bandwidth_gbps", "process_cpu_cores", "process_cpu_utilization",
-                   "system_cpu_utilization", "peak_rss_bytes", "logical_cores"):
+                   "system_cpu_utilization", "peak_rss_bytes", "logical_cores", "usable_cores"):
         out[column] = pd.to_numeric(out.get(column), errors="coerce")
     if not f.gpu_measured:
         with_notes(out, f.gpu_not_measured_note)

@@ -173,17 +173,21 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
     item_ns, items = _number(loader["item_avg_ns"]), _number(loader["items_per_batch"])
     collate_ns = _number(loader["collate_avg_ns"])
     cpu_share = _number(loader.get("fetch_cpu_share", math.nan))
-    cpu_share = 1.0 if math.isnan(cpu_share) else max(cpu_share, 0.0)
+    # Time the fetch waited for a core (other processes held them) is CPU work it wanted:
+    # on a busy machine that, not waiting on data, is why so little of it ran.
+    runnable = _number(loader.get("fetch_runnable_share", math.nan))
+    demand = 1.0 if math.isnan(cpu_share) else min(max(cpu_share, 0.0) + (0.0 if math.isnan(runnable)
+                                                                             else max(runnable, 0.0)), 1.0)
     usable = m.usable_cores if not math.isnan(m.usable_cores) else math.inf
     # Workers that mostly wait can outnumber the cores; CPU-bound ones cannot usefully.
-    cap = (max(1, math.ceil(usable / max(cpu_share, 0.25) - 0.05)) if math.isfinite(usable)
+    cap = (max(1, math.ceil(usable / max(demand, 0.25) - 0.05)) if math.isfinite(usable)
            else max(1, math.ceil(m.per_step / max(rest, 1.0))))
     cap = min(cap, 32)
     cheap = not math.isnan(item_ns) and item_ns <= ctx.threshold("cheap_item_us") * 1e3
     # A core for a worker: the main process idles while it waits for a batch, so one core
     # beside it is room; a loader that mostly waits needs none.
-    room = not math.isfinite(usable) or usable >= 1 + ctx.threshold("free_core") or cpu_share < 0.5
-    metrics = {"fetch_cpu_share": cpu_share}
+    room = not math.isfinite(usable) or usable >= 1 + ctx.threshold("free_core") or demand < 0.5
+    metrics = {"fetch_cpu_demand": demand}
     if workers == 0 and (loader["kind"] == "in-memory tensors" or cheap) and not loader["batched_fetch"]:
         replaced = ((item_ns * items + collate_ns) * (m.per_step / float(loader["read_avg_ns"]))
                     if not math.isnan(items) and loader["read_avg_ns"] > 0 else m.per_step)
@@ -195,7 +199,7 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
                        "The step keeps the batched index itself (one indexing of each tensor per batch) and the rest "
                        "of the step.", metrics=metrics)
     if workers == 0 and room:
-        figures = StepFigures(step_ns=m.step, moved_ns=m.per_step, cores=usable, moved_cpu_share=cpu_share)
+        figures = StepFigures(step_ns=m.step, moved_ns=m.per_step, cores=usable, moved_cpu_share=demand)
         n = best_workers(figures, contention, cap)
         fig_n = StepFigures(**{**figures.__dict__, "workers": n})
         return Verdict(f"num_workers={n}",
@@ -324,7 +328,8 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
                     message += (f" {pct(cpu_share)} of making a batch ran on a CPU and {pct(waiting)} waited for one "
                                 "(other processes held the cores): CPU work, slowed by the machine being busy.")
                 else:
-                    message += f" Only {pct(cpu_share)} of making a batch is CPU work: the rest is waiting."
+                    message += (f" Only {pct(cpu_share)} of making a batch is CPU work: the rest waits (on files, "
+                                "the network, sleeps), which workers overlap without a core each.")
                 evidence.append(row_evidence("dataloaders", loaders, key, "fetch_cpu_share"))
         if hotspot:
             message += f" {hotspot[0].upper()}{hotspot[1:]}." if not hotspot[0].isdigit() else f" {hotspot}."

@@ -1,0 +1,115 @@
+"""Advice that holds on a busy machine: workers sized from the cores the job may use (its
+affinity and cgroup quota), never from other processes' load at the moment; CPU work that
+waited for a core told from waiting on data; a note where the run itself was starved."""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from conftest import REPO
+
+from advisor.collect import cores
+from advisor.collect.assemble import _busy_machine
+
+EXAMPLES = REPO / "examples"
+linux_only = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux's")
+
+
+@linux_only
+def test_the_usable_cores_follow_the_affinity():
+    # In a child: the test process keeps its own affinity.
+    code = textwrap.dedent("""
+        import os
+        from advisor.collect.cores import usable_cores
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+        print(usable_cores())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert float(out.stdout) == 1.0
+
+
+def test_the_usable_cores_follow_a_cgroup_quota(tmp_path, monkeypatch):
+    quota = tmp_path / "cpu.max"
+    quota.write_text("50000 100000\n")  # half a core, as `docker run --cpus 0.5` sets it
+    monkeypatch.setattr(cores, "_CGROUP_V2", quota)
+    assert cores.usable_cores() == 0.5
+    quota.write_text("max 100000\n")  # no quota: the affinity decides
+    assert cores.usable_cores() == float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                         else os.cpu_count())
+
+
+def _spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+@linux_only
+def test_run_delay_counts_the_wait_for_a_core():
+    delay = cores.RunDelay()
+    if delay.read() is None:
+        pytest.skip("this kernel does not count a thread's run-queue wait (/proc/.../schedstat)")
+    core = sorted(os.sched_getaffinity(0))[0]
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {core})
+    # A process pinned to the same core takes half of it while this thread spins.
+    rival = multiprocessing.get_context("fork").Process(target=_spin, args=(1.5,))
+    try:
+        rival.start()
+        os.sched_setaffinity(rival.pid, {core})
+        began = delay.read()
+        _spin(0.6)
+        waited = delay.read() - began
+    finally:
+        os.sched_setaffinity(0, before)
+        rival.join()
+        delay.close()
+    assert waited > 50_000_000, f"waited {waited} ns for a core shared with a spinning process"
+    assert delay.read() is None  # closed
+
+
+def test_a_run_that_waited_for_cores_says_so():
+    note = _busy_machine({"wall_ns": 10_000_000_000, "run_delay_ns": 2_300_000_000})
+    assert "busy" in note and "23%" in note
+    assert _busy_machine({"wall_ns": 10_000_000_000, "run_delay_ns": 500_000_000}) == ""
+    assert _busy_machine({}) == ""
+
+
+def _diagnose(tmp_path, name: str, rivals: int) -> dict:
+    """advisor diagnose examples/starved_loader.py, with ``rivals`` processes spinning on
+    every core meanwhile."""
+    out = tmp_path / f"{name}.json"
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(rivals)]
+    try:
+        subprocess.run([sys.executable, "-m", "advisor", "diagnose", "--format", "json", "-o", str(out),
+                        str(EXAMPLES / "starved_loader.py"), "--steps", "12"],
+                       check=True, cwd=REPO, capture_output=True, timeout=600)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    return json.loads(out.read_text())
+
+
+def test_a_waiting_loader_gets_the_same_advice_on_a_busy_machine(tmp_path):
+    """The loader sleeps most of each item (a file read): it overlaps the step without a
+    free core, so two processes spinning on the cores change nothing of the advice."""
+    quiet = _diagnose(tmp_path, "quiet", 0)
+    busy = _diagnose(tmp_path, "busy", max(2, os.cpu_count() or 2))
+    top = [report["findings"][0] for report in (quiet, busy)]
+    assert [f["rule"] for f in top] == ["dataloader-starvation"] * 2
+    assert top[0]["severity"] == top[1]["severity"] == "high"
+    assert top[0]["metrics"]["advice"] == top[1]["metrics"]["advice"]
+    assert top[0]["metrics"]["job_cores"] == top[1]["metrics"]["job_cores"]
+    assert top[1]["saving"]["ms_per_step"] > 0.5 * top[0]["saving"]["ms_per_step"]
+    for finding in top:  # sleeping is waiting, whoever holds the cores
+        assert finding["metrics"]["fetch_cpu_demand"] < 0.5
+        assert not math.isnan(finding["metrics"]["job_cores"])
