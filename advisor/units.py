@@ -125,10 +125,12 @@ def format_share(share: Any) -> str:
 
 def format_saving(saving: Saving) -> str:
     """``"12.3 ms/step (41% of step)"``; a finding that saves nothing by itself (its basis
-    starts "none: ...", as profile-incomplete's) reads ``"n/a (...)"``."""
-    if not saving.ms_per_step and saving.basis.startswith("none"):
-        reason = saving.basis.partition(":")[2].strip()
-        return f"n/a ({reason})" if reason else "n/a"
+    starts "none: ...", as profile-incomplete's) reads ``"n/a (...)"``, and one whose
+    saving could not be measured (its basis starts "unknown: ...") ``"unknown (...)"``."""
+    if not saving.ms_per_step and saving.basis.startswith(("none", "unknown")):
+        label, _, reason = saving.basis.partition(":")
+        label = "unknown" if label.strip() == "unknown" else "n/a"
+        return f"{label} ({reason.strip()})" if reason.strip() else label
     text = f"{format_ms(saving.ms_per_step)}/step ({format_share(saving.share_of_step)} of step"
     low, high = getattr(saving, "low_ms_per_step", None), getattr(saving, "high_ms_per_step", None)
     if low is not None and high is not None:

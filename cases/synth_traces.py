@@ -18,6 +18,7 @@ case.yaml; this script writes them again, byte for byte:
     synth_queued_stream       work queued on one stream behind another stream's long kernel
     synth_nested_preprocess   an inference pipeline decoding and normalising in nested Python
                               frames between model calls
+    synth_range_mode          a GPU training loop recorded with launches but no GPU activity
 """
 
 from __future__ import annotations
@@ -242,6 +243,28 @@ def synth_nested_preprocess() -> Trace:
     return t
 
 
+def synth_range_mode() -> Trace:
+    """A training loop recorded the way CUPTI's range mode (or a profiler given CPU
+    activities only) records it: eight ProfilerSteps of operators and their launch calls,
+    a loss read back with .item() each step, and no kernel, copy or set at all."""
+    t = Trace()
+    now = 0.0
+    for step in range(8):
+        begin = now
+        t.annotation(f"ProfilerStep#{step}", begin, 0)
+        for k in range(40):
+            t.op("aten::mm" if k % 2 else "aten::add", now, 12)
+            t.runtime("cudaLaunchKernel", now + 2, 6)
+            now += 14
+        t.op("aten::item", now, 900)
+        t.op("aten::_local_scalar_dense", now + 1, 898)
+        t.runtime("cudaMemcpyAsync", now + 3, 8)
+        t.runtime("cudaStreamSynchronize", now + 12, 880)
+        now += 905
+        t.events[[e["name"] for e in t.events].index(f"ProfilerStep#{step}")]["dur"] = round(now - begin, 3)
+    return t
+
+
 TRACES = {
     "synth_startup": synth_startup,
     "synth_capture": synth_capture,
@@ -249,6 +272,7 @@ TRACES = {
     "synth_no_steps_loader": synth_no_steps_loader,
     "synth_queued_stream": synth_queued_stream,
     "synth_nested_preprocess": synth_nested_preprocess,
+    "synth_range_mode": synth_range_mode,
 }
 
 

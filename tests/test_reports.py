@@ -600,6 +600,10 @@ def test_other_units():
     assert units.format_share(0.004) == "0.4%"
     assert units.format_saving(Saving(ms_per_step=12.3, share_of_step=0.41)) == "12.3 ms/step (41% of step)"
     assert units.format_saving(Saving(ms_per_step=0.456, share_of_step=0.01)) == "456 us/step (1% of step)"
+    assert units.format_saving(Saving(ms_per_step=0, share_of_step=0, basis="none: says what is missing")) \
+        == "n/a (says what is missing)"
+    assert units.format_saving(Saving(ms_per_step=0, share_of_step=0, basis="unknown: the GPU was not recorded")) \
+        == "unknown (the GPU was not recorded)"
     assert units.format_bytes(512) == "512 B"
     assert units.format_bytes(40 * 1024**3) == "40.0 GiB"
     assert units.format_cell("cpu_total_ns", 123 * MS) == "123 ms"

@@ -18,7 +18,8 @@ from advisor.importers.advisor_metadata import read_trace_metadata
 from advisor.importers.kineto import _takes_events, events_from_raw, open_trace, read_events
 from advisor.pages import give_back_freed
 from advisor.session import is_session_dir, text
-from advisor.session.attribute import attribute
+from advisor.session.attribute import attribute, name_matches
+from advisor.session.calls import LAUNCH_CALLS
 
 # The Session's models (pydantic) are imported where a Session is built, not here: a
 # forked read (advisor.importers.ahead) runs read_kineto alone and need not wait for them.
@@ -194,7 +195,10 @@ def read_kineto(path: Path, *, progress: Callable[[int, int], None] | None = Non
         }
     notes = []
     if not gpu_ids:
-        notes.append("GPU not measured: the trace holds no GPU activity (kernels, copies, sets).")
+        # A trace of a GPU job recorded without the GPU's activities still holds its launches.
+        launched = (events["kind"].isin(("runtime", "driver")) & name_matches(events["name"], LAUNCH_CALLS)).any()
+        notes.append("GPU not measured: the trace holds kernel launches but no GPU activity (kernels, copies, "
+                     "sets): it was recorded without the GPU's activities" if launched else "GPU not measured: the trace holds no GPU activity (kernels, copies, sets).")
     skipped = metadata.pop("_skipped_events", 0)
     damage = metadata.pop("_damage", None)
     kept = {k: v for k, v in metadata.items() if k not in ("deviceProperties", "distributedInfo", "traceEvents")}

@@ -20,6 +20,7 @@ import pandas as pd
 from advisor.session import GPU_KINDS, PHASES, Session, one_of, select_rows
 from advisor.session import intervals as iv
 from advisor.session.attribute import main_thread, name_matches
+from advisor.session.calls import LAUNCH_CALLS
 
 MODEL_PHASES = tuple(p for p in PHASES if p != "Others")
 
@@ -264,6 +265,19 @@ class Facts:
         if self.meta.collector.gpu_measured:
             return True
         return bool(self.events["kind"].isin(GPU_KINDS).any())
+
+    @cached_property
+    def unrecorded_launches(self) -> int:
+        """Kernel launches the host made where the profile holds no GPU activity at all: the
+        job ran on a GPU the trace did not record (CUPTI in range mode, a profiler given
+        CPU activities only). 0 where the GPU was measured or nothing was launched."""
+        if self.gpu_measured:
+            return 0
+        ev = self.events
+        calls = one_of(ev["kind"], ("runtime", "driver"))
+        if not calls.any():
+            return 0
+        return int((calls & name_matches(ev["name"], LAUNCH_CALLS)).sum())
 
     @cached_property
     def gpu_not_measured_reason(self) -> str:

@@ -58,6 +58,12 @@ def _trace_damage(f: Facts) -> list[dict]:
 def collection_table(f: Facts) -> pd.DataFrame | None:
     rows = [{"what": g.what, "incomplete": g.incomplete, "why": g.why} for g in f.meta.collector.gaps]
     rows += _trace_damage(f)
+    if f.unrecorded_launches:
+        rows.append({"what": "GPU", "incomplete": True, "why": (
+            f"the trace holds {f.unrecorded_launches:,} kernel launches but no kernel, copy or set: the GPU's "
+            "activity was not recorded (CUPTI in range mode, or torch.profiler without ProfilerActivity.CUDA), so "
+            "what the GPU did is unknown, not absent; record it again with the GPU's activities (torch.profiler "
+            "with ProfilerActivity.CUDA, or `advisor diagnose train.py`)")})
     if not rows:
         return None
     keys, seen = [], {}

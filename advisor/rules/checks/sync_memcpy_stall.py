@@ -59,6 +59,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         evidence.append(Evidence(kind="event", event_id=int(event_id), name=str(in_loop.iloc[0].get("name", ""))))
 
     gpu_idle = ctx.table("gpu_idle")
+    unrecorded = ctx.model.facts.unrecorded_launches if ctx.model is not None else 0
     fix = None
     estimate = None
     if ctx.gpu_measured and ctx.model is not None:
@@ -82,6 +83,11 @@ def check(ctx: RuleContext) -> list[Finding]:
     elif ctx.gpu_measured:
         ns = blocked_per_step
         basis = "host time inside these calls, per step"
+    elif unrecorded:
+        # A GPU job whose trace left the GPU out: the calls waited for work nobody saw.
+        ns = 0.0
+        basis = ("unknown: the GPU's activity was not recorded, so how long each call waited for it is not known; "
+                 "each waits for all the work queued before it")
     else:
         # On a CPU run these calls wait for no device: removing them saves only their own
         # small cost, which the host-bound rule counts with the rest of the loop's Python.
@@ -94,7 +100,13 @@ def check(ctx: RuleContext) -> list[Finding]:
         + (f"in {_count(ctx.step_count, 'step')} " if ctx.step_count else "in the window (no steps found) ")
         + f"cost {ms(blocked_per_step)} per step ({pct(share)} of the step): " + "; ".join(lines) + "."
     )
-    if not ctx.gpu_measured:
+    if unrecorded:
+        message = (f"{_count(int(in_loop['calls'].sum()), 'host-blocking call')} "
+                   + (f"in {_count(ctx.step_count, 'step')} " if ctx.step_count else "in the window (no steps found) ")
+                   + f"took {ms(blocked_per_step)} per step on the host; the GPU's activity was not recorded, so "
+                   "what each waited for is not known, but each waits for the device to finish all the work "
+                   "queued before it: " + "; ".join(lines) + ".")
+    elif not ctx.gpu_measured:
         message = (f"{_count(int(in_loop['calls'].sum()), 'call')} "
                    + (f"in {_count(ctx.step_count, 'step')} " if ctx.step_count else "in the window (no steps found) ")
                    + "read tensors back to Python; on this CPU run they wait for nothing (" + ms(blocked_per_step)
