@@ -146,15 +146,17 @@ def what_if(graph: StepGraph, fix: Fix, *, base: Fix | None = None) -> WhatIf:
     factor, keep = factor * base_factor, keep & base_keep
     _, ends, _ = graph.replay(factor, keep_waits=keep, free_gpu=fix.free_gpu)
     after = graph.step_time(ends)
-    floor_bound = fix.floor_ns > after
-    after = max(after, fix.floor_ns)
     duration = graph.duration.astype(np.float64) * base_factor
     shortened = float(np.maximum(duration * (1.0 - factor / np.maximum(base_factor, 1e-12)), 0.0).sum())
     waited = graph.waited_ns(keep | ~base_keep) + (graph.held_ns() if fix.free_gpu else 0.0)
     changed = (shortened + waited) / steps
-    # Replaying a graph whose durations only shrink cannot shorten it by more than they
-    # shrank; a floor or a slower rest only adds. Where rounding says otherwise, the
-    # changed time is the bound.
-    if fix.rest_factor <= 1.0 and not fix.floor_ns:
-        after = max(after, before - changed)
-    return WhatIf(before, after, changed if math.isfinite(changed) else 0.0, floor_bound)
+    changed = changed if math.isfinite(changed) else 0.0
+    # A fix saves at most the time it takes off the nodes it changes, per step. The replay's
+    # step is the pace from the first step's completion to the last's: where the steps
+    # differ (a loader read in some steps only), that pace can move by more than the
+    # per-step average of what changed, and the average is the bound. A slower rest of the
+    # host or a floor only add to the step.
+    after = max(after, before - changed)
+    floor_bound = fix.floor_ns > after
+    after = max(after, fix.floor_ns)
+    return WhatIf(before, after, changed, floor_bound)
