@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import REPO, SHARED_TRACES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +24,6 @@ from advisor.importers import load
 from advisor.job import is_job_dir
 from advisor.session import intervals as iv
 from advisor.step.whatif import what_if
-from conftest import REPO, SHARED_TRACES
 
 CASES = sorted(p.parent for p in (REPO / "cases").glob("*/case.yaml"))
 SHARED = sorted(SHARED_TRACES.glob("*.json.gz")) if SHARED_TRACES.is_dir() else []
