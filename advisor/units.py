@@ -133,7 +133,7 @@ def format_saving(saving: Saving) -> str:
         return f"{label} ({reason.strip()})" if reason.strip() else label
     text = f"{format_ms(saving.ms_per_step)}/step ({format_share(saving.share_of_step)} of step"
     low, high = getattr(saving, "low_ms_per_step", None), getattr(saving, "high_ms_per_step", None)
-    if low is not None and high is not None:
+    if low is not None and high is not None and format_ms(low) != format_ms(high):
         text += f"; between {format_ms(low)} and {format_ms(high)}"
     return text + ")"
 

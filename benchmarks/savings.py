@@ -5,8 +5,9 @@ Every before/after pair the project has, each a real change an engineer would ma
     script pairs   an example script as a user wrote it, and the same script with the fix
                    advisor recommends applied (num_workers=N, and the main process's torch
                    threads where it says, taken from the finding itself, a batched index, a
-                   vectorised augmentation). Predicted: advisor diagnose
-                   on the first. Measured: both run plain, without advisor; each example
+                   vectorised augmentation, batched inference, validating less often).
+                   Predicted: advisor diagnose on the first. Where two findings' fixes are
+                   applied together, the prediction is the report's combined estimate. Measured: both run plain, without advisor; each example
                    times its own steps (the mean after two warm-up steps, which leaves out
                    start-up and the workers' start). Runs alternate before/after and the
                    median of --repeat differences is kept.
@@ -22,12 +23,13 @@ Every before/after pair the project has, each a real change an engineer would ma
                    the difference of their mean steps. Skipped where that folder is absent.
     published      the Paddle profiler's documented case (a CIFAR-10 CNN, num_workers 0 -> 4,
                    its Model Summary: step 26.67 ms, Dataloader 13.10 ms, GPU 1.20 ms per step
-                   before; step 8.50 ms after). Only its summary tables exist, so the rule's
-                   saving model (advisor.rules.checks.overlap, with the built-in pack's
-                   thresholds) is applied to those figures directly.
+                   before; step 8.50 ms after). Only its summary tables exist, so a trace is
+                   made of those figures (ten steps: the loader's read, then the host's other
+                   work launching the GPU's) and diagnosed like any trace.
 
 For each pair it prints the rule, the predicted point estimate and range, the measured
-saving, their ratio and whether the measured saving lies inside the range. The goal: the
+saving, their ratio, whether the measured saving lies inside the range, and the report's
+combined estimate (every finding's fix at once) with the rules it covers. The goal: the
 point within 0.67x..1.5x of the measured saving, and the measured saving inside the range.
 
     python benchmarks/savings.py                   # every pair this machine can run
@@ -38,9 +40,11 @@ point within 0.67x..1.5x of the measured saving, and the measured saving inside 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -48,9 +52,6 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from advisor.rules.checks.overlap import StepFigures, overlap_saving
-from advisor.rules.packs.catalog import builtin_pack
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -64,9 +65,10 @@ class ScriptPair:
 
     name: str
     script: str
-    rule: str
-    fix: Callable[[dict], list[str]]  # the finding -> the arguments that apply its fix
-    steps: int  # --steps for every run
+    rule: str | tuple[str, ...]  # two or more: their fixes applied together, judged by the combined estimate
+    fix: Callable[[dict], list[str]]  # the finding (each, in order) -> the arguments that apply its fix
+    steps: int  # --steps (or count_flag) for every run
+    count_flag: str = "--steps"  # how the script is told how much to run
     args: tuple[str, ...] = ()
     repeat_factor: int = 1  # more runs where a step is short and noisy
     gpu: bool = False  # the problem exists only on a GPU: skipped where torch sees none
@@ -86,6 +88,14 @@ def _workers_and_threads(finding: dict) -> list[str]:
     return _workers(finding) + (["--torch-threads", str(int(threads))] if threads else [])
 
 
+def _less_often(finding: dict) -> list[str]:
+    """The period the finding advises: its recommendation's "every N steps rather than M"."""
+    match = re.search(r"every (\d+) steps rather than", finding["recommendation"])
+    if match is None:
+        raise ValueError(f"the finding names no period: {finding['recommendation'][:120]!r}")
+    return ["--validate-every", match[1]]
+
+
 SCRIPT_PAIRS = (
     ScriptPair("starved_loader", "starved_loader.py", "dataloader-starvation", _workers, 100),
     ScriptPair("tokenize_dataset", "tokenize_dataset.py", "dataloader-starvation", _workers, 30),
@@ -95,6 +105,14 @@ SCRIPT_PAIRS = (
                repeat_factor=3),
     ScriptPair("augment_loop", "augment_loop.py", "host-bound", lambda f: ["--vectorized"], 60),
     ScriptPair("per_sample_loop", "per_sample_loop.py", "per-sample-model-calls", lambda f: ["--batched"], 100),
+    ScriptPair("per_sample_inference", "per_sample_inference.py", "per-sample-model-calls", lambda f: ["--batched"],
+               2000, count_flag="--samples", repeat_factor=2),
+    ScriptPair("periodic_validation", "periodic_validation.py", "periodic-step-work", _less_often, 64,
+               repeat_factor=2),
+    # Two problems, two fixes applied together: the report's combined estimate is the prediction.
+    ScriptPair("validation_and_loader", "periodic_validation.py", ("dataloader-starvation", "periodic-step-work"),
+               lambda f: _workers(f) if f["rule"] == "dataloader-starvation" else _less_often(f), 64,
+               args=("--read-ms", "0.1"), repeat_factor=2),
     # GPU pairs: the fixed twins of the GPU cases.
     ScriptPair("pageable_copies", "pageable_copies.py", "sync-memcpy-stall", lambda f: ["--pinned"], 60, gpu=True),
     ScriptPair("per_parameter_optimizer", "per_parameter_optimizer.py", "optimizer-not-fused",
@@ -134,6 +152,8 @@ class Result:
     fix: str = ""
     measured: list[float] = field(default_factory=list)
     failed: str = ""
+    combined_ms: float | None = None  # the report's combined estimate (every finding's fix at once)
+    combined_rules: tuple[str, ...] = ()
 
     @property
     def measured_ms(self) -> float:
@@ -163,16 +183,31 @@ def diagnose(target: list[str], timeout_s: float) -> dict:
         return json.loads(out.read_text())
 
 
-def take_prediction(result: Result, report: dict, rule: str) -> dict:
+def take_prediction(result: Result, report: dict, rule: str | tuple[str, ...]) -> list[dict]:
+    """The findings of ``rule`` (each, in order); the prediction is the finding's saving, or
+    for several rules the report's combined estimate (it has no range)."""
     findings = report["findings"]
-    finding = next((f for f in findings if f["rule"] == rule), None)
-    if finding is None:
-        raise RuntimeError(f"no {rule} finding (found: {', '.join(f['rule'] for f in findings) or 'none'})")
-    result.rule, result.top = rule, findings[0]["rule"] == rule
-    saving = finding["saving"]
+    rules = (rule,) if isinstance(rule, str) else rule
+    chosen = []
+    for name in rules:
+        finding = next((f for f in findings if f["rule"] == name), None)
+        if finding is None:
+            raise RuntimeError(f"no {name} finding (found: {', '.join(f['rule'] for f in findings) or 'none'})")
+        chosen.append(finding)
+    combined = report.get("combined")
+    if combined:
+        result.combined_ms, result.combined_rules = combined["ms_per_step"], tuple(combined["rules"])
+    result.rule = " + ".join(rules)
+    result.top = findings[0]["rule"] in rules
+    if len(rules) > 1:
+        if not combined or not set(rules) <= set(combined["rules"]):
+            raise RuntimeError(f"the combined estimate does not cover {', '.join(rules)}")
+        result.point_ms = combined["ms_per_step"]
+        return chosen
+    saving = chosen[0]["saving"]
     result.point_ms, result.low_ms, result.high_ms = (saving["ms_per_step"], saving.get("low_ms_per_step"),
                                                       saving.get("high_ms_per_step"))
-    return finding
+    return chosen
 
 
 # -- measurements ----------------------------------------------------------------------------------
@@ -180,12 +215,20 @@ def take_prediction(result: Result, report: dict, rule: str) -> dict:
 STEP_TIME = re.compile(r"(?P<ms>\d+\.\d+) ms/step")
 
 
-def per_step_ms(argv: list[str], steps: int, timeout_s: float, ranks: int = 0) -> float:
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def per_step_ms(argv: list[str], steps: int, timeout_s: float, ranks: int = 0, count_flag: str = "--steps") -> float:
     """Plain per-step time as the script reports it: its mean step after two warm-up steps
     (rank 0's, for a job run under torchrun)."""
+    # A port of its own for each job: back-to-back jobs on torchrun's default port fail now
+    # and then while the last one's socket lingers.
     launcher = [sys.executable] if not ranks else [sys.executable, "-m", "torch.distributed.run",
-                                                   f"--nproc-per-node={ranks}"]
-    done = subprocess.run([*launcher, *argv, "--steps", str(steps)], check=False, capture_output=True,
+                                                   f"--nproc-per-node={ranks}", f"--master-port={_free_port()}"]
+    done = subprocess.run([*launcher, *argv, count_flag, str(steps)], check=False, capture_output=True,
                           text=True, cwd=REPO, timeout=timeout_s)
     match = STEP_TIME.search(done.stdout)
     if done.returncode != 0 or match is None:
@@ -202,14 +245,14 @@ def run_script_pair(pair: ScriptPair, repeat: int, timeout_s: float) -> Result:
         return result
     try:
         launcher = ["torchrun", f"--nproc-per-node={pair.ranks}"] if pair.ranks else []
-        report = diagnose([*launcher, script, "--steps", str(pair.steps), *pair.args], timeout_s)
-        finding = take_prediction(result, report, pair.rule)
-        fix = pair.fix(finding)
+        report = diagnose([*launcher, script, pair.count_flag, str(pair.steps), *pair.args], timeout_s)
+        fix = [arg for finding in take_prediction(result, report, pair.rule) for arg in pair.fix(finding)]
         result.fix = " ".join(fix)
         befores, afters = [], []
         for _ in range(repeat * pair.repeat_factor):
-            befores.append(per_step_ms([script, *pair.args], pair.steps, timeout_s, pair.ranks))
-            afters.append(per_step_ms([script, *pair.args, *fix], pair.steps, timeout_s, pair.ranks))
+            befores.append(per_step_ms([script, *pair.args], pair.steps, timeout_s, pair.ranks, pair.count_flag))
+            afters.append(per_step_ms([script, *pair.args, *fix], pair.steps, timeout_s, pair.ranks,
+                                      pair.count_flag))
             result.measured.append(befores[-1] - afters[-1])
         result.before_ms, result.after_ms = statistics.median(befores), statistics.median(afters)
     except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
@@ -236,19 +279,50 @@ def run_trace_pair(timeout_s: float) -> Result:
     return result
 
 
-def run_published() -> Result:
-    """The Paddle profiler's documented num_workers case, from its Model Summary tables."""
-    result = Result("paddle cifar10 (published)", "published", rule="dataloader-starvation",
-                    fix="num_workers 0 -> 4", before_ms=26.67, after_ms=8.50)
-    spec = next(r for r in builtin_pack().rules if r.id == "dataloader-starvation")
-    t = spec.thresholds
-    # No trace: the GPU's tail and the host's waits are unknown, and count as none.
-    figures = StepFigures(step_ns=26.67e6, moved_ns=13.10e6, gpu_busy_ns=1.20e6)
-    estimate = overlap_saving(figures, contention=t["contention"], contention_worst=t["contention_worst"],
-                              contention_best=t["rest_speedup_trace"])
-    result.point_ms, result.low_ms, result.high_ms = estimate.point_ns / 1e6, estimate.low_ns / 1e6, \
-        estimate.high_ns / 1e6
-    result.measured.append(26.67 - 8.50)
+PADDLE = {"step_ms": 26.67, "loader_ms": 13.10, "gpu_ms": 1.20, "after_ms": 8.50}
+
+
+def paddle_trace(path: Path, steps: int = 10) -> Path:
+    """A Kineto trace of the Paddle case's figures: each step the loader's read (13.10 ms),
+    then the host's other work (13.57 ms) launching ten kernels (1.20 ms of GPU work)."""
+    events, now, correlation = [], 0.0, 0
+    rest = PADDLE["step_ms"] - PADDLE["loader_ms"]
+    for step in range(steps):
+        at = now
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1,
+                       "ts": at * 1e3, "dur": PADDLE["step_ms"] * 1e3})
+        events.append({"ph": "X", "cat": "user_annotation", "pid": 1, "tid": 1, "ts": at * 1e3,
+                       "dur": PADDLE["loader_ms"] * 1e3,
+                       "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"})
+        host = at + PADDLE["loader_ms"]
+        for k in range(10):
+            correlation += 1
+            launch = host + k * rest / 10
+            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::conv2d", "pid": 1, "tid": 1,
+                           "ts": launch * 1e3, "dur": rest / 10 * 1e3 - 1})
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                           "ts": launch * 1e3 + 1, "dur": 5, "args": {"correlation": correlation}})
+            events.append({"ph": "X", "cat": "kernel", "name": "implicit_convolve_sgemm", "pid": 0, "tid": 7,
+                           "ts": launch * 1e3 + 10, "dur": PADDLE["gpu_ms"] / 10 * 1e3,
+                           "args": {"device": 0, "stream": 7, "correlation": correlation}})
+        now = at + PADDLE["step_ms"]
+    doc = {"schemaVersion": 1, "traceEvents": events,
+           "deviceProperties": [{"id": 0, "name": "Tesla V100-SXM2-32GB", "computeMajor": 7, "computeMinor": 0}]}
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return path
+
+
+def run_published(timeout_s: float) -> Result:
+    """The Paddle profiler's documented num_workers case, as a trace made of its figures."""
+    result = Result("paddle cifar10 (published)", "published", fix="num_workers 0 -> 4",
+                    before_ms=PADDLE["step_ms"], after_ms=PADDLE["after_ms"])
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            report = diagnose([str(paddle_trace(Path(folder) / "paddle.json.gz"))], timeout_s)
+        take_prediction(result, report, "dataloader-starvation")
+        result.measured.append(PADDLE["step_ms"] - PADDLE["after_ms"])
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        result.failed = str(exc).splitlines()[0][:200]
     return result
 
 
@@ -256,19 +330,21 @@ def run_published() -> Result:
 
 def render(results: list[Result]) -> str:
     header = ("pair", "rule (top?)", "fix", "before -> after ms/step", "predicted ms [range]", "measured ms",
-              "predicted/measured", "inside range")
+              "predicted/measured", "inside range", "combined ms (rules)")
     rows = []
     for r in results:
         if r.failed:
-            rows.append((r.name, r.rule, r.fix, "", "", "", "", r.failed))
+            rows.append((r.name, r.rule, r.fix, "", "", "", "", r.failed, ""))
             continue
         rng = f" [{r.low_ms:.2f}, {r.high_ms:.2f}]" if r.low_ms is not None and r.high_ms is not None else ""
         spread = (f" (+-{statistics.pstdev(r.measured):.2f})" if len(r.measured) > 1 else "")
         ok = r.ratio and GOAL[0] <= r.ratio <= GOAL[1]
-        rows.append((r.name, f"{r.rule} ({'top' if r.top else 'not top'})" if r.source != "published" else r.rule,
+        combined = (f"{r.combined_ms:.2f} ({', '.join(r.combined_rules)})" if r.combined_ms is not None
+                    else "none")
+        rows.append((r.name, f"{r.rule} ({'top' if r.top else 'not top'})",
                      r.fix, f"{r.before_ms:.2f} -> {r.after_ms:.2f}", f"{r.point_ms:.2f}{rng}",
                      f"{r.measured_ms:.2f}{spread}", f"{r.ratio:.2f}x{'' if ok else ' (outside goal)'}",
-                     {True: "yes", False: "no", None: "no range"}[r.inside]))
+                     {True: "yes", False: "no", None: "combined: no range"}[r.inside], combined))
     widths = [max(len(str(x[i])) for x in [header, *rows]) for i in range(len(header))]
     lines = [f"goal: predicted within {GOAL[0]}x..{GOAL[1]}x of measured, measured inside the range"]
     for row in [header, *rows]:
@@ -292,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     if not wanted or "trace" in wanted:
         results.append(run_trace_pair(args.timeout))
     if not wanted or "published" in wanted:
-        results.append(run_published())
+        results.append(run_published(args.timeout))
     print(render(results))
     if args.json:
         args.json.write_text(json.dumps([{**vars(r), "measured_ms": r.measured_ms, "ratio": r.ratio,

@@ -10,6 +10,11 @@ periodic work included (it is part of what each step costs the run):
 
     python examples/periodic_validation.py --steps 64
     python examples/periodic_validation.py --steps 64 --validate-every 32
+
+``--read-ms`` adds a second problem: each sample is read (a pause stands in for the file
+read) in the main process, so the loader starves the loop as well; ``--num-workers`` is
+its fix. With both, two fixes apply at once (benchmarks/savings.py checks advisor's
+combined estimate against the two applied together).
 """
 
 from __future__ import annotations
@@ -21,11 +26,25 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 FEATURES = 256
 HIDDEN = 512
 CLASSES = 10
+
+
+class ReadDataset(Dataset):
+    """Samples that take ``read_ms`` each to read (a pause stands in for the file read)."""
+
+    def __init__(self, inputs: torch.Tensor, labels: torch.Tensor, read_ms: float):
+        self.inputs, self.labels, self.read_s = inputs, labels, read_ms / 1000
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(self.read_s)
+        return self.inputs[index], self.labels[index]
 
 
 def validate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> float:
@@ -43,6 +62,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=64, help="training steps (batches)")
     parser.add_argument("--validate-every", type=int, default=8, help="steps between validations and checkpoints")
+    parser.add_argument("--read-ms", type=float, default=0.0, help="time to read each sample (0: in memory)")
+    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads (one keeps the timing steady)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -51,7 +72,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     inputs, labels = torch.randn(args.steps * 64, FEATURES), torch.randint(0, CLASSES, (args.steps * 64,))
     val_inputs, val_labels = torch.randn(2048, FEATURES), torch.randint(0, CLASSES, (2048,))
-    loader = DataLoader(TensorDataset(inputs, labels), batch_size=64, shuffle=True)
+    dataset = ReadDataset(inputs, labels, args.read_ms) if args.read_ms else TensorDataset(inputs, labels)
+    loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=args.num_workers,
+                        persistent_workers=args.num_workers > 0)
     model = nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, HIDDEN), nn.ReLU(),
                           nn.Linear(HIDDEN, CLASSES))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)

@@ -19,8 +19,7 @@ What worker processes leave, for a fix that moves loading into them (``StepFigur
 and the graph adds the rest: the GPU's own work, the host's other work (a little slower
 while the workers share the CPU), and the GPU's tail where the host waits for it.
 ``best_workers`` picks the fewest workers that get within 5 % of the best step these
-floors allow. ``overlap_saving`` is the same arithmetic on per-step figures alone, for a
-case known only by its published summary tables (benchmarks/savings.py).
+floors allow.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from advisor.findings import Saving
-from advisor.units import format_ns
 
 if TYPE_CHECKING:
     from advisor.rules.registry import RuleContext
@@ -39,27 +37,16 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class StepFigures:
-    """Per-step figures of the step a fix would change, ns (NaN: unknown)."""
+    """Per-step figures of a step whose loading moves into worker processes, ns (NaN:
+    unknown). The GPU's work and the host's waits are the step graph's to replay; these are
+    what it cannot see."""
 
     step_ns: float  # the whole step
     moved_ns: float  # the host time the fix takes off the critical path (loading)
     rest_ns: float = math.nan  # the host's other work per step (NaN: step_ns - moved_ns)
-    gpu_busy_ns: float = 0.0  # the GPU's own busy time per step; 0 without a GPU
-    tail_ns: float = 0.0  # GPU work still running after the host's last launch of a step
-    waits_each_step: bool = False  # the host blocks on the GPU at least once a step
     workers: float = math.inf  # processes the moved work is spread over (inf: enough of them)
     cores: float = math.inf  # CPU cores the job may use (inf: not known)
     moved_cpu_share: float = 1.0  # the share of the moved work that is CPU time, not waiting
-
-
-@dataclass(frozen=True)
-class OverlapSaving:
-    point_ns: float
-    low_ns: float
-    high_ns: float
-    step_after_ns: float  # the step the point estimate leaves
-    remains: str  # what the step keeps, in words
-    binding: str = ""  # the floor the point estimate's step sits on: gpu, host, workers or cpu
 
 
 def _rest(fig: StepFigures) -> float:
@@ -68,47 +55,17 @@ def _rest(fig: StepFigures) -> float:
 
 def step_after(fig: StepFigures, contention: float) -> tuple[float, str]:
     """The step once ``moved_ns`` overlaps the rest, with the rest of the host's work and
-    the workers' own slowed by ``contention``; and which floor binds."""
+    the workers' own slowed by ``contention``, as far as these figures say; and which floor
+    binds: host (the rest of the host's work), workers or cpu."""
     rest = _rest(fig) * contention
-    tail = fig.tail_ns if fig.waits_each_step else 0.0
     floors = {
-        "gpu": fig.gpu_busy_ns if not math.isnan(fig.gpu_busy_ns) else 0.0,
-        "host": rest + (tail if not math.isnan(tail) else 0.0),
+        "host": rest,
         "workers": fig.moved_ns * contention / fig.workers if fig.workers > 0 else math.inf,
         "cpu": ((rest + fig.moved_ns * fig.moved_cpu_share * contention) / min(fig.cores, fig.workers + 1)
                 if math.isfinite(fig.cores) and fig.cores > 0 else 0.0),
     }
     binding = max(floors, key=floors.__getitem__)
     return floors[binding], binding
-
-
-def overlap_saving(fig: StepFigures, *, contention: float, contention_worst: float,
-                   contention_best: float) -> OverlapSaving:
-    """The saving's point estimate and range (see the module docstring)."""
-    after, binding = step_after(fig, contention)
-    worst, _ = step_after(fig, contention_worst)
-    best, _ = step_after(fig, contention_best)
-    clamp = lambda ns: min(max(fig.step_ns - ns, 0.0), fig.step_ns)
-    point, low, high = clamp(after), clamp(worst), clamp(best)
-    low, high = min(low, point), max(high, point)
-    rest = _rest(fig)
-    parts = []
-    if fig.gpu_busy_ns and not math.isnan(fig.gpu_busy_ns):
-        parts.append(f"the GPU's own {format_ns(fig.gpu_busy_ns)} of work per step")
-    parts.append(f"the host's other {format_ns(rest)} per step"
-                 + (" (slower while workers share the CPU)" if fig.workers != 0 else ""))
-    if fig.waits_each_step and fig.tail_ns and not math.isnan(fig.tail_ns):
-        parts.append(f"the {format_ns(fig.tail_ns)} the GPU runs on after the host's last launch, which the host "
-                     "waits for once a step")
-    if math.isfinite(fig.workers):
-        parts.append(f"the workers' {format_ns(fig.moved_ns)} per batch shared among {fig.workers:.0f}")
-    if math.isfinite(fig.cores):
-        parts.append(f"{fig.cores:.1f} CPU cores for the main process and its workers")
-    bound = {"gpu": "the GPU's work", "host": "the host's other work", "workers": "the workers",
-             "cpu": "the CPU cores"}[binding]
-    remains = (f"The step keeps {'; '.join(parts)}. About {format_ns(after)} per step after the fix, bound by "
-               f"{bound}.")
-    return OverlapSaving(point, low, high, after, remains, binding)
 
 
 def best_workers(fig: StepFigures, contention: float, cap: int) -> int:

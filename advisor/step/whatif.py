@@ -40,6 +40,10 @@ class Fix:
     # wait, no delay the profile does not explain
     rest_factor: float = 1.0  # the host's other work, slowed (>1) or sped up by the fix
     floor_ns: float = 0.0  # per step: the step cannot get shorter than this after the fix
+    # Per step: time the job spends beside the graph's steady steps (the extra work of steps
+    # that validate or checkpoint every N), and the share of it the fix leaves.
+    beside_ns: float = 0.0
+    beside_factor: float = 1.0
     # The graph as the job runs it, before the fix (steps run without the profiler, where
     # their pace differs from the recorded one); the fix's factors apply on top of it.
     base: Fix | None = None
@@ -47,7 +51,7 @@ class Fix:
     @property
     def empty(self) -> bool:
         return not (self.host_states or self.host_spans or self.gpu_rows or self.drop_waits or self.wait_rows
-                    or self.floor_ns or self.free_gpu) and self.rest_factor == 1.0
+                    or self.floor_ns or self.free_gpu or self.beside_ns) and self.rest_factor == 1.0
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,8 @@ def combine(fixes: list[Fix]) -> Fix:
                free_gpu=any(f.free_gpu for f in fixes),
                rest_factor=max((f.rest_factor for f in fixes), default=1.0),
                floor_ns=max((f.floor_ns for f in fixes), default=0.0),
+               beside_ns=max((f.beside_ns for f in fixes), default=0.0),
+               beside_factor=min((f.beside_factor for f in fixes if f.beside_ns), default=1.0),
                base=next((f.base for f in fixes if f.base is not None), None))
 
 
@@ -140,8 +146,9 @@ def what_if(graph: StepGraph, fix: Fix, *, base: Fix | None = None) -> WhatIf:
         base_factor, base_keep = scales(graph, base)
         _, ends, _ = graph.replay(base_factor, keep_waits=base_keep)
         before = graph.step_time(ends)
+    beside = fix.beside_ns * (1.0 - fix.beside_factor)
     if not len(graph):
-        return WhatIf(before, before, 0.0, False)
+        return WhatIf(before + fix.beside_ns, before + fix.beside_ns - beside, beside, False)
     factor, keep = scales(graph, fix)
     factor, keep = factor * base_factor, keep & base_keep
     _, ends, _ = graph.replay(factor, keep_waits=keep, free_gpu=fix.free_gpu)
@@ -159,4 +166,5 @@ def what_if(graph: StepGraph, fix: Fix, *, base: Fix | None = None) -> WhatIf:
     after = max(after, before - changed)
     floor_bound = fix.floor_ns > after
     after = max(after, fix.floor_ns)
-    return WhatIf(before, after, changed, floor_bound)
+    # The time beside the steady steps is the job's too: before, and what the fix leaves of it.
+    return WhatIf(before + fix.beside_ns, after + fix.beside_ns - beside, changed + beside, floor_bound)

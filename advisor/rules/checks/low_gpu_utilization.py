@@ -12,6 +12,9 @@ from advisor.findings import Finding, Severity
 from advisor.rules.checks.common import ms, pct, row_evidence, saving
 from advisor.rules.registry import RuleContext, register
 
+# Causes under this share of the idle time are left out of the message's breakdown.
+MIN_SHOWN_SHARE = 0.005
+
 LABELS = {
     "work queued": "work queued on the GPU, waiting on a dependency",
     "blocking sync": "the host blocked on the GPU",
@@ -62,7 +65,9 @@ def check(ctx: RuleContext) -> list[Finding]:
                 if idle_row["idle_ns"] <= 0:
                     continue
                 top_reason = top_reason or str(reason)
-                breakdown.append(f"{LABELS.get(str(reason), str(reason))} {pct(float(idle_row['share_of_idle']))}")
+                share = float(idle_row["share_of_idle"])
+                if share >= MIN_SHOWN_SHARE:  # every cause stays in the evidence
+                    breakdown.append(f"{LABELS.get(str(reason), str(reason))} {pct(share)}")
                 evidence.append(row_evidence("gpu_idle", idle, reason, "idle_ns", f"GPU idle: {reason}"))
         message = (
             f"{row.get('name', key)} is busy {pct(utilization)} of the {ms(row['window_ns'])} window "
