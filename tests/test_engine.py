@@ -46,6 +46,16 @@ def test_a_chain_of_causes_nests_fully():
     assert ranked[0].explains[0].rule == "middle" and ranked[0].explains[0].explains[0].rule == "leaf"
 
 
+def test_a_symptom_two_fired_causes_explain_goes_to_the_one_nothing_else_explains():
+    # queued work -> the host's syncs waiting on it; both -> the idle GPU. The idle GPU is
+    # the queued work's symptom, though the sync saves as much.
+    specs = [_spec("queued", ["sync", "idle"]), _spec("sync", ["idle"]), _spec("idle")]
+    ranked = rank([_finding("idle", 15), _finding("sync", 7.5), _finding("queued", 7.5)], cause_graph(specs))
+    assert [f.rule for f in ranked] == ["queued"]
+    assert sorted(f.rule for f in ranked[0].explains) == ["idle", "sync"]
+    assert not ranked[0].explains[1].explains and not ranked[0].explains[0].explains
+
+
 def test_a_failing_rule_is_reported_and_the_others_still_run(monkeypatch):
     monkeypatch.setattr(registry, "_CHECKS", dict(engine.checks()))
 

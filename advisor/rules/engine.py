@@ -138,7 +138,11 @@ def rank(findings: list[Finding], graph: nx.DiGraph, leading: frozenset[str] = f
         causes = [c for c in graph.predecessors(rule_id) if c in fired] if rule_id in graph else []
         if not causes or rule_id not in by_rule:
             continue
-        best = max((f for c in causes for f in by_rule[c]), key=lambda f: f.saving.ms_per_step)
+        # Where one fired cause explains another, the symptom goes to the deeper cause (the
+        # one nothing else fired explains), so a chain nests as a chain: queued work ->
+        # the host's syncs waiting on it -> the idle GPU.
+        deeper = {c: not any(a in causes for a in nx.ancestors(graph, c)) for c in causes}
+        best = max((f for c in causes for f in by_rule[c]), key=lambda f: (deeper[f.rule], f.saving.ms_per_step))
         for symptom in by_rule[rule_id]:
             # A cause explains a symptom only where it accounts for a real part of it: a
             # 26 us sync does not explain 170 ms of GPU idle time, and nesting it there
