@@ -164,6 +164,29 @@ def test_samples_land_where_python_spends_its_time():
     assert signal.getsignal(signal.SIGPROF) in (signal.SIG_DFL, None)
 
 
+def decode_bytes(blob: bytes, seconds: float) -> int:
+    end = time.perf_counter() + seconds
+    acc = 0
+    while time.perf_counter() < end:
+        for b in blob:  # a pure-Python loop ending in an if: its jump back has no line of its own
+            acc = (acc * 31 + b) & 0xFF
+            if acc == 7:
+                acc = 0
+    return acc
+
+
+def test_samples_in_a_python_loop_name_the_loop_not_its_caller():
+    sampler = StackSampler(interval_s=0.005).start()
+    decode_bytes(bytes(range(256)) * 16, 0.3)
+    samples = sampler.stop()
+    innermost = [samples.stacks[i].split(";")[0] for i in samples.stack_id]
+    assert not [frame for frame in innermost if "(None)" in frame]
+    loop = decode_bytes.__code__.co_firstlineno + 4  # the `for b in blob` line, or the one below it
+    lines = [int(frame.split("(")[1].split(")")[0]) for frame in innermost if "decode_bytes" in frame]
+    assert len(lines) / len(innermost) > 0.8, innermost[:5]
+    assert sum(line in (loop, loop + 1) for line in lines) / len(lines) > 0.8, lines[:10]
+
+
 def test_someone_elses_sigprof_handler_is_left_alone():
     def theirs(signum, frame):
         pass

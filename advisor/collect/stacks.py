@@ -29,6 +29,8 @@ name, and the worker imports it from the installed package.
 
 from __future__ import annotations
 
+import dis
+import functools
 import json
 import os
 import signal
@@ -192,7 +194,10 @@ class StackSampler:
         frames = []
         depth = 0
         while frame is not None and depth < MAX_DEPTH:
-            frames.append((frame.f_code, frame.f_lineno))
+            line = frame.f_lineno
+            if line is None:  # an instruction of no line: a loop's jump back (see _line_at)
+                line = _line_at(frame.f_code, frame.f_lasti)
+            frames.append((frame.f_code, line))
             frame = frame.f_back
             depth += 1
         key = tuple(frames)
@@ -205,6 +210,29 @@ class StackSampler:
         samples.stack_id.append(stack_id)
         samples.step.append(step)
         samples.phase.append(phase)
+
+
+@functools.lru_cache(maxsize=4096)
+def _line_at(code: Any, lasti: int) -> int:
+    """The line of the instruction at ``lasti`` where ``f_lineno`` is None. A frame stopped
+    at an instruction the compiler gave no line (in CPython 3.11 a loop's jump back to its
+    start, where a signal handler runs) reports no line, and the sample would land on the
+    caller's line instead of the loop's: a jump back counts for the loop's own line (where
+    it jumps to), any other such instruction for the nearest line before it."""
+    lines = {}
+    found = code.co_firstlineno
+    for start, _end, line in code.co_lines():
+        if line is not None:
+            lines.setdefault(start, line)
+            if start <= lasti:
+                found = line
+    for instruction in dis.get_instructions(code):
+        if instruction.offset == lasti:
+            if instruction.opname.startswith("JUMP_BACKWARD") and isinstance(instruction.argval, int):
+                target = max((o for o in lines if o <= instruction.argval), default=None)
+                return lines[target] if target is not None else found
+            break
+    return found
 
 
 # -- DataLoader workers -----------------------------------------------------------------------

@@ -48,6 +48,16 @@ class RuleContext:
     def threshold(self, name: str) -> float:
         return float(self.spec.thresholds[name])
 
+    @property
+    def run_step_ns(self) -> float:
+        """The step as the run averages it: the steady step and, where steps run extra work
+        every N steps, that work spread over the steps (what a user's own timer reads). A
+        saving's share of the step is of this."""
+        periodic = self.model.window.periodic if self.model is not None else None
+        beside = periodic.extra_ns / periodic.every if periodic is not None and periodic.source == "timed steps" \
+            else 0.0
+        return (self.mean_step_ns or 0.0) + beside
+
     def table(self, name: str) -> pd.DataFrame:
         return self.tables.get(name, pd.DataFrame())
 

@@ -80,7 +80,7 @@ def saving(ctx: RuleContext, ns_per_step: float, basis: str, *, low_ns: float | 
            high_ns: float | None = None, remains: str = "") -> Saving:
     """A finding's saving: the point estimate ``ns_per_step`` (ranking uses it), and where
     the rule models them, the bounds it lies between and what the fix cannot remove."""
-    step = ctx.mean_step_ns or 0.0
+    step = ctx.run_step_ns
     ns = max(float(ns_per_step), 0.0)
     share = min(ns / step, 1.0) if step > 0 else 0.0
     if not ctx.step_count:

@@ -6,7 +6,8 @@ times every step of the run. Steps after the window ran without the profiler, so
 times are the job's own, and the recorded steps' excess over them is what profiling
 cost. The hooks' own time in each step (the collector's code the job would not run) is
 taken off it. Rules take step times and phase shares from the unrecorded steps where there
-are any: a saving is then a share of the job's real step, not of a slowed-down one.
+are any: a saving is then a share of the job's real step, not of a slowed-down one. Steps
+that run extra work every N steps are left out of those figures (see unrecorded_steps).
 """
 
 from __future__ import annotations
@@ -49,8 +50,13 @@ def timed_frame(f: Facts) -> pd.DataFrame:
 def unrecorded_steps(f: Facts) -> pd.DataFrame:
     """The steps that ran after the window without the profiler: the job's own pace. The
     first one after the window pays for stopping the profiler (its buffers are released
-    as the step runs) and is left out where others remain."""
+    as the step runs) and is left out where others remain; so are the steps that run extra
+    work every N steps (a validation pass, a checkpoint: the step model's periodic steps),
+    judged apart by periodic-step-work rather than spread into every step's figures."""
     frame = timed_frame(f)
+    periodic = f.model.window.periodic if f.model is not None else None
+    if periodic is not None and periodic.source == "timed steps":
+        frame = frame[~frame["step"].isin(periodic.steps)]
     recorded = frame[frame["recorded"]]
     unrecorded = frame[~frame["recorded"]]
     if len(recorded) and len(unrecorded) > 2:
@@ -76,7 +82,8 @@ def job_steps(f: Facts) -> pd.DataFrame:
         "added per step. Rules use the unrecorded steps' times where there are any. Empty for "
         "traces, whose steps advisor did not time."
     ),
-    key="ProfileStep, Dataloader, Forward, Backward, Optimization, Others",
+    key="ProfileStep, Dataloader, Forward, Backward, Optimization, Others; PeriodicStep where steps run extra work "
+        "every N steps (those steps' own figures, left out of the rows above)",
     columns={
         "recorded_steps": "Steps the profiler recorded.",
         "recorded_avg_ns": "Mean time per recorded step, ns.",
@@ -120,8 +127,28 @@ def step_timing_table(f: Facts) -> pd.DataFrame | None:
             "best_ratio": best / base if base > 0 else np.nan,
             "source": source,
         }
+    periodic = f.model.window.periodic if f.model is not None else None
+    if periodic is not None and periodic.source == "timed steps":
+        rows["PeriodicStep"] = _periodic_row(timed_frame(f), periodic.steps, step_unrecorded, step_recorded)
     out = pd.DataFrame.from_dict(rows, orient="index")
     if not len(unrecorded):
         with_notes(out, "No step ran after the recorded ones, so the job's unprofiled pace was not measured: "
                         "figures are the recorded steps' (run more steps than --steps records to measure it).")
     return out
+
+
+def _periodic_row(frame: pd.DataFrame, steps: tuple[int, ...], steady_unrecorded: float,
+                  steady_recorded: float) -> dict:
+    """The periodic steps' own figures: their mean time, recorded and not, against the
+    steady step's (the ratio columns)."""
+    slow = frame[frame["step"].isin(steps)]
+    recorded, unrecorded = slow[slow["recorded"]], slow[~slow["recorded"]]
+    rec = float(recorded["duration_ns"].mean()) if len(recorded) else np.nan
+    unrec = float(unrecorded["duration_ns"].mean()) if len(unrecorded) else np.nan
+    best, base = (unrec, steady_unrecorded) if len(unrecorded) else (rec, steady_recorded)
+    return {"recorded_steps": len(recorded), "recorded_avg_ns": rec, "unrecorded_steps": len(unrecorded),
+            "unrecorded_avg_ns": unrec,
+            "unrecorded_ratio": unrec / steady_unrecorded if steady_unrecorded > 0 else np.nan,
+            "overhead_ns": rec - unrec, "overhead_ratio": (rec - unrec) / unrec if unrec > 0 else np.nan,
+            "best_avg_ns": best, "best_ratio": best / base if base > 0 else np.nan,
+            "source": "unrecorded steps" if len(unrecorded) else "recorded steps"}

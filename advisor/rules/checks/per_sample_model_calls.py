@@ -14,12 +14,16 @@ Either way the model's operators run once per sample: the same work in N times a
 operator calls, each paying its dispatch (and on a GPU its launch). Batching the samples
 into one call keeps the arithmetic and drops almost all of the calls. For the inference
 loop the saving is what a call of ``target_batch`` samples would leave per sample: the
-step's dispatch shared by the batch, plus the arithmetic each sample still needs (its
+call's dispatch shared by the batch, plus the arithmetic each sample still needs (its
 FLOPs at the CPU's measured peak where `advisor calibrate` measured it, else at a modest
-``cpu_gflops``).
+``cpu_gflops``), plus the loop's own work between calls (reading, tokenizing), which
+stays per sample. The call's share of the step comes from the steps timed without the
+profiler.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from advisor.findings import Finding
 from advisor.rules.checks.common import ms, pct, row_evidence, saving, severity_by_share, value
@@ -113,16 +117,22 @@ def _per_call_steps(ctx: RuleContext) -> Finding | None:
     peak = _cpu_flops(ctx)
     compute = flops / peak * 1e9 if peak else 0.0
     target = ctx.threshold("target_batch")
-    after = step / target + compute
+    # The step is a call of the model and whatever the loop does between calls (reading,
+    # tokenizing, making the input tensor): batching shares the call's dispatch; the work
+    # between calls stays per sample (at best its tensor-making is shared too: the high end).
+    call = step * _forward_share(meta.timed_steps)
+    between = step - call
+    after = between + call / target + compute
     point = max(step - after, 0.0)
-    low = max(step - (step / ctx.threshold("low_batch") + 2 * compute), 0.0)
+    low = max(call - (call / ctx.threshold("low_batch") + 2 * compute), 0.0)
     high = max(step - compute, point)
     if point / step < ctx.threshold("min_share"):
         return None
-    message = (f"Each step is one call of the model on a batch of {batch} ({calls:,} calls, {ms(step)} each): the "
-               f"model's operators run once per sample, paying their whole dispatch for one row of work. A call "
-               f"costs {ms(step)} where its arithmetic ({flops / 1e3:.0f} kFLOP a sample) needs about {ms(compute)}; "
-               f"batched {target:.0f} to a call, a sample would cost about {ms(after)}.")
+    message = (f"Each step is one call of the model on a batch of {batch} ({calls:,} calls, {ms(step)} a step, "
+               f"{ms(call)} of it in the call): the model's operators run once per sample, paying their whole "
+               f"dispatch for one row of work. A call costs {ms(call)} where its arithmetic ({flops / 1e3:.0f} kFLOP a "
+               f"sample) needs about {ms(compute)}; batched {target:.0f} to a call, a sample would cost about "
+               f"{ms(after)}, {ms(between)} of it the loop's own work between calls.")
     return Finding(
         rule=ctx.spec.id,
         title=ctx.spec.title,
@@ -131,8 +141,8 @@ def _per_call_steps(ctx: RuleContext) -> Finding | None:
         saving=saving(ctx, point, f"a call's time shared by {target:.0f} samples, plus each sample's arithmetic "
                                   f"({'at the CPU peak advisor calibrate measured' if _calibrated(ctx) else 'at a modest CPU rate'})",
                       low_ns=low, high_ns=high,
-                      remains=f"Each sample keeps its own arithmetic and a {target:.0f}th of a batched call's "
-                              "dispatch."),
+                      remains=f"Each sample keeps its own arithmetic, 1/{target:.0f} of a batched call's dispatch "
+                              "and the loop's work between calls."),
         message=message,
         recommendation=("Score the samples in batches: stack them (torch.stack, or a DataLoader with batch_size=64) "
                         "and call the model once per batch, then split the outputs (outputs.argmax(dim=1).tolist() "
@@ -144,8 +154,19 @@ def _per_call_steps(ctx: RuleContext) -> Finding | None:
                          "a call of the model: one sample"),
         ) if e is not None],
         metrics={"batch_size": batch, "calls": calls, "flops_per_call": flops, "compute_ns": compute,
-                 "per_sample_after_ns": after, "target_batch": target},
+                 "call_ns": call, "between_calls_ns": between, "per_sample_after_ns": after,
+                 "target_batch": target},
     )
+
+
+def _forward_share(timed: list) -> float:
+    """The share of a step the model's call takes, from the steps timed without the
+    profiler (whose operators it would slow unevenly): the median over those steps, so a
+    step that started the profiler or warmed something up does not sway it; all of the
+    step where none were timed."""
+    shares = [min(t.phases.get("Forward", 0) / (t.duration_ns - t.own_ns), 1.0) for t in timed
+              if not t.recorded and not t.partial and t.duration_ns > t.own_ns]
+    return float(np.median(shares)) if shares else 1.0
 
 
 def _cpu_flops(ctx: RuleContext) -> float:

@@ -14,7 +14,7 @@ all of it (off the training loop).
 from __future__ import annotations
 
 from advisor.findings import Finding
-from advisor.rules.checks.common import ms, pct, severity_by_share
+from advisor.rules.checks.common import ms, pct, row_evidence, severity_by_share
 from advisor.rules.registry import RuleContext, register
 from advisor.rules.savings import saving
 from advisor.step.whatif import Fix
@@ -68,7 +68,10 @@ def check(ctx: RuleContext) -> list[Finding]:
                               f"{ms(per_step * kept)} a step."),
         message=message,
         recommendation=advice,
-        evidence=[],
+        evidence=[e for e in (row_evidence("step_timing", ctx.table("step_timing"), "PeriodicStep", "best_avg_ns",
+                                           f"a step that runs the work every {periodic.every} steps"),
+                              row_evidence("step_timing", ctx.table("step_timing"), "ProfileStep", "best_avg_ns",
+                                           "a steady step")) if e is not None],
         metrics={"every": periodic.every, "extra_ns": periodic.extra_ns, "steady_ns": periodic.steady_ns,
                  "share_of_run": periodic.share_of_run, "phase": periodic.phase, "steps": list(periodic.steps),
                  "source": periodic.source},
