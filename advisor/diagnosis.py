@@ -25,6 +25,7 @@ from advisor.rules.engine import Combined, EngineResult, run_rules
 from advisor.session import Session
 from advisor.step import StepModel, build_step_model
 from advisor.tables import TABLE_DOCS, compute_tables
+from advisor.units import format_ns
 
 __all__ = ["Diagnosis", "diagnose", "report_window"]
 
@@ -60,7 +61,7 @@ def diagnose(session: Session, *, specs: list[Any] | None = None, disabled: Iter
     result = run_rules(steady, computed, specs, disabled=set(disabled), enabled=set(enabled), preview=preview,
                        model=model)
     report = build_report(steady, computed, result.findings, table_docs=TABLE_DOCS, skipped=result.skipped,
-                          window=report_window(model), combined=_combined(result.combined))
+                          window=report_window(model), combined=_combined(result.combined, model))
     return Diagnosis(model, computed, result, report)
 
 
@@ -80,13 +81,17 @@ def report_window(model: StepModel) -> Window:
     )
 
 
-def _combined(combined: Combined | None) -> CombinedSaving | None:
+def _combined(combined: Combined | None, model: StepModel) -> CombinedSaving | None:
     if combined is None or combined.before_ns <= 0:
         return None
+    periodic = model.window.periodic
+    beside = (f"the work run every {periodic.every} steps, {format_ns(combined.beside_ns)} a step spread over them"
+              if combined.beside_ns > 0 and periodic is not None else "")
     return CombinedSaving(
         ms_per_step=round(combined.saved_ns / 1e6, 4),
         share_of_step=round(min(combined.saved_ns / combined.before_ns, 1.0), 4),
         step_before_ms=round(combined.before_ns / 1e6, 4), step_after_ms=round(combined.after_ns / 1e6, 4),
         rules=list(combined.rules),
+        includes=beside,
         basis="every finding's fix applied at once to the step's dependency graph and replayed: time two fixes "
               "share is saved once")

@@ -256,6 +256,7 @@ def combined_text(report: Report) -> str:
     rules = ", ".join(combined.rules)
     return (f"Every fix at once ({rules}): saves {format_ns(combined.ms_per_step * 1e6)} per step "
             f"({format_percent(combined.share_of_step * 100)} of the step), "
-            f"{format_ns(combined.step_before_ms * 1e6)} -> {format_ns(combined.step_after_ms * 1e6)}; "
-            "time the fixes share is counted once.")
+            f"{format_ns(combined.step_before_ms * 1e6)} -> {format_ns(combined.step_after_ms * 1e6)}"
+            + (f" (the step counting {combined.includes})" if combined.includes else "")
+            + "; time the fixes share is counted once.")
 

@@ -124,6 +124,8 @@ class CombinedSaving(_Model):
     step_before_ms: float = Field(ge=0, description="The step as the graph replays it, ms.")
     step_after_ms: float = Field(ge=0, description="The step with every fix applied, ms.")
     rules: list[str] = Field(default_factory=list, description="The findings whose fixes it applies.")
+    includes: str = Field(default="", description="What step_before_ms counts beside the steady step (work run "
+                                                  "every N steps, spread over them); empty where nothing.")
     basis: str = Field(default="", description="How it was made, in one sentence.")
 
 

@@ -71,6 +71,7 @@ class Combined:
     before_ns: float  # the step, per step
     after_ns: float  # the step with every fix applied
     rules: tuple[str, ...]  # the findings whose fixes it applies, in rank order
+    beside_ns: float = 0.0  # of before_ns: work beside the steady steps (run every N steps), spread over them
 
     @property
     def saved_ns(self) -> float:
@@ -216,8 +217,10 @@ def combined_estimate(model: StepModel | None, findings: list[Finding]) -> Combi
     walk(findings)
     if not chosen:
         return None
-    replayed = what_if(model.graph, combine([f._fix for f in chosen]))
-    return Combined(replayed.before_ns, replayed.after_ns, tuple(dict.fromkeys(f.rule for f in chosen)))
+    fix = combine([f._fix for f in chosen])
+    replayed = what_if(model.graph, fix)
+    return Combined(replayed.before_ns, replayed.after_ns, tuple(dict.fromkeys(f.rule for f in chosen)),
+                    fix.beside_ns)
 
 
 def run_rules(session: Session, tables: dict[str, pd.DataFrame], specs: list[RuleSpec] | None = None,
