@@ -140,10 +140,10 @@ def _number(x: Any) -> float:
     return float(x) if x is not None and pd.notna(x) else math.nan
 
 
-def _remains(fig: StepFigures, contention: float) -> str:
+def _remains(fig: StepFigures, contention: float, gpu: bool) -> str:
     """What the step keeps after the workers take the loading, in words."""
-    after, binding = step_after(fig, contention)
-    parts = ["the GPU's own work and the host's other work (a little slower while workers share the CPU)"]
+    parts = [("the GPU's own work and " if gpu else "") + "the host's other work (a little slower while workers "
+             "share the CPU)"]
     if math.isfinite(fig.workers):
         parts.append(f"the workers' {ms(fig.moved_ns)} per batch shared among {fig.workers:.0f}")
     if math.isfinite(fig.cores):
@@ -210,7 +210,7 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
                        Fix(f"{n} workers, at best", loading_gone, floor_ns=worker_floor(fig_n, 1.0), base=m.base),
                        f"the step replayed with {n} worker{'s' if n != 1 else ''} making the batches: what the rest "
                        "of the step, the GPU, the workers and the cores leave",
-                       _remains(fig_n, contention), workers=n, figures=fig_n, metrics=metrics)
+                       _remains(fig_n, contention, ctx.gpu_measured), workers=n, figures=fig_n, metrics=metrics)
     if workers == 0:
         return Verdict("cheaper per-item work", Fix("cheaper loading", loading_gone, base=m.base),
                        Fix("cheaper loading, at worst", {"loading": 0.5}, base=m.base), None,
@@ -232,7 +232,7 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
                        Fix(f"{n} workers, at worst", loading_gone, rest_factor=worst,
                            floor_ns=worker_floor(fig_n, worst), base=m.base),
                        Fix(f"{n} workers, at best", loading_gone, floor_ns=worker_floor(fig_n, 1.0), base=m.base),
-                       f"the step replayed with {n} workers instead of {workers}", _remains(fig_n, contention),
+                       f"the step replayed with {n} workers instead of {workers}", _remains(fig_n, contention, ctx.gpu_measured),
                        workers=n, figures=fig_n, metrics=metrics)
     return Verdict("workers cannot keep up", Fix("cheaper loading", loading_gone, base=m.base),
                    Fix("cheaper loading, at worst", {"loading": 0.5}, base=m.base), None,

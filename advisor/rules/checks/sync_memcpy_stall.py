@@ -125,8 +125,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     if any("synchronize" in str(r) for r in reasons):
         advice.append("drop explicit torch.cuda.synchronize() / event.synchronize() from the loop (keep them "
                       "only around timing code)")
-    recommendation = ("Remove the waits from the training loop: " + "; ".join(advice) + "."
-                      if advice else "Remove the waits from the training loop.")
+    recommendation = ("Remove the waits from the loop: " + "; ".join(advice) + "."
+                      if advice else "Remove the waits from the loop.")
     if estimate is None:
         estimate = saving(ctx, ns, basis)
     finding_fix = fix
