@@ -336,14 +336,14 @@ def render(results: list[Result]) -> str:
         if r.failed:
             rows.append((r.name, r.rule, r.fix, "", "", "", "", r.failed, ""))
             continue
-        rng = f" [{r.low_ms:.2f}, {r.high_ms:.2f}]" if r.low_ms is not None and r.high_ms is not None else ""
-        spread = (f" (+-{statistics.pstdev(r.measured):.2f})" if len(r.measured) > 1 else "")
+        rng = f" [{r.low_ms:.3g}, {r.high_ms:.3g}]" if r.low_ms is not None and r.high_ms is not None else ""
+        spread = (f" (+-{statistics.pstdev(r.measured):.2g})" if len(r.measured) > 1 else "")
         ok = r.ratio and GOAL[0] <= r.ratio <= GOAL[1]
-        combined = (f"{r.combined_ms:.2f} ({', '.join(r.combined_rules)})" if r.combined_ms is not None
+        combined = (f"{r.combined_ms:.3g} ({', '.join(r.combined_rules)})" if r.combined_ms is not None
                     else "none")
         rows.append((r.name, f"{r.rule} ({'top' if r.top else 'not top'})",
-                     r.fix, f"{r.before_ms:.2f} -> {r.after_ms:.2f}", f"{r.point_ms:.2f}{rng}",
-                     f"{r.measured_ms:.2f}{spread}", f"{r.ratio:.2f}x{'' if ok else ' (outside goal)'}",
+                     r.fix, f"{r.before_ms:.3g} -> {r.after_ms:.3g}", f"{r.point_ms:.3g}{rng}",
+                     f"{r.measured_ms:.3g}{spread}", f"{r.ratio:.2f}x{'' if ok else ' (outside goal)'}",
                      {True: "yes", False: "no", None: "combined: no range"}[r.inside], combined))
     widths = [max(len(str(x[i])) for x in [header, *rows]) for i in range(len(header))]
     lines = [f"goal: predicted within {GOAL[0]}x..{GOAL[1]}x of measured, measured inside the range"]
