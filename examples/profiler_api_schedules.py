@@ -49,9 +49,12 @@ def main() -> None:
     def on_trace_ready(prof: advisor.Profiler) -> None:
         timelines(prof)
         sessions(prof)
-        userdefined = compute_tables(prof.session, ["userdefined"])["userdefined"]
+        # The tables judge the span's steady steps: a first step far slower than the others
+        # (start-up) is set apart, and the session's notes say so.
+        tables = compute_tables(prof.session, ["userdefined", "model"])
+        userdefined, steady = tables["userdefined"], int(tables["model"].loc["ProfileStep", "calls"])
         calls = {name: int(userdefined.loc[name, "calls"]) for name in ("augment", "loss") if name in userdefined.index}
-        print(f"span {prof.span}: steps {prof.recorded_steps}, user ranges {calls}")
+        print(f"span {prof.span}: steps {prof.recorded_steps}, {steady} steady, user ranges {calls}")
 
     schedule = advisor.make_scheduler(closed=2, ready=1, record=3, repeat=2)
     with advisor.Profiler(scheduler=schedule, on_trace_ready=on_trace_ready) as prof:
