@@ -17,8 +17,9 @@ advisor's code and knowledge files. The files the rules came from (the built-in 
 it names) are listed in the record with a digest of each, or of their absence; a record
 is used only while every one is unchanged.
 
-The record sits in the trace's cache entry (so it goes when the entry is evicted) and
-holds, besides the report, what the first run said about its rules on stderr and what
+The record sits in the trace's cache entry (so it goes when the entry is evicted), is
+read only where it is the user's own and its checksum holds (advisor.importers.cache:
+``read_record``), and holds, besides the report, what the first run said about its rules on stderr and what
 ``--fail-on`` needs (the worst finding's severity, the configured fail_on). ``--no-cache``
 neither reads nor writes it; nor does a run that saves its session (``--save``).
 """
@@ -29,7 +30,6 @@ import argparse
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,7 +77,10 @@ class ReportCache:
                 or target.suffix == ".py" or not target.is_file()):
             return None
         try:
-            entry = cache.cache_dir() / cache.cache_key(target)
+            folder = cache.root(create=True)
+            if folder is None:
+                return None
+            entry = folder / cache.cache_key(target)
             options = {k: str(v) if isinstance(v, Path) else v for k, v in sorted(vars(args).items())
                        if k not in PRESENTATION and k not in _RUNNING}
             digest = hashlib.sha256(json.dumps({
@@ -93,41 +96,39 @@ class ReportCache:
         return cls(entry / f"report-{digest.hexdigest()[:24]}.json")
 
     def get(self) -> Reused | None:
-        """The kept report where the record exists and every file the rules came from is
-        as it was; else None (a damaged record is a miss, never an error)."""
+        """The kept report where the record exists, is the user's own and intact, and every
+        file the rules came from is as it was; else None (a damaged record is dropped)."""
+        from advisor.importers import cache
+
+        text = cache.read_record(self.file)
+        if text is None:
+            return None
         try:
-            with self.file.open(encoding="utf-8") as handle:
-                head = json.loads(handle.readline())
-                if head.get("record") != RECORD_FORMAT:
-                    return None
-                if any(_digest(Path(path)) != digest for path, digest in head["inputs"]):
-                    return None
-                text = handle.read()
+            head_line, _newline, report_json = text.partition("\n")
+            head = json.loads(head_line)
+            if head.get("record") != RECORD_FORMAT:
+                return None
+            if any(_digest(Path(path)) != digest for path, digest in head["inputs"]):
+                return None
+            reused = Reused(report_json=report_json, said=[str(line) for line in head["said"]],
+                            worst=int(head["worst"]), config_fail_on=head["config_fail_on"],
+                            config_source=str(head["config_source"]))
             os.utime(self.file.parent)  # the trace's entry was used just now
-            return Reused(report_json=text, said=list(head["said"]), worst=int(head["worst"]),
-                        config_fail_on=head["config_fail_on"], config_source=str(head["config_source"]))
-        except (OSError, ValueError, KeyError, TypeError):
+            return reused
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
     def put(self, kept: Reused, inputs: list[Path]) -> None:
         """Keep ``kept``, valid while the files ``inputs`` (the rules' sources) are
         unchanged; quietly nothing where the trace has no cache entry or it cannot be
         written."""
-        if not self.file.parent.is_dir():
+        from advisor.importers import cache
+
+        if not self.file.parent.is_dir() or cache.not_private(self.file.parent) is not None:
             return
         head = {"record": RECORD_FORMAT, "inputs": [[str(p), _digest(p)] for p in inputs], "said": kept.said,
                 "worst": kept.worst, "config_fail_on": kept.config_fail_on, "config_source": kept.config_source}
-        try:
-            with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=self.file.parent, prefix=".report-",
-                                             delete=False) as handle:
-                handle.write(json.dumps(head) + "\n")
-                handle.write(kept.report_json)
-            os.replace(handle.name, self.file)
-        except OSError:
-            try:
-                os.unlink(handle.name)
-            except (OSError, NameError):
-                pass
+        cache.write_record(self.file, json.dumps(head) + "\n" + kept.report_json)
 
 
 def rule_sources(args: argparse.Namespace, config: Any) -> list[Path]:
@@ -157,6 +158,8 @@ def _digest(path: Path) -> str | None:
                 if child.is_file():
                     digest.update(hashlib.sha256(child.read_bytes()).digest())
             return digest.hexdigest()
+        if not path.is_file():  # a FIFO or a device: never opened
+            return None if not path.exists() else "not a regular file"
         return hashlib.sha256(path.read_bytes()).hexdigest()
     except FileNotFoundError:
         return None

@@ -11,8 +11,16 @@ The summary tables of that Session are kept beside it (``tables``): after the re
 are most of what is left. They are pure functions of the Session, so they are keyed by
 the Session as the command sees it (its metadata: the window, a --gpu target, the notes
 of a start-up step left out) and by advisor's own code and knowledge files, so an edited
-table or hardware entry misses. They are pickles (a table's attrs hold objects Parquet
-cannot), written by and for the user whose cache folder it is (created private).
+table or hardware entry misses. They are kept as JSON data (advisor.importers.frames).
+
+The cache holds data, never code, and only the user's own: nothing in it is unpickled or
+imported. The folder, each entry and each file in it must belong to the user and be
+writable by no one else; a folder that is not (a shared ``ADVISOR_CACHE_DIR``, a
+group-writable ``$XDG_CACHE_HOME``) is not used, said in one line, and the command goes on
+uncached; an entry or record that is not is a miss. Every record carries a SHA-256 of
+its contents (``checksums.json`` for a Session's files, a first line for the tables and
+the reports of advisor.cli.report_cache); a damaged one is dropped and computed again,
+never served.
 
 Where: ``$ADVISOR_CACHE_DIR``, else ``$XDG_CACHE_HOME/advisor``, else
 ``~/.cache/advisor``. At most ``$ADVISOR_CACHE_MAX_MB`` (default 4096) MiB are kept,
@@ -25,9 +33,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
-import pickle
 import shutil
+import stat
+import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -40,11 +50,12 @@ from advisor.session.layout import SESSION_FORMAT
 if TYPE_CHECKING:
     from advisor.session import Session
 
-__all__ = ["cache_dir", "cache_key", "cached", "code_fingerprint", "enabled", "holds", "reading_fingerprint", "store",
-           "tables"]
+__all__ = ["cache_dir", "cache_key", "cached", "code_fingerprint", "enabled", "holds", "read_record", "reading_fingerprint",
+           "root", "store", "tables", "write_record"]
 
 EDGE_BYTES = 64 * 1024
 DEFAULT_MAX_MB = 4096
+CHECKSUMS = "checksums.json"  # an entry's manifest: each file of the Session it holds, hashed
 
 
 def enabled() -> bool:
@@ -59,15 +70,61 @@ def cache_dir() -> Path:
     return Path(base) / "advisor"
 
 
+def root(*, create: bool = False) -> Path | None:
+    """The cache folder where it may be used: the user's own and writable by no one else
+    (made so where ``create`` and it is absent). None where it is absent (and not made)
+    or cannot be used; a folder that belongs to another user or that others may write
+    is said once, on stderr."""
+    folder = cache_dir()
+    try:
+        if create and not os.path.lexists(folder):
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        problem = not_private(folder)
+    except OSError:
+        return None
+    if problem is None:
+        return folder
+    if problem != "absent":
+        _said_not_used(str(folder), problem)
+    return None
+
+
+def not_private(path: Path) -> str | None:
+    """Why ``path`` may not be trusted as the user's own (another owner, a link, group or
+    others may write it), "absent" where there is nothing, or None where it may."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return "absent"
+    if stat.S_ISLNK(info.st_mode):
+        return "a symbolic link"
+    if info.st_uid != os.getuid():
+        return f"owned by another user (uid {info.st_uid})"
+    writers = [who for bit, who in ((stat.S_IWGRP, "its group"), (stat.S_IWOTH, "others")) if info.st_mode & bit]
+    if writers:
+        return f"writable by {' and '.join(writers)} (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def _said_not_used(folder: str, problem: str) -> None:
+    # Once per folder and reason in a process: several stages ask for the cache.
+    print(f"advisor: the cache folder {folder} is {problem}: not used, so nothing in it is read "
+          "(the command goes on without a cache; make it your own with mode 700, or set ADVISOR_CACHE_DIR)",
+          file=sys.stderr)
+
+
 def cache_key(path: Path) -> str:
     """What identifies the trace's contents, hashed."""
-    stat = path.stat()
+    stat_ = path.stat()
     digest = hashlib.sha256()
-    digest.update(f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\0{__version__}\0{SESSION_FORMAT}".encode())
+    # The path as bytes: a file name need not be valid text.
+    digest.update(os.fsencode(path.resolve()) + b"\0")
+    digest.update(f"{stat_.st_size}\0{stat_.st_mtime_ns}\0{__version__}\0{SESSION_FORMAT}".encode())
     digest.update(reading_fingerprint().encode())
     with path.open("rb") as handle:
         digest.update(handle.read(EDGE_BYTES))
-        if stat.st_size > 2 * EDGE_BYTES:
+        if stat_.st_size > 2 * EDGE_BYTES:
             handle.seek(-EDGE_BYTES, os.SEEK_END)
             digest.update(handle.read(EDGE_BYTES))
     return digest.hexdigest()[:32]
@@ -76,16 +133,21 @@ def cache_key(path: Path) -> str:
 def holds(path: Path) -> bool:
     """Whether an entry for ``path`` is kept (not read: ``cached`` reads it)."""
     try:
-        return (cache_dir() / cache_key(path) / "session.json").is_file()
+        folder = root()
+        return folder is not None and (folder / cache_key(path) / CHECKSUMS).is_file()
     except OSError:
         return False
 
 
 def cached(path: Path) -> Session | None:
-    """The cached Session of ``path``, or None (no entry, or one that cannot be read)."""
+    """The cached Session of ``path``, or None (no entry, one that is not the user's own,
+    or one that is damaged: that one is dropped)."""
     try:
-        entry = cache_dir() / cache_key(path)
-        if not (entry / "session.json").is_file():
+        folder = root()
+        if folder is None:
+            return None
+        entry = folder / cache_key(path)
+        if not_private(entry) is not None or not _intact(entry):
             return None
         from advisor.session import Session
 
@@ -97,27 +159,108 @@ def cached(path: Path) -> Session | None:
         return None
 
 
+def _intact(entry: Path) -> bool:
+    """Whether the entry's Session files are all the user's own and as written; a damaged
+    entry (a file changed, missing or unreadable) is removed."""
+    try:
+        manifest = json.loads(_private_bytes(entry / CHECKSUMS))
+        files = manifest["files"]
+        if not files or not all(isinstance(n, str) and "/" not in n and n not in (".", "..") for n in files):
+            raise ValueError("not a manifest")
+        for name, digest in files.items():
+            if hashlib.sha256(_private_bytes(entry / name)).hexdigest() != digest:
+                raise ValueError(f"{name} changed")
+        return True
+    except PermissionError:  # not the user's own: left alone
+        return False
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        shutil.rmtree(entry, ignore_errors=True)
+        return False
+
+
+def _private_bytes(file: Path) -> bytes:
+    """The contents of ``file``, a regular file of the user's own that no one else may
+    write; PermissionError where it is not."""
+    problem = not_private(file)
+    if problem == "absent":
+        raise FileNotFoundError(file)
+    if problem is not None:
+        raise PermissionError(f"{file} is {problem}")
+    if not file.is_file():
+        raise PermissionError(f"{file} is not a regular file")
+    return file.read_bytes()
+
+
 def store(path: Path, session: Session) -> None:
     """Keep ``session`` as the Session of ``path``; quietly nothing where it cannot."""
     try:
-        root = cache_dir()
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        entry = root / cache_key(path)
+        folder = root(create=True)
+        if folder is None:
+            return
+        entry = folder / cache_key(path)
         if entry.exists():
-            session.cache_entry = entry
+            session.cache_entry = entry if not_private(entry) is None else None
             return
         # Written aside and renamed into place, so a reader never sees half an entry and
         # two commands storing the same trace at once do not collide.
-        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root))
-        session.save(staging)
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=folder))
         try:
+            _write_entry(staging, session)
             staging.rename(entry)
-        except OSError:  # another command stored it first
+        except Exception:  # noqa: BLE001  (another command stored it first, a full disk)
             shutil.rmtree(staging, ignore_errors=True)
+            if not entry.exists():
+                return
         session.cache_entry = entry
-        _evict(root)
+        _evict(folder)
     except Exception:  # noqa: BLE001  (a cache that cannot be written is passed over)
         return
+
+
+def _write_entry(staging: Path, session: Session) -> None:
+    """The Session's files in ``staging``, the user's alone, and their checksums."""
+    session.save(staging)
+    files = {}
+    for part in sorted(staging.iterdir()):
+        part.chmod(0o600)  # whatever the umask
+        files[part.name] = hashlib.sha256(part.read_bytes()).hexdigest()
+    (staging / CHECKSUMS).write_text(json.dumps({"files": files}))
+    (staging / CHECKSUMS).chmod(0o600)
+
+
+def write_record(file: Path, text: str) -> None:
+    """Keep ``text`` in ``file`` (in a cache entry) under a first line that is its SHA-256,
+    through a temporary file renamed into place; quietly nothing where it cannot (a full
+    disk, an entry evicted meanwhile)."""
+    data = text.encode("utf-8", "surrogatepass")
+    handle = None
+    try:
+        with tempfile.NamedTemporaryFile(dir=file.parent, prefix=".record-", delete=False) as handle:
+            handle.write(hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
+        os.replace(handle.name, file)
+    except Exception:  # noqa: BLE001
+        if handle is not None:
+            try:
+                os.unlink(handle.name)
+            except OSError:
+                pass
+
+
+def read_record(file: Path) -> str | None:
+    """The text ``write_record`` kept in ``file``; None where there is none, where it is not
+    the user's own, or where it is damaged (then it is removed)."""
+    try:
+        raw = _private_bytes(file)
+    except OSError:
+        return None
+    digest, _newline, data = raw.partition(b"\n")
+    if hashlib.sha256(data).hexdigest().encode() != digest:
+        try:
+            file.unlink()
+        except OSError:
+            pass
+        return None
+    return data.decode("utf-8", "surrogatepass")
 
 
 def tables(session: Session, compute: Callable[[Session, list[str] | None], dict[str, Any]],
@@ -126,24 +269,29 @@ def tables(session: Session, compute: Callable[[Session, list[str] | None], dict
     session came from it and its tables were kept, else computed (and kept when all were
     asked for). A session from no cache entry, or a cache that cannot be read or written,
     is computed as usual."""
+    from advisor.importers import frames
+
     wanted = list(names) if names is not None else None
     entry = getattr(session, "cache_entry", None)
     if entry is None or not enabled():
         return compute(session, wanted)
-    try:
-        file = entry / f"tables-{_tables_key(session)}.pkl"
-        if file.is_file():
-            with file.open("rb") as handle:
-                kept = pickle.load(handle)  # the user's own cache, written by advisor
-            if wanted is None:
-                return kept
-            if set(wanted) <= set(kept):
-                return {name: kept[name] for name in wanted}
-    except Exception:  # noqa: BLE001  (a damaged entry is a miss)
-        file = None
+    file = entry / f"tables-{_tables_key(session)}.json"
+    text = read_record(file)
+    if text is not None:
+        try:
+            kept = frames.loads(text)
+        except (ValueError, KeyError, TypeError):  # a record of another shape: computed again
+            kept = None
+        if kept is not None and wanted is None:
+            return kept
+        if kept is not None and set(wanted) <= set(kept):
+            return {name: kept[name] for name in wanted}
     out = compute(session, wanted)
-    if wanted is None and file is not None:
-        _write_aside(file, out)
+    if wanted is None:
+        try:
+            write_record(file, frames.dumps(out))
+        except frames.NotData:  # a table that JSON cannot hold exactly: computed each time
+            pass
     return out
 
 
@@ -158,47 +306,33 @@ def reading_fingerprint() -> str:
     """The code that turns a trace into a Session (advisor.importers, advisor.session) as
     installed: a Session kept by an earlier reader or attribution misses, as the same
     version number would not tell."""
-    root = Path(__file__).resolve().parent.parent  # the advisor package
-    return _files_fingerprint([*(root / "importers").glob("*.py"), *(root / "session").glob("*.py")])
+    package = Path(__file__).resolve().parent.parent  # the advisor package
+    return _files_fingerprint([*(package / "importers").glob("*.py"), *(package / "session").glob("*.py")])
 
 
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """advisor's source and knowledge files as installed: an edited table or hardware
     entry changes it. A few milliseconds over some 200 files."""
-    root = Path(__file__).resolve().parent.parent  # the advisor package
-    return _files_fingerprint([*root.rglob("*.py"), *knowledge_dir().rglob("*.yaml")])
+    package = Path(__file__).resolve().parent.parent  # the advisor package
+    return _files_fingerprint([*package.rglob("*.py"), *knowledge_dir().rglob("*.yaml")])
 
 
 def _files_fingerprint(paths: list[Path]) -> str:
     """A digest of the advisor version and the files' paths, sizes and mtimes."""
     digest = hashlib.sha256(__version__.encode())
     for path in sorted(paths):
-        stat = path.stat()
-        digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        stat_ = path.stat()
+        digest.update(os.fsencode(path) + f"\0{stat_.st_size}\0{stat_.st_mtime_ns}\n".encode())
     return digest.hexdigest()
 
 
-def _write_aside(file: Path, value: Any) -> None:
-    """Pickle ``value`` to ``file`` through a temporary file renamed into place; quietly
-    nothing where it cannot (a full disk, an entry evicted meanwhile)."""
-    try:
-        with tempfile.NamedTemporaryFile(dir=file.parent, prefix=".tables-", delete=False) as handle:
-            pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(handle.name, file)
-    except Exception:  # noqa: BLE001
-        try:
-            os.unlink(handle.name)
-        except Exception:  # noqa: BLE001, S110
-            pass
-
-
-def _evict(root: Path) -> None:
+def _evict(folder: Path) -> None:
     """Drop the least recently used entries beyond the size limit."""
     limit = float(os.environ.get("ADVISOR_CACHE_MAX_MB", DEFAULT_MAX_MB)) * 2**20
     entries = []
-    for entry in root.iterdir():
-        if entry.is_dir() and not entry.name.startswith("."):
+    for entry in folder.iterdir():
+        if entry.is_dir() and not entry.is_symlink() and not entry.name.startswith("."):
             size = sum(p.stat().st_size for p in entry.iterdir() if p.is_file())
             entries.append((entry.stat().st_mtime, size, entry))
     total = sum(size for _, size, _ in entries)
