@@ -7,6 +7,8 @@ cases/ is test data and stays in the repository.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -37,3 +39,20 @@ def table_columns_file() -> Path:
     by ``python -m advisor.tables.columns``: rule packs are checked against it without
     importing the tables (and pandas)."""
     return _PACKAGE / "schemas" / "table_columns.json"
+
+
+def special_file(path: str | Path) -> str | None:
+    """What ``path`` is where it is neither a regular file nor a folder ("a FIFO", "a
+    character device"...), told without opening it: reading a FIFO blocks until someone
+    writes to it, and a device never ends. None for a file, a folder, or nothing there."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # absent, unreadable, a NUL in the name: the reader says so
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"

@@ -29,6 +29,7 @@ __all__ = [
     "format_saving",
     "format_share",
     "is_number",
+    "valid_text",
 ]
 
 MISSING = "-"
@@ -42,6 +43,20 @@ _SI_UNITS = ((1.0, ""), (1e3, "K"), (1e6, "M"), (1e9, "G"), (1e12, "T"), (1e15, 
 # Whole words of the name: "share_of_step" is a share, "shared_memory" is not.
 _RATIO_WORDS = {"ratio", "share", "utilization", "utilisation", "efficiency", "occupancy", "fraction"}
 _PERCENT_HINTS = ("_pct", "percent")
+
+
+def valid_text(text: str) -> str:
+    """``text`` as valid Unicode: a lone surrogate (a JSON escape like ``\\ud800``, a file
+    name that is not UTF-8) becomes U+FFFD, so every writer (JSON, Parquet, HTML) takes it."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:  # a file name's undecodable bytes, as Python keeps them: one U+FFFD a byte
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:  # a JSON escape of half a surrogate pair
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 def is_number(value: Any) -> bool:

@@ -121,6 +121,7 @@ def test_a_good_trace_reads_whole_with_no_damage(tmp_path, layout):
     raw, meta, names = read_bytes(tmp_path, render(SMALL, layout).data)
     assert rows(raw) == ROWS
     assert meta["_damage"] == {"skipped": {}, "repaired": {}, "truncated": False,
+                               "durations": {"events": len(ROWS), "missing": 0, "zero": 0},
                                "bytes_read": len(render(SMALL, layout).data),
                                "bytes_total": len(render(SMALL, layout).data)}
     assert meta["_skipped_events"] == 0

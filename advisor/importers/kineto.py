@@ -50,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.errors import TraceError
+from advisor.units import valid_text
 
 # Bytes read (and decoded) at a time. Small blocks are much faster than large ones:
 # the buffers are reused while still in cache instead of being faulted in afresh.
@@ -159,7 +160,7 @@ class _Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
     name: str = ""
     cat: str = ""
     ts: float | None = None
-    dur: float | None = 0.0
+    dur: float | None = math.nan  # missing: counted (_Damage.count_durations), then 0
     pid: int | str | None = -1
     tid: int | str | None = -1
     args: _Args = _NO_ARGS
@@ -207,9 +208,22 @@ class _Damage:
         self.skipped: Counter[str] = Counter()
         self.repaired: Counter[str] = Counter()
         self.truncated = False
+        self.durations = {"events": 0, "missing": 0, "zero": 0}
+
+    def count_durations(self, frame: pd.DataFrame) -> None:
+        """Count the complete events whose duration is missing (then taken as 0) or 0: a
+        trace without durations cannot say where time went, and the report must say so."""
+        if "dur" not in frame.columns or not len(frame):
+            return
+        dur = frame["dur"].to_numpy()
+        missing = np.isnan(dur)
+        self.durations = {"events": len(dur), "missing": int(missing.sum()), "zero": int((dur == 0).sum())}
+        if missing.any():
+            frame["dur"] = np.where(missing, 0.0, dur)
 
     def as_dict(self, bytes_read: int, bytes_total: int | None) -> dict[str, Any]:
         return {
+            "durations": dict(self.durations),
             "skipped": dict(sorted(self.skipped.items())),
             "repaired": dict(sorted(self.repaired.items())),
             "truncated": self.truncated,
@@ -410,6 +424,7 @@ class _Reader:
         if self.cut_reason is not None:
             self.damage.truncated = True
         frame = self.columns.frame()
+        self.damage.count_durations(frame)
         damaged = sum(self.damage.skipped.values())
         if self.damage.truncated and self.events_seen == 0:
             raise TraceError(f"{self.path} is truncated or corrupt: it ends after {self.bytes_read} bytes, "
@@ -791,7 +806,8 @@ class _Reader:
         if ts is None:
             damage.skipped["missing ts"] += 1
             return None
-        if dur is None:
+        missing_dur = dur is None  # counted, not guessed: kept as NaN until the frame is read
+        if missing_dur:
             dur = 0
         if not _is_number(ts) or not _is_number(dur):
             damage.skipped["wrong type"] += 1
@@ -812,7 +828,7 @@ class _Reader:
         if args is not None and not isinstance(args, dict):
             damage.repaired["wrong type"] += 1
             args = None
-        return _Complete(name=name, cat=cat, ts=ts, dur=dur, pid=pid, tid=tid,
+        return _Complete(name=name, cat=cat, ts=ts, dur=math.nan if missing_dur else dur, pid=pid, tid=tid,
                          args=self._checked_args(args) if args else _NO_ARGS)
 
     def _checked_args(self, args: dict[str, Any]) -> _Args:
@@ -923,7 +939,7 @@ class _Columns:
         parts = self.parts
         parts["category"].append(category)
         parts["ts"].append(ts)
-        parts["dur"].append(np.nan_to_num(dur, nan=0.0))  # null
+        parts["dur"].append(dur)  # NaN where missing or null: counted when the frame is read
         parts["name"].append(np.array([codes["name"][e.name] for e in events], dtype="int32"))
         # Below, a field that no event of the chunk carries (most traces record no call
         # stacks, strides or collectives) is seen by an identity count, in C, and skipped.
@@ -1244,6 +1260,9 @@ def events_from_raw(raw: pd.DataFrame) -> pd.DataFrame:
 def _spread_text(values: list[str], codes: np.ndarray) -> pd.Categorical:
     """values[codes] as a categorical of the values used, sorted (as pd.Categorical of
     the same strings would have them), without building a string per row."""
+    joined = "\0".join(values)
+    if valid_text(joined) is not joined:  # a lone surrogate in a name: replaced, as every writer needs
+        values = [valid_text(v) for v in values]
     used = np.bincount(codes, minlength=len(values)) > 0 if len(codes) else np.zeros(len(values), dtype=bool)
     present = sorted({v for v, u in zip(values, used) if u})
     position = {v: i for i, v in enumerate(present)}

@@ -17,6 +17,7 @@ from advisor.importers import cache
 from advisor.importers.advisor_metadata import read_trace_metadata
 from advisor.importers.kineto import _takes_events, events_from_raw, open_trace, read_events
 from advisor.pages import give_back_freed
+from advisor.paths import special_file
 from advisor.session import is_session_dir, text
 from advisor.session.attribute import attribute, name_matches
 from advisor.session.calls import LAUNCH_CALLS
@@ -40,6 +41,9 @@ def load(path: str | Path, *, progress: Callable[[int, int], None] | None = None
     target = Path(path)
     if not target.exists():
         raise TraceError(f"{target}: no such file or directory")
+    special = special_file(target)
+    if special is not None:
+        raise TraceError(f"{target} is {special}, not a trace file or a session folder")
     if target.is_dir():
         if is_session_dir(target):
             from advisor.session import Session

@@ -9,13 +9,17 @@ rank itself comes from each trace's ``distributedInfo`` once a worker has read i
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from advisor.errors import UsageError
+from advisor.paths import special_file
 from advisor.session import is_session_dir
 
-__all__ = ["JOB_FILE", "is_job_dir", "job_sources", "rank_from_name", "read_manifest"]
+__all__ = ["JOB_FILE", "MAX_RANKS", "is_job_dir", "job_sources", "rank_from_name", "read_manifest"]
 
 JOB_FILE = "job.json"
 JOB_FORMAT = "advisor-job/1"
@@ -36,7 +40,10 @@ def rank_from_name(path: str | Path) -> int | None:
 
 
 def _is_trace(path: Path) -> bool:
-    return path.is_file() and path.name.lower().endswith(TRACE_SUFFIXES)
+    """Anything named like a trace: one that is not a regular file (a FIFO, a device, a
+    folder) is kept too, so that its rank's reader says, in the job's notes, why it was
+    not read."""
+    return path.name.lower().endswith(TRACE_SUFFIXES) and os.path.lexists(path)
 
 
 def job_sources(targets: list[Path]) -> list[Path] | None:
@@ -61,15 +68,67 @@ def job_sources(targets: list[Path]) -> list[Path] | None:
     return list(targets)
 
 
+# More ranks than any job runs: a bound, so a damaged or hostile job.json cannot make
+# advisor hold a row per rank of a world of 10^12.
+MAX_RANKS = 1_000_000
+
+
+class _RankEntry(BaseModel):
+    """One rank of a saved job: its number and its session, a folder inside the job's."""
+
+    model_config = ConfigDict(extra="ignore")
+    rank: int = Field(ge=0, lt=MAX_RANKS)
+    session: str = Field(min_length=1, max_length=255)
+    rank_from: str | None = None
+    source: str | None = None
+    exit_code: int | None = Field(default=None, ge=-(2**31), lt=2**31)
+    ending: str | None = None
+
+
+class _Manifest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    format: str
+    command: list[str] | None = None
+    exit_code: int | None = Field(default=None, ge=-(2**31), lt=2**31)
+    world_size: int | None = Field(default=None, ge=1, le=MAX_RANKS)
+    ranks: list[_RankEntry] = Field(min_length=1, max_length=MAX_RANKS)
+
+
 def read_manifest(folder: Path) -> dict:
-    """A saved job's manifest (job.json), checked enough to render it again."""
+    """A saved job's manifest (job.json), checked: its types, rank and world-size bounds,
+    and each rank's session a folder directly inside the job's folder (never a path
+    elsewhere, which a job copied from someone else could name)."""
+    file = folder / JOB_FILE
+    special = special_file(file)
+    if special is not None:
+        raise UsageError(f"{file} is {special}, not a job manifest")
     try:
-        manifest = json.loads((folder / JOB_FILE).read_text())
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{folder / JOB_FILE} cannot be read: {exc}") from None
-    if manifest.get("format") != JOB_FORMAT or not isinstance(manifest.get("ranks"), list):
-        raise UsageError(f"{folder / JOB_FILE} is not an advisor job manifest ({JOB_FORMAT})")
-    return manifest
+        raw = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise UsageError(f"{file} cannot be read: {' '.join(str(exc).split())[:200]}") from None
+    if not isinstance(raw, dict) or raw.get("format") != JOB_FORMAT:
+        raise UsageError(f"{file} is not an advisor job manifest ({JOB_FORMAT})")
+    try:
+        manifest = _Manifest.model_validate(raw)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise UsageError(f"{file} is not a valid job manifest: {where}: {error['msg']}") from None
+    seen: set[int] = set()
+    inside = folder.resolve()
+    for entry in manifest.ranks:
+        if entry.rank in seen:
+            raise UsageError(f"{file} is not a valid job manifest: rank {entry.rank} is listed twice")
+        seen.add(entry.rank)
+        if manifest.world_size is not None and entry.rank >= manifest.world_size:
+            raise UsageError(f"{file} is not a valid job manifest: rank {entry.rank} of a world of "
+                             f"{manifest.world_size}")
+        name = entry.session
+        if name in (".", "..") or "/" in name or "\\" in name or "\0" in name \
+                or (folder / name).resolve().parent != inside:
+            raise UsageError(f"{file} is not a valid job manifest: rank {entry.rank}'s session must be a folder "
+                             f"inside {folder}, not {name!r}")
+    return manifest.model_dump()
 
 
 def write_manifest(folder: Path, ranks: list[dict], *, command: list[str] | None = None,

@@ -21,7 +21,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from advisor.errors import UsageError
-from advisor.job.inputs import rank_from_name
+from advisor.job.inputs import MAX_RANKS, rank_from_name
 from advisor.job.summarise import RankSummary, RuleChoice, summarise_rank
 
 __all__ = ["Job", "JobRank", "order_ranks", "summarise_job"]
@@ -114,6 +114,11 @@ def order_ranks(summaries: list[RankSummary], *, source: str, launcher_ranks: li
     if not readable:
         raise UsageError("no rank of the job could be read: " + "; ".join(failed))
     sizes = {s.world_size for s in readable if s.world_size}
+    too_large = [s for s in readable if (s.world_size or 0) > MAX_RANKS or (s.rank or 0) >= MAX_RANKS]
+    if too_large:
+        raise UsageError(f"{Path(too_large[0].source).name} says it is rank {too_large[0].rank} of "
+                         f"{too_large[0].world_size}: past the {MAX_RANKS:,} ranks advisor reads (damaged "
+                         "distributedInfo?)")
     if len(sizes) > 1:
         by_size = ", ".join(f"world size {s.world_size} in {Path(s.source).name}" for s in readable if s.world_size)
         raise UsageError(f"these traces are ranks of different jobs ({by_size})")

@@ -36,7 +36,7 @@ from advisor.session import GPU_KINDS, PHASES, concat_events, conform_events, on
 from advisor.session.calls import HOST_BLOCKING_PREFIXES
 from advisor.session.model import start_order, take_rows
 
-STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+STEP_NAME = re.compile(r"^ProfilerStep#([0-9]{1,18})$")  # more digits: no int64, not a step
 ADVISOR_PHASE = re.compile(r"^advisor::(Dataloader|Forward|Backward|Optimization)$")
 # advisor's host collector wraps each host-blocking call (.item(), .cpu()...) in a range
 # named for the call and the line that made it, in Kineto's call-stack spelling.

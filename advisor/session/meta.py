@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from advisor.session.layout import SESSION_FORMAT
 
@@ -100,3 +100,11 @@ class SessionMeta(BaseModel):
     trace_metadata: dict[str, Any] = Field(default_factory=dict)
     timed_steps: list[TimedStep] = Field(default_factory=list, description="Every step the collector timed, "
                                                                            "recorded or not (a script's run).")
+
+    @field_validator("source")
+    @classmethod
+    def _printable_source(cls, value: str) -> str:
+        # A file name need not be UTF-8; the session is written as JSON all the same.
+        from advisor.units import valid_text
+
+        return valid_text(value)

@@ -29,12 +29,39 @@ def _trace_damage(f: Facts) -> list[dict]:
         reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(skipped.items(), key=lambda kv: -kv[1]))
         rows.append({"what": "trace events", "incomplete": True,
                      "why": f"{total} events of the trace were damaged and skipped ({reasons})"})
+    rows += _durations(damage.get("durations"))
     if damage.get("truncated"):
         read = damage.get("bytes_read")
         how_much = f" after {read:,} bytes" if isinstance(read, int) else ""
         rows.append({"what": "trace end", "incomplete": True,
                      "why": f"the trace file is cut off{how_much}, before its JSON ends (a job killed while "
                             "writing it?): only the events before the cut were read"})
+    return rows
+
+
+# Share of the complete events whose duration is missing, or 0, past which the timing of
+# the profile cannot be trusted. Real traces hold a few zero durations (runtime calls and
+# kernels shorter than the microsecond a trace rounds to: up to ~20 % of a small trace's
+# runtime calls); a missing one is never written by a profiler.
+MISSING_DURATIONS_SHARE = 0.01
+ZERO_DURATIONS_SHARE = 0.5
+
+
+def _durations(counts: object) -> list[dict]:
+    """A row where the trace's events lack durations (missing, or all 0)."""
+    if not isinstance(counts, dict) or not counts.get("events"):
+        return []
+    events, missing, zero = (int(counts.get(k) or 0) for k in ("events", "missing", "zero"))
+    rows = []
+    if missing:
+        rows.append({"what": "durations", "incomplete": missing >= MISSING_DURATIONS_SHARE * events,
+                     "why": f"{missing:,} of the trace's {events:,} complete events have no duration (\"dur\"); "
+                            "they count as 0, so the time they took is missing from every figure"})
+    zero_only = zero - missing if zero >= missing else zero
+    if zero_only >= ZERO_DURATIONS_SHARE * events:
+        rows.append({"what": "durations", "incomplete": True,
+                     "why": f"{zero_only:,} of the trace's {events:,} complete events last 0 ns: the trace's timing "
+                            "cannot be trusted (a converter that dropped durations?); record it again"})
     return rows
 
 

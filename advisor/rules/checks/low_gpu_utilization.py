@@ -49,7 +49,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     findings = []
     for key, row in gpus.iterrows():
         utilization = float(row["utilization"])
-        if utilization >= ctx.threshold("utilization"):
+        # NaN: a window of no length (a trace without durations), where nothing can be judged.
+        if not utilization < ctx.threshold("utilization") or not float(row["window_ns"]) > 0:
             continue
         idle_ns = float(row["window_ns"] - row["busy_ns"])
         per_step = idle_ns / steps

@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from advisor.errors import UsageError
+from advisor.paths import special_file
 from advisor.findings import Severity
 from advisor.rules.packs.model import Number
 
@@ -73,6 +74,9 @@ class AdvisorConfig(BaseModel):
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    special = special_file(path)  # a found advisor.toml that is a FIFO: refused, not read
+    if special is not None:
+        raise ConfigInvalid(f"{path}: is {special}, not a configuration file")
     try:
         with path.open("rb") as handle:
             return tomllib.load(handle)
@@ -118,6 +122,9 @@ def load_config(path: Path | None) -> AdvisorConfig:
     if path is None:
         return AdvisorConfig()
     path = Path(path)
+    special = special_file(path)
+    if special is not None:
+        raise ConfigInvalid(f"{path}: is {special}, not a configuration file")
     if not path.is_file():
         raise ConfigInvalid(f"{path}: no such configuration file")
     section, where = _section(path)

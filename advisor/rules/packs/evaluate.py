@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from advisor.findings import Evidence, Finding, Saving
@@ -77,6 +78,10 @@ def run_data_rule(ctx: RuleContext) -> list[Finding]:
         return []
     saving_ns = pd.to_numeric(evaluate(spec.saving.ns_per_step, rows, local_values), errors="coerce")
     saving_ns = saving_ns.fillna(0.0).clip(lower=0.0).astype(float)
+    endless = saving_ns[~np.isfinite(saving_ns.to_numpy())]
+    if len(endless):  # the engine turns the rule off with this line; the run goes on
+        raise ValueError(f"its saving ({' '.join(spec.saving.ns_per_step.split())}) is not a finite number on row "
+                         f"{rows.loc[endless.index[0], 'key']!s}")
     severities = pd.Series([spec.severity] * len(rows), index=rows.index, dtype=object)
     decided = pd.Series(False, index=rows.index)
     for level in spec.escalate:

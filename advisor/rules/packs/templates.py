@@ -43,6 +43,14 @@ FORMATS = {
 }
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+# The widths and precisions a format may ask for: '{calls:.999999999f}' would write a
+# gigabyte into the report.
+MAX_WIDTH = 40
+_NUMBERS = re.compile(r"\d+")
+
+
+def _too_wide(spec: str) -> bool:
+    return any(int(digits) > MAX_WIDTH for digits in _NUMBERS.findall(spec))
 
 
 class TemplateError(ValueError):
@@ -81,6 +89,9 @@ def check_template(template: str, names: Iterable[str]) -> set[str]:
         if name not in names:
             raise TemplateError(f"{{{name}}} is not a column, threshold, value or fact of this rule", f"{{{name}")
         if spec and spec not in FORMATS:
+            if _too_wide(spec):
+                raise TemplateError(f"{{{name}:{spec}}}: a width or precision of at most {MAX_WIDTH} (a figure in "
+                                    "a message needs no more)", f"{{{name}:")
             try:
                 format(1.5, spec)
             except (ValueError, TypeError):
@@ -102,6 +113,8 @@ def _format(name: str, value: Any, spec: str) -> str:
     if spec in FORMATS:
         return FORMATS[spec](value)
     if spec:
+        if _too_wide(spec):  # never validated: written as if it had no format
+            return format_cell(name, value)
         try:
             return format(value, spec)
         except (ValueError, TypeError):

@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from advisor.errors import RulePackError
-from advisor.paths import table_columns_file
+from advisor.paths import special_file, table_columns_file
 from advisor.rules.packs.expressions import ExpressionError, check_expression
 from advisor.rules.packs.model import (
     FACTS,
@@ -352,6 +352,9 @@ def validate_file(path: str | Path, *, known_ids: Iterable[str] = (),
     """:func:`validate_text` on a file (every problem, or the pack)."""
     path = Path(path)
     source = _display(path)
+    special = special_file(path)
+    if special is not None:
+        return None, [PackError(source, 0, f"is {special}, not a rule pack file")]
     try:
         raw = path.read_bytes()
     except IsADirectoryError:

@@ -9,6 +9,7 @@ reported rather than lost.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,19 +78,22 @@ MAX_EXPANDED_NODES = 200_000
 
 def _within_budget(root: yaml.Node) -> None:
     seen = 0
-    stack = [root]
+    stack = [(root, 0)]
     while stack:
-        node = stack.pop()
+        node, depth = stack.pop()
         seen += 1
+        if depth > MAX_FLOW_DEPTH:
+            raise YamlSourceError(node.start_mark.line + 1, f"values nested more than {MAX_FLOW_DEPTH} deep: "
+                                                            "deeper than a rule pack needs")
         if seen > MAX_EXPANDED_NODES:
             raise YamlSourceError(node.start_mark.line + 1,
                                   f"anchors and aliases expand to more than {MAX_EXPANDED_NODES:,} values; a rule "
                                   "pack is far smaller (is this a YAML bomb?)")
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
-                stack.extend((key, value))
+                stack.extend(((key, depth + 1), (value, depth + 1)))
         elif isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
+            stack.extend((item, depth + 1) for item in node.value)
 
 
 def _scalar(node: yaml.Node, path: Path_, out: Located) -> None:
@@ -129,8 +133,41 @@ def _walk(node: yaml.Node, path: Path_, out: Located) -> None:
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+# How deep a rule pack may nest, by indentation or by [ and { (a pack nests five levels):
+# PyYAML's composer and constructor recurse, and 5 000 levels would overflow the stack.
+MAX_INDENT = 256
+MAX_FLOW_DEPTH = 64
+# Characters YAML does not allow in a document: C0 controls but tab, newline and return, DEL,
+# C1 controls but NEL, lone surrogates, and U+FFFE/U+FFFF.
+_NOT_ALLOWED = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x80-\x84\x86-\x9f\ud800-\udfff\ufffe\uffff]")
+
+
+def _shape_checked(text: str) -> None:
+    """Refuse, before parsing, what the parser would choke on: control characters and
+    nesting deeper than any pack needs."""
+    bad = _NOT_ALLOWED.search(text)
+    if bad is not None:
+        line = text.count("\n", 0, bad.start()) + 1
+        raise YamlSourceError(line, f"control character U+{ord(bad.group()):04X} is not allowed in YAML")
+    depth = deepest = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        if len(line) - len(line.lstrip(" ")) > MAX_INDENT:
+            raise YamlSourceError(number, f"indented more than {MAX_INDENT} columns: nested deeper than a rule "
+                                          "pack needs")
+        for char in line:
+            if char in "[{":
+                depth += 1
+                deepest = max(deepest, depth)
+            elif char in "]}":
+                depth = max(depth - 1, 0)
+        if deepest > MAX_FLOW_DEPTH:
+            raise YamlSourceError(number, f"[ and {{ nested more than {MAX_FLOW_DEPTH} deep: deeper than a rule "
+                                          "pack needs")
+
+
 def read_yaml(text: str) -> Located:
     """Parse one YAML document; raises :class:`YamlSourceError` where it is not YAML."""
+    _shape_checked(text)
     try:
         return _read(text, _LOADER)
     except YamlSourceError:
@@ -140,7 +177,10 @@ def read_yaml(text: str) -> Located:
 
 
 def _read(text: str, loader_class: type) -> Located:
-    loader = loader_class(text)
+    try:
+        loader = loader_class(text)
+    except yaml.YAMLError as exc:  # the reader's own check of the characters
+        raise YamlSourceError(0, str(exc).splitlines()[0] if str(exc) else "not valid YAML") from None
     try:
         root = loader.get_single_node()
         if root is None:
@@ -157,6 +197,8 @@ def _read(text: str, loader_class: type) -> Located:
         raise YamlSourceError(mark.line + 1 if mark else 0, problem) from None
     except yaml.YAMLError as exc:
         raise YamlSourceError(0, str(exc).splitlines()[0] if str(exc) else "not valid YAML") from None
+    except RecursionError:
+        raise YamlSourceError(0, "nested deeper than a rule pack needs") from None
     finally:
         loader.dispose()
     out = Located(data=data, lines={(): root.start_mark.line + 1}, text_lines=text.splitlines())

@@ -1,0 +1,226 @@
+"""Inputs made to break advisor, and what it does with each: one clear line and a non-zero
+exit where nothing can be read, a report that says what is wrong where something can,
+never a traceback, a hang or an internal error."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, write_trace
+
+
+def _steps(n: int = 4, name: str = "aten::mm") -> list[dict]:
+    events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+               "ts": i * 1000, "dur": 1000} for i in range(n)]
+    events += [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": i * 1000 + 10, "dur": 500}
+               for i in range(n)]
+    return events
+
+
+def advisor(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "advisor", *args], capture_output=True, text=True,
+                          cwd=cwd or REPO, timeout=timeout, check=False)
+
+
+def one_line(done: subprocess.CompletedProcess) -> str:
+    """The run failed with one advisor line on stderr and no traceback."""
+    assert done.returncode != 0, done.stdout[-500:]
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("advisor"), done.stderr
+    return lines[0]
+
+
+def report_of(done: subprocess.CompletedProcess) -> dict:
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
+    return json.loads(done.stdout)
+
+
+def rules_of(report: dict) -> list[str]:
+    return [f["rule"] for f in report["findings"]]
+
+
+# -- text the writers cannot take -------------------------------------------------------------
+
+
+def test_a_lone_surrogate_in_an_event_name_is_replaced_not_fatal(tmp_path):
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": _steps()}).replace('"aten::mm"', '"aten::\\ud800mm"', 1))
+    done = advisor("diagnose", str(trace), "--format", "json", "--no-cache")
+    report_of(done)
+    assert "aten::\ufffd" in done.stdout or "aten::\\ufffd" in done.stdout
+
+
+def test_a_trace_whose_file_name_is_not_utf8(tmp_path):
+    trace = write_trace(tmp_path / os.fsdecode(b"r\xe9sum\xe9.json"), _steps())
+    for _ in range(2):  # read, then from the cache
+        report = report_of(advisor("diagnose", str(trace), "--format", "json"))
+        assert report["session"]["source"].endswith("r\ufffdsum\ufffd.json")
+
+
+def test_a_step_number_past_int64_is_an_annotation_not_an_overflow(tmp_path):
+    events = _steps()
+    events[0]["name"] = "ProfilerStep#" + "9" * 23
+    done = advisor("diagnose", str(write_trace(tmp_path / "t.json", events)), "--format", "json")
+    report_of(done)
+
+
+# -- durations --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["removed", "zero", "one in ten missing"])
+def test_a_trace_without_durations_says_its_timing_cannot_be_trusted(tmp_path, how):
+    events = _steps(8)
+    for i, event in enumerate(events):
+        if how == "removed" or (how == "one in ten missing" and i % 10 == 3):
+            event.pop("dur")
+        elif how == "zero":
+            event["dur"] = 0
+    report = report_of(advisor("diagnose", str(write_trace(tmp_path / "t.json", events)), "--format", "json"))
+    top = report["findings"][0]
+    assert top["rule"] == "profile-incomplete" and top["severity"] == "high"
+    assert "duration" in top["message"]
+    assert "low-gpu-utilization" not in rules_of(report)
+
+
+# -- special files: refused in one line, never opened -----------------------------------------
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    def make(name: str) -> Path:
+        path = tmp_path / name
+        os.mkfifo(path)
+        return path
+    return make
+
+
+def test_a_fifo_named_like_a_trace_is_refused_not_read(fifo):
+    line = one_line(advisor("diagnose", str(fifo("t.json")), timeout=60))
+    assert "is a FIFO" in line
+
+
+def test_a_device_is_refused_not_read():
+    assert "character device" in one_line(advisor("diagnose", "/dev/zero", timeout=60))
+
+
+def test_a_fifo_as_a_rule_pack_is_refused(fifo, tmp_path):
+    pack = fifo("p.yaml")
+    done = advisor("rules", "validate", str(pack), timeout=60)
+    assert done.returncode == 1 and "is a FIFO, not a rule pack file" in done.stdout + done.stderr
+    trace = write_trace(tmp_path / "t.json", _steps())
+    assert "is a FIFO, not a rule pack file" in one_line(advisor("diagnose", str(trace), "--rules", str(pack),
+                                                                 timeout=60))
+
+
+def test_a_fifo_as_the_configuration_is_refused(fifo, tmp_path):
+    trace = write_trace(tmp_path / "t.json", _steps())
+    line = one_line(advisor("diagnose", str(trace), "--config", str(fifo("advisor.toml")), timeout=60))
+    assert "is a FIFO" in line
+
+
+def test_rank_files_that_are_not_files_are_named_in_the_job(tmp_path):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for rank in (0, 1):
+        write_trace(folder / f"rank{rank}.json", _steps())
+    os.mkfifo(folder / "rank2.json")
+    (folder / "rank3.json").mkdir()
+    (folder / "rank4.json").symlink_to("/dev/zero")
+    report = report_of(advisor("diagnose", str(folder), "--format", "json", timeout=120))
+    said = json.dumps(report)
+    for rank in (2, 3, 4):
+        assert f"rank{rank}.json" in said, f"rank{rank}.json is not named"
+
+
+# -- a saved job's manifest ------------------------------------------------------------------
+
+
+@pytest.fixture
+def saved_job(tmp_path):
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for rank in (0, 1):
+        write_trace(folder / f"rank{rank}.json", _steps())
+    job = tmp_path / "job"
+    done = advisor("diagnose", str(folder), "--save", str(job), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    return job
+
+
+def _edit(job: Path, change) -> None:
+    manifest = json.loads((job / "job.json").read_text())
+    change(manifest)
+    (job / "job.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("session", ["../../../etc", "/etc", "../other-job/rank-0", "rank-0/../../x", None, 3])
+def test_a_job_rank_outside_the_job_folder_is_refused(saved_job, tmp_path, session):
+    other = tmp_path / "other-job"
+    shutil.copytree(saved_job, other)
+    _edit(saved_job, lambda m: m["ranks"][0].update(session=session))
+    line = one_line(advisor("diagnose", str(saved_job)))
+    assert "job.json is not a valid job manifest" in line
+    assert "exist" not in line  # it does not say whether the path is there
+
+
+@pytest.mark.parametrize("change", [
+    lambda m: m["ranks"][0].update(rank=2**64),
+    lambda m: m.update(world_size=10**12),
+    lambda m: m["ranks"][0].update(rank=-1),
+    lambda m: m["ranks"][1].update(rank=m["ranks"][0]["rank"]),
+    lambda m: m.update(ranks="all"),
+    lambda m: m.update(ranks=[]),
+], ids=["rank 2^64", "world 10^12", "negative rank", "a rank twice", "ranks not a list", "no ranks"])
+def test_a_job_manifest_out_of_bounds_is_refused(saved_job, change):
+    _edit(saved_job, change)
+    assert "job.json is not a valid job manifest" in one_line(advisor("diagnose", str(saved_job)))
+
+
+def test_a_trace_claiming_a_world_of_a_trillion_ranks_is_refused(tmp_path):
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for rank in (0, 1):
+        write_trace(folder / f"rank{rank}.json", _steps(),
+                    distributedInfo={"backend": "nccl", "rank": rank, "world_size": 10**12})
+    assert "past the 1,000,000 ranks" in one_line(advisor("diagnose", str(folder)))
+
+
+# -- rule packs --------------------------------------------------------------------------------
+
+
+ENDLESS_PACK = """
+pack: endless
+version: 1
+rules:
+  - id: endless-saving
+    title: A saving that evaluates to infinity
+    severity: low
+    table: model
+    condition: calls > 0
+    saving:
+      ns_per_step: cpu_total_ns * 1e308 * 1e308 + 1
+      basis: none
+    message: "{key}"
+    recommendation: Nothing.
+    evidence: [calls]
+    docs: {what: w, why: y, example: e, instead: i}
+"""
+
+
+def test_a_pack_saving_that_evaluates_to_infinity_turns_that_rule_off_not_the_run(tmp_path):
+    pack = tmp_path / "endless.yaml"
+    pack.write_text(ENDLESS_PACK)
+    assert advisor("rules", "validate", str(pack)).returncode == 0
+    trace = write_trace(tmp_path / "t.json", _steps())
+    done = advisor("diagnose", str(trace), "--rules", str(pack), "--format", "json")
+    report = report_of(done)
+    assert "endless-saving" not in rules_of(report)
+    assert "rule endless-saving failed and was skipped" in done.stderr and "not a finite number" in done.stderr
