@@ -8,6 +8,9 @@
     ├── RulePackError            a rule pack that does not validate
     └── UsageError               options that do not fit together
 
+``Stopped`` is not an error: SIGTERM or SIGHUP (a batch scheduler's end of a job, a closed
+terminal) raised as a KeyboardInterrupt, so that what Ctrl-C keeps it keeps too.
+
 The CLI catches AdvisorError and prints ``advisor: <message>`` on stderr; anything else
 that escapes is a bug in advisor, not in the user's input.
 """
@@ -39,3 +42,18 @@ class RulePackError(AdvisorError):
 
 class UsageError(AdvisorError):
     """Command-line options that do not fit together."""
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP received: handled as Ctrl-C is, with the signal's exit code."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        super().__init__(self.name)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # what a shell reports for a process ended by the signal

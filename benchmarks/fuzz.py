@@ -1,21 +1,33 @@
-"""Fuzz the trace reader: N mutated traces through `advisor diagnose`, and the outcomes.
+"""Fuzz advisor's inputs: mutated traces and special files through `advisor diagnose`.
 
 Each input is a real trace (../shared/traces/bert_small_infer_h100.json.gz where it
-exists, else a synthetic one from benchmarks/synth.py) with one mutation of a kind a
-damaged file shows: cut off (plain or gzipped), a byte flipped, a key deleted, a value of
-the wrong type, a NaN or Infinity literal, an id past int64, invalid UTF-8 in a name,
-torch's unescaped quotes in a name, a category given as a list, nesting 100 000 deep,
-garbage after the array. Every input goes through `advisor diagnose FILE --format json`
-(the command line's own entry point, in a pool of worker processes, 60 s each) and ends as
-one of:
+exists, else a synthetic one from benchmarks/synth.py) with one mutation, of three
+families:
+
+- bytes, as a damaged file shows: cut off (plain or gzipped), a byte flipped, a key
+  deleted, a value of the wrong type, a NaN or Infinity literal, an id past int64,
+  invalid UTF-8 in a name, torch's unescaped quotes, nesting 100 000 deep, garbage after;
+- JSON-aware: one event's field (name, cat, ph, ts, dur, pid, tid, args and the args
+  advisor reads) missing, null, or of another type or value (text, a list, an object, a
+  boolean, negative, past int64, a float, NaN, Infinity, empty or a megabyte of text); and
+  the whole document reshaped: durations removed or zero, a lone surrogate, a NUL, control
+  or right-to-left characters in names, ProfilerStep numbers past int64, no events,
+  events not a list, a byte-order mark, UTF-16, double or empty gzip, distributedInfo and
+  deviceProperties of the wrong types or sizes;
+- special files named like a trace: a FIFO, a folder, links to /dev/zero and /dev/null, a
+  dangling link, a file name that is not UTF-8.
+
+Every input goes through `advisor diagnose FILE --format json` (the command line's own
+entry point, in a pool of worker processes, 60 s each) and ends as one of:
 
     full report      exit 0, a report valid against its schema that notes no damage
     salvaged report  exit 0, a valid report that says what was skipped, repaired or cut off
     clean error      a non-zero exit with one `advisor:` line
-    traceback        an exception escaped, or more than one line of error
+    traceback        an exception escaped, an internal error, or more than one line of error
     hang             no answer in 60 s
 
     python benchmarks/fuzz.py --n 2000
+    python benchmarks/fuzz.py --each 1 --events 1500      # every kind once (the test suite's run)
     python benchmarks/fuzz.py --n 200 --seed 3 --base trace.json.gz
 """
 
@@ -27,6 +39,7 @@ import contextlib
 import gzip
 import io
 import json
+import math
 import multiprocessing
 import os
 import random
@@ -75,11 +88,13 @@ def _replace_value(data: bytes, match: re.Match, new: bytes) -> bytes:
     return data[:match.end()] + new + data[_value_end(data, match.end()):]
 
 
-def mutate(rng: random.Random, data: bytes) -> tuple[str, bytes, bool]:
-    """(mutation kind, the file's bytes, whether they are gzipped)."""
-    kind = rng.choice(["truncated", "truncated gzip", "byte flip", "deleted key", "wrong type", "NaN literal",
-                       "64-bit id", "invalid UTF-8", "unescaped quote", "category list", "deep nesting",
-                       "garbage after"])
+BYTE_KINDS = ("truncated", "truncated gzip", "byte flip", "deleted key", "wrong type", "NaN literal", "64-bit id",
+              "invalid UTF-8", "unescaped quote", "category list", "deep nesting", "garbage after")
+
+
+def mutate(rng: random.Random, data: bytes, kind: str | None = None) -> tuple[str, bytes, bool]:
+    """(mutation kind, the file's bytes, whether they are gzipped): one byte-level mutation."""
+    kind = kind or rng.choice(BYTE_KINDS)
     if kind == "truncated":
         return kind, data[:rng.randrange(1, len(data))], False
     if kind == "truncated gzip":  # the whole trace gzipped, the gzip stream cut
@@ -120,6 +135,137 @@ def mutate(rng: random.Random, data: bytes) -> tuple[str, bytes, bool]:
     return kind, data + rng.choice([b"garbage", b"\x00\x00\x00", b"]}]}", b"{"]), False
 
 
+# -- JSON-aware: one event's field given another type or value -------------------------------------
+
+EVENT_FIELDS = ("name", "cat", "ph", "ts", "dur", "pid", "tid", "args")
+ARG_FIELDS = ("External id", "correlation", "Input Dims", "stream", "device")
+VALUES = {
+    "missing": None, "null": lambda: None, "text": lambda: "x", "list": lambda: [1, [2]], "object": lambda: {"a": 1},
+    "boolean": lambda: True, "negative": lambda: -5, "past int64": lambda: 2**64 + 7, "float": lambda: 3.75,
+    "NaN": lambda: math.nan, "Infinity": lambda: math.inf, "empty text": lambda: "",
+    "megabyte of text": lambda: "y" * 1_000_000,
+}
+# Each field with the values a damaged or hand-written trace gives it: a kind each.
+FIELD_KINDS = tuple(f"{field}: {value}" for field in EVENT_FIELDS for value in VALUES) + tuple(
+    f"args.{field}: {value}" for field in ARG_FIELDS for value in ("missing", "text", "list", "negative",
+                                                                   "past int64", "NaN"))
+
+
+def _field_mutation(kind: str, rng: random.Random, doc: dict) -> dict:
+    field, _, value = kind.partition(": ")
+    events = list(doc["traceEvents"])
+    candidates = [i for i, e in enumerate(events) if isinstance(e, dict) and e.get("ph") == "X"
+                  and (not field.startswith("args.") or field[5:] in (e.get("args") or {}))] or [0]
+    at = rng.choice(candidates)
+    event = dict(events[at])
+    if field.startswith("args."):
+        args = dict(event.get("args") or {})
+        target, key = args, field[5:]
+    else:
+        target, key = event, field
+    if value == "missing":
+        target.pop(key, None)
+    else:
+        target[key] = VALUES[value]()
+    if target is not event:
+        event["args"] = target
+    events[at] = event
+    return {**doc, "traceEvents": events}
+
+
+# -- JSON-aware: the whole document reshaped ---------------------------------------------------------
+
+
+def _each_x(doc: dict, change) -> dict:
+    events = []
+    for i, event in enumerate(doc["traceEvents"]):
+        if isinstance(event, dict) and event.get("ph") == "X":
+            event = change(dict(event), i)
+        events.append(event)
+    return {**doc, "traceEvents": events}
+
+
+def _renamed(doc: dict, rng: random.Random, insert: str) -> dict:
+    names = [i for i, e in enumerate(doc["traceEvents"]) if isinstance(e, dict) and isinstance(e.get("name"), str)]
+    chosen = set(rng.sample(names, min(len(names), 20)))
+    return _each_x(doc, lambda e, i: {**e, "name": e["name"][:3] + insert + e["name"][3:]} if i in chosen else e)
+
+
+def _without(event: dict, key: str) -> dict:
+    event.pop(key, None)
+    return event
+
+
+DOCUMENT_KINDS = {
+    "durations removed": lambda rng, doc: _each_x(doc, lambda e, i: _without(e, "dur")),
+    "durations zero": lambda rng, doc: _each_x(doc, lambda e, i: {**e, "dur": 0}),
+    "one duration in ten removed": lambda rng, doc: _each_x(doc, lambda e, i: _without(e, "dur") if i % 10 == 3 else e),
+    "negative durations": lambda rng, doc: _each_x(doc, lambda e, i: {**e, "dur": -abs(e.get("dur") or 1)}),
+    "lone surrogate in names": lambda rng, doc: _renamed(doc, rng, "\ud800"),
+    "NUL in names": lambda rng, doc: _renamed(doc, rng, "\x00"),
+    "control characters in names": lambda rng, doc: _renamed(doc, rng, "\x1b[2J\x07\r"),
+    "right-to-left override in names": lambda rng, doc: _renamed(doc, rng, "\u202egnp.exe"),
+    "HTML in names": lambda rng, doc: _renamed(doc, rng, "<script>alert(1)</script>"),
+    "step numbers past int64": lambda rng, doc: _each_x(doc, lambda e, i: {**e, "name": "ProfilerStep#" + "9" * 23}
+                                                        if str(e.get("name", "")).startswith("ProfilerStep") else e),
+    "repeated step numbers": lambda rng, doc: _each_x(doc, lambda e, i: {**e, "name": "ProfilerStep#1"}
+                                                      if str(e.get("name", "")).startswith("ProfilerStep") else e),
+    "timestamps past int64 ns": lambda rng, doc: _each_x(doc, lambda e, i: {**e, "ts": 2.0**70} if i % 7 == 0 else e),
+    "no events": lambda rng, doc: {**doc, "traceEvents": []},
+    "events not a list": lambda rng, doc: {**doc, "traceEvents": {"a": 1}},
+    "top-level list": lambda rng, doc: doc["traceEvents"],
+    "top-level number": lambda rng, doc: 7,
+    "deviceProperties wrong types": lambda rng, doc: {**doc, "deviceProperties": [{"id": "zero", "name": 5,
+                                                                                   "numSms": "many"}]},
+    "deviceProperties not a list": lambda rng, doc: {**doc, "deviceProperties": "gpu"},
+    "distributedInfo a trillion ranks": lambda rng, doc: {**doc, "distributedInfo": {"rank": 2**64,
+                                                                                     "world_size": 10**12}},
+    "distributedInfo wrong types": lambda rng, doc: {**doc, "distributedInfo": ["nccl"]},
+    "metadata a megabyte deep": lambda rng, doc: {**doc, "traceName": "z" * 1_000_000},
+}
+# Whole-file encodings: (kind, the JSON text's bytes -> the file's bytes).
+ENCODING_KINDS = {
+    "byte-order mark": lambda data: b"\xef\xbb\xbf" + data,
+    "UTF-16": lambda data: data.decode("utf-8", "surrogatepass").encode("utf-16"),
+    "gzip twice": lambda data: gzip.compress(gzip.compress(data)),
+    "empty gzip": lambda data: gzip.compress(b""),
+    "gzip of garbage": lambda data: gzip.compress(bytes(range(256)) * 64),
+}
+# Not a trace at all, named like one.
+SPECIAL_KINDS = ("FIFO", "folder", "link to /dev/zero", "link to /dev/null", "dangling link", "file name not UTF-8")
+
+ALL_KINDS = (*BYTE_KINDS, *FIELD_KINDS, *DOCUMENT_KINDS, *ENCODING_KINDS, *SPECIAL_KINDS)
+
+
+def make_input(kind: str, rng: random.Random, data: bytes, doc: dict, folder: Path, i: int) -> str:
+    """The path of one input of ``kind``, written in ``folder``."""
+    path = folder / f"t{i}.json"
+    if kind in BYTE_KINDS:
+        _, mutated, gz = mutate(rng, data, kind)
+        path = path.with_name(path.name + (".gz" if gz else ""))
+        path.write_bytes(mutated)
+    elif kind in FIELD_KINDS or kind in DOCUMENT_KINDS:
+        changed = _field_mutation(kind, rng, doc) if kind in FIELD_KINDS else DOCUMENT_KINDS[kind](rng, doc)
+        path.write_bytes(json.dumps(changed, ensure_ascii=rng.random() < 0.5).encode("utf-8", "surrogatepass"))
+    elif kind in ENCODING_KINDS:
+        path = path.with_name(path.name + (".gz" if "gzip" in kind else ""))
+        path.write_bytes(ENCODING_KINDS[kind](data))
+    elif kind == "FIFO":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind.startswith("link to "):
+        path.symlink_to(kind[len("link to "):])
+    elif kind == "dangling link":
+        path.symlink_to(folder / "nowhere.json")
+    elif kind == "file name not UTF-8":
+        path = folder / os.fsdecode(f"t{i}-\xe9".encode("latin-1") + b".json")
+        path.write_bytes(data)
+    else:
+        raise ValueError(f"unknown kind {kind!r}")
+    return str(path)
+
+
 def run_one(path: str) -> tuple[str, str]:
     """(outcome, detail) of `advisor diagnose PATH --format json` in this process."""
     from advisor.cli import main
@@ -133,8 +279,10 @@ def run_one(path: str) -> tuple[str, str]:
         return "traceback", f"{type(exc).__name__}: {exc}"[:200]
     lines = [line for line in err.getvalue().splitlines() if line.strip()]
     if code != 0:
-        ok = len(lines) == 1 and lines[0].startswith("advisor: ")
-        return ("clean error" if ok else "traceback"), (lines[0] if lines else "")[:200]
+        ok = len(lines) == 1 and lines[0].startswith("advisor: ") and "internal error" not in lines[0]
+        return ("clean error" if ok else "traceback"), (lines[-1] if lines else "")[:200]
+    if any("internal error" in line or "Traceback" in line for line in lines):
+        return "traceback", lines[-1][:200]
     try:
         report = json.loads(out.getvalue())
         validate_report(report)
@@ -145,46 +293,49 @@ def run_one(path: str) -> tuple[str, str]:
     return ("salvaged report" if damaged else "full report"), ""
 
 
-def base_trace() -> bytes:
-    if SHARED.is_file():
+def base_trace(events: int = 20_000) -> bytes:
+    if SHARED.is_file() and events >= 20_000:
         return gzip.decompress(SHARED.read_bytes())
     sys.path.insert(0, str(HERE))
     from synth import generate
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "base.json"
-        generate(path, 20_000)
+        generate(path, events, ops_per_step=max(10, min(400, events // 30)))
         return path.read_bytes()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=1000, help="mutated traces")
+    parser.add_argument("--n", type=int, default=1000, help="inputs, each of a kind drawn at random")
+    parser.add_argument("--each", type=int, help="instead: this many inputs of every kind")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--events", type=int, default=20_000,
+                        help="events of the synthetic base trace (below 20 000 it is used even where the shared "
+                             "trace exists)")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds an input may take")
     parser.add_argument("--base", type=Path, help="the trace to mutate (default: the shared BERT trace)")
     args = parser.parse_args(argv)
     os.environ["ADVISOR_NO_CACHE"] = "1"
     os.environ["ADVISOR_NO_PROGRESS"] = "1"
     data = (gzip.decompress(args.base.read_bytes()) if args.base and args.base.suffix == ".gz"
-            else args.base.read_bytes() if args.base else base_trace())
+            else args.base.read_bytes() if args.base else base_trace(args.events))
+    doc = json.loads(data)
     rng = random.Random(args.seed)
+    kinds = [k for k in ALL_KINDS for _ in range(args.each)] if args.each else \
+        [rng.choice(ALL_KINDS) for _ in range(args.n)]
     counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     examples: dict[tuple[str, str], str] = {}
     with tempfile.TemporaryDirectory() as folder:
-        jobs = []
-        for i in range(args.n):
-            kind, mutated, gz = mutate(rng, data)
-            path = Path(folder) / f"t{i}.json{'.gz' if gz else ''}"
-            path.write_bytes(mutated)
-            jobs.append((kind, str(path)))
+        jobs = [(kind, make_input(kind, rng, data, doc, Path(folder), i)) for i, kind in enumerate(kinds)]
         context = multiprocessing.get_context("spawn")
         pool = context.Pool(args.workers)
         try:
             pending = [(kind, path, pool.apply_async(run_one, (path,))) for kind, path in jobs]
             for done, (kind, path, result) in enumerate(pending, 1):
                 try:
-                    outcome, detail = result.get(timeout=TIMEOUT_S)
+                    outcome, detail = result.get(timeout=args.timeout)
                 except multiprocessing.TimeoutError:
                     outcome, detail = "hang", ""
                     pool.terminate()
@@ -198,12 +349,14 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             pool.terminate()
     total = collections.Counter()
-    print(f"fuzz: {args.n} mutated traces (seed {args.seed}), `advisor diagnose FILE --format json`, {TIMEOUT_S} s each")
-    print(f"{'mutation':18}" + "".join(f"{o:>17}" for o in OUTCOMES))
+    width = max(len(k) for k in counts) + 2
+    print(f"fuzz: {len(kinds)} inputs of {len(counts)} kinds (seed {args.seed}), "
+          f"`advisor diagnose FILE --format json`, {args.timeout:g} s each")
+    print(f"{'kind':{width}}" + "".join(f"{o:>17}" for o in OUTCOMES))
     for kind in sorted(counts):
-        print(f"{kind:18}" + "".join(f"{counts[kind][o]:>17}" for o in OUTCOMES))
+        print(f"{kind:{width}}" + "".join(f"{counts[kind][o]:>17}" for o in OUTCOMES))
         total.update(counts[kind])
-    print(f"{'all':18}" + "".join(f"{total[o]:>17}" for o in OUTCOMES))
+    print(f"{'all':{width}}" + "".join(f"{total[o]:>17}" for o in OUTCOMES))
     bad = [(k, o, d) for (k, o), d in examples.items() if o in ("traceback", "hang")]
     for kind, outcome, detail in bad:
         print(f"  {outcome} on {kind}: {detail}")

@@ -224,3 +224,128 @@ def test_a_pack_saving_that_evaluates_to_infinity_turns_that_rule_off_not_the_ru
     report = report_of(done)
     assert "endless-saving" not in rules_of(report)
     assert "rule endless-saving failed and was skipped" in done.stderr and "not a finite number" in done.stderr
+
+
+# -- output whole or said -------------------------------------------------------------------------
+
+
+def _limited(size: int):
+    """For a child process: files it writes stop at ``size`` bytes (a disk that fills), a
+    write past it short, then failing."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    return limit
+
+
+@pytest.mark.parametrize("fmt", ["json", "html"])
+def test_a_report_to_stdout_cut_short_by_a_full_disk_is_said(tmp_path, fmt):
+    trace = write_trace(tmp_path / "t.json", _steps(40))
+    out = tmp_path / f"report.{fmt}"
+    with out.open("wb") as handle:
+        done = subprocess.run([sys.executable, "-m", "advisor", "diagnose", str(trace), "--format", fmt],
+                              stdout=handle, stderr=subprocess.PIPE, text=True, cwd=REPO, timeout=120,
+                              preexec_fn=_limited(4096), check=False)
+    assert out.stat().st_size == 4096, "the limit did not cut the report"
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot write the report to standard output" in lines[0], done.stderr
+
+
+# -- signals ------------------------------------------------------------------------------------------
+
+
+TERMINATED = """
+import os, signal, time, torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+model = nn.Linear(8, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,))), batch_size=8)
+for step, (x, y) in enumerate(loader):
+    optimizer.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+    if step == 4:
+        os.kill(os.getpid(), signal.{signal})
+        time.sleep(30)
+print("trained")
+"""
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGHUP"])
+def test_a_script_stopped_by_a_batch_scheduler_keeps_its_profile(tmp_path, signal_name):
+    import signal
+
+    script = tmp_path / "train.py"
+    script.write_text(TERMINATED.replace("{signal}", signal_name))
+    out = tmp_path / "report.json"
+    done = advisor("diagnose", "--format", "json", "-o", str(out), str(script), cwd=tmp_path)
+    assert done.returncode == 128 + getattr(signal, signal_name), done.stderr
+    assert "Traceback" not in done.stderr
+    report = json.loads(out.read_text())
+    assert report["session"]["script_error"] == f"stopped by {signal_name}"
+    assert report["session"]["steps"]["count"] >= 2
+
+
+def test_bidirectional_controls_in_names_are_shown_escaped_in_html(tmp_path):
+    trace = write_trace(tmp_path / "t.json", _steps(name="\u202egnp.exe"))
+    done = advisor("diagnose", str(trace), "--format", "html")
+    assert done.returncode == 0, done.stderr
+    assert "\u202e" not in done.stdout and "\\u202egnp.exe" in done.stdout
+
+
+# -- a script that fails before it runs its model --------------------------------------------------
+
+
+@pytest.mark.parametrize("source, code, said", [
+    ("import torch\ndef broken(:\n    pass\n", 1, "SyntaxError: invalid syntax"),
+    ("import no_such_module_for_advisor\n", 1, "ModuleNotFoundError: No module named 'no_such_module_for_advisor'"),
+    ("import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--data', required=True)\n"
+     "parser.parse_args()\n", 2, "SystemExit: 2"),
+], ids=["syntax error", "import error", "argparse exit"])
+def test_a_script_that_fails_before_its_first_step_is_one_line_with_its_exit_code(tmp_path, source, code, said):
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    done = advisor("diagnose", str(script), cwd=tmp_path)
+    assert done.returncode == code
+    assert done.stdout == "", "no report of an empty profile"
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"advisor: {script} ended before its first step (exit code {code}: {said}")
+
+
+def test_an_option_after_the_script_that_the_script_refuses_is_said(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import argparse\nargparse.ArgumentParser().parse_args()\n")
+    done = advisor("summary", str(script), "--table", "model", cwd=tmp_path)
+    assert done.returncode == 2 and "ended before its first step" in done.stderr
+    assert "Model Summary" not in done.stdout
+
+
+GROUPED_PACK = """
+pack: grouped
+version: 1
+rules:
+  - id: grouped-pattern
+    title: A pattern with a group
+    severity: low
+    table: operator
+    condition: key.str.contains("aten::(mm|addmm)")
+    saving:
+      ns_per_step: cpu_total_ns / @steps
+      basis: the op's time
+    message: "{key}"
+    recommendation: Nothing.
+    evidence: [calls]
+    docs: {what: w, why: y, example: e, instead: i}
+"""
+
+
+def test_a_pack_pattern_with_a_group_prints_no_pandas_warning(tmp_path):
+    pack = tmp_path / "grouped.yaml"
+    pack.write_text(GROUPED_PACK)
+    trace = write_trace(tmp_path / "t.json", _steps())
+    done = advisor("diagnose", str(trace), "--rules", str(pack), "--format", "json")
+    assert "grouped-pattern" in rules_of(report_of(done))
+    assert done.stderr == ""

@@ -25,6 +25,8 @@ with the same rules and options.
 from __future__ import annotations
 
 import argparse
+import errno
+import io
 import os
 import shutil
 import sys
@@ -179,6 +181,28 @@ def _session_for(args: argparse.Namespace, *, steady: bool = True, kept=None):
     return (_steady(session) if steady else session), exit_code
 
 
+def _ended_before_first_step(script: Path, exit_code: int, error: str):
+    from advisor.errors import ScriptError
+
+    failed = ScriptError(f"{script} ended before its first step (exit code {exit_code}: {error}); there is "
+                         "nothing to diagnose")
+    failed.exit_code = exit_code
+    return failed
+
+
+def _check_it_ran(session, exit_code: int | None, script: Path) -> None:
+    """A script that failed before it ran any of its model (a syntax error, an import
+    error, an argparse exit) is said in one line with its own message and exit code: its
+    profile is empty, and a report of it would only mislead."""
+    error = session.meta.script_error
+    if not exit_code or error is None or session.meta.timed_steps or error.startswith(("stopped by",
+                                                                                         "KeyboardInterrupt")):
+        return
+    if session.events["kind"].isin(("op", "step", "kernel", "memcpy", "memset")).any():
+        return
+    raise _ended_before_first_step(script, exit_code, error)
+
+
 def _collected(args: argparse.Namespace, kept, *, spawned_ranks: bool = False):
     """``_collect_or_load`` for a script, its profile then put on disk before anything
     else runs (``kept``; --save where given and the run is stopped). A Ctrl-C from the
@@ -186,10 +210,17 @@ def _collected(args: argparse.Namespace, kept, *, spawned_ranks: bool = False):
     from advisor.cli.keep import save_whole
     from advisor.collect.script import HeldInterrupts
 
+    from advisor.collect.script import syntax_error
+
+    refused = syntax_error(Path(args.target)) if Path(args.target).is_file() else None
+    if refused is not None:
+        raise _ended_before_first_step(Path(args.target), 1, refused)  # 1: as Python exits on it
     held = HeldInterrupts()
     save = getattr(args, "save", None)
     try:
         session, exit_code, launched = _collect_or_load(args, spawned_ranks=spawned_ranks, held=held)
+        if launched is None:
+            _check_it_ran(session, exit_code, Path(args.target))
         if launched is None and not save:
             kept.session(session, Path(args.target).stem)
         elif launched is None and held.came:
@@ -730,10 +761,72 @@ def console_main() -> None:
     written and flushed, the exit handlers run, no thread or child process is left, so
     nothing is lost. A script run here keeps the whole teardown: its own open files and
     finalizers may need it."""
+    _whole_stdout()
+    _stop_on_signals()
     code, quick = _main(None)
     if quick:
         _leave(code)
     sys.exit(code)
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM and SIGHUP (a batch scheduler ending the job, a terminal closed) raised as
+    advisor.errors.Stopped, a KeyboardInterrupt: the script's profile is kept and reported
+    as after Ctrl-C, where Python would end at once and lose it. A signal already ignored
+    (nohup) stays ignored."""
+    import signal
+
+    from advisor.errors import Stopped
+
+    def stop(signum: int, _frame) -> None:
+        raise Stopped(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, stop)
+
+
+class _WholeWrites(io.RawIOBase):
+    """A file descriptor whose every write is whole or raises. Python's own stdout takes a
+    short write (a disk that fills midway) as written and drops the rest: a report piped
+    to a file on a full disk would end 16 KB in, exit 0."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self._fd)
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        total = len(view)
+        while view:
+            written = os.write(self._fd, view)
+            if written == 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            view = view[written:]
+        return total  # closing this object leaves the descriptor, the process's, open
+
+
+def _whole_stdout() -> None:
+    """Standard output through _WholeWrites, as it was otherwise (its encoding, its line
+    buffering on a terminal). Left as it is where it has no descriptor (a caller's capture)."""
+    try:
+        fd = sys.stdout.fileno()
+        sys.stdout.flush()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return
+    old = sys.stdout
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_WholeWrites(fd)), encoding=getattr(old, "encoding", None),
+                                  errors=getattr(old, "errors", None),
+                                  line_buffering=bool(getattr(old, "line_buffering", False)))
 
 
 def _main(argv: list[str] | None) -> tuple[int, bool]:
@@ -815,13 +908,14 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace, kept) ->
     except AdvisorError as exc:
         print(f"advisor: {exc}{kept.note()}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (advisor.errors.Stopped)
         if os.environ.get("ADVISOR_DEBUG"):
             import traceback
 
             traceback.print_exc()
-        print(f"advisor: interrupted{kept.note()}", file=sys.stderr)
-        return 130
+        stopped = getattr(exc, "name", None)
+        print(f"advisor: {'stopped by ' + stopped if stopped else 'interrupted'}{kept.note()}", file=sys.stderr)
+        return getattr(exc, "exit_code", 130)
     except MemoryError:
         print("advisor: out of memory; a trace this large needs more (a job's ranks: --workers 1 holds one rank "
               f"at a time){kept.note()}", file=sys.stderr)

@@ -45,6 +45,9 @@ EXIT = "exit"
 INTERRUPT = "interrupt"
 
 INTERRUPT_EXIT_CODE = 130  # what a shell reports for a process ended by SIGINT
+# Held while the profile is read back: Ctrl-C, and SIGTERM / SIGHUP where advisor's
+# command handles them (advisor.cli: raised as advisor.errors.Stopped).
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Events a whole-run recording (--steps all) may write before it stops recording: about
 # 1 to 2 GB of memory while reading them back.
 DEFAULT_EVENT_BUDGET = 3_000_000
@@ -245,9 +248,11 @@ def run_script(
     except SystemExit as exc:
         raised = exc
         ending, exit_code, error = EXIT, _exit_code(exc.code), _one_line(exc)
-    except KeyboardInterrupt as exc:
-        raised = exc
-        ending, exit_code, error = INTERRUPT, INTERRUPT_EXIT_CODE, "KeyboardInterrupt"
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP where advisor's command turned them into it
+        stopped = getattr(exc, "exit_code", None)
+        raised = None if stopped else exc  # Python prints nothing for a process a signal ends
+        ending, exit_code, error = (INTERRUPT, stopped, f"stopped by {exc.name}") if stopped else \
+            (INTERRUPT, INTERRUPT_EXIT_CODE, "KeyboardInterrupt")
     except BaseException as exc:  # the user's error, whatever its type: reported, not raised
         raised = exc
         ending, exit_code, error = EXCEPTION, 1, _one_line(exc)
@@ -414,6 +419,19 @@ def _check_runnable(path: Path) -> None:
         raise ScriptError(f"{path} cannot be read: {exc.strerror or exc}") from None
 
 
+def syntax_error(path: Path) -> str | None:
+    """How Python would refuse to run the script (its SyntaxError, one line), or None: said
+    before the collectors start, which take seconds on a GPU."""
+    try:
+        compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte in the source
+        where = f" ({path.name}, line {exc.lineno})" if getattr(exc, "lineno", None) else ""
+        return f"{type(exc).__name__}: {getattr(exc, 'msg', None) or exc}{where}"
+    except OSError:  # said by the run itself
+        return None
+    return None
+
+
 def _exit_code(code: object) -> int:
     """The exit status Python gives ``sys.exit(code)``."""
     if code is None:
@@ -471,14 +489,16 @@ class HeldInterrupts:
 
     def start(self) -> None:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._note)
+            self._previous = {sig: signal.signal(sig, self._note) for sig in HELD_SIGNALS
+                              if sig == signal.SIGINT or signal.getsignal(sig) not in (signal.SIG_DFL, signal.SIG_IGN)}
 
     def _note(self, signum: int, frame: Any) -> None:
         self.came = True
 
     def release(self) -> None:
         if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+            for sig, previous in self._previous.items():
+                signal.signal(sig, previous)
             self._previous = None
 
 

@@ -19,7 +19,6 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from html import escape
 from typing import Any
 
 from advisor.findings import Evidence, Finding
@@ -38,6 +37,7 @@ from advisor.reports._common import (
 )
 from advisor.reports._html_assets import CSS, SCRIPT, script_hash
 from advisor.reports._html_charts import (
+    BIDI_IN_JSON,
     Bar,
     Ceiling,
     Columns,
@@ -45,6 +45,7 @@ from advisor.reports._html_charts import (
     Point,
     Series,
     bar_chart,
+    esc,
     roofline_chart,
     stacked_columns,
 )
@@ -91,14 +92,10 @@ GPU_STATES = (
 )
 
 
-def esc(value: object) -> str:
-    return escape(str(value), quote=True)
-
-
 def json_for_script(value: Any) -> str:
     """JSON safe inside a <script type="application/json"> element: "<", ">" and "&" as
     unicode escapes, so no text in it can end the element or open a comment."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)).translate(BIDI_IN_JSON)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 

@@ -33,8 +33,20 @@ CHAR_W = 6.0
 LABEL_CHAR_W = 7.0
 
 
+# Bidirectional controls (U+202A-202E, U+2066-2069, the marks): a name holding U+202E
+# would show "\u202egnp.exe" as "exe.png". Shown as their escapes, so a name reads as it is.
+_BIDI_CODES = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+_BIDI = {cp: f"\\u{cp:04x}" for cp in _BIDI_CODES}
+BIDI_IN_JSON = {cp: f"\\\\u{cp:04x}" for cp in _BIDI_CODES}  # a backslash in a JSON string is written twice
+
+
+def shown(text: str) -> str:
+    """``text`` with its bidirectional controls written as escapes."""
+    return text.translate(_BIDI)
+
+
 def esc(value: object) -> str:
-    return escape(str(value), quote=True)
+    return escape(shown(str(value)), quote=True)
 
 
 def cut(text: str, limit: int, *, middle: bool = False) -> str:

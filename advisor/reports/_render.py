@@ -77,8 +77,14 @@ def write_text(text: str, out: Path | str | None, console: Console | None, *, wh
     standard output; a file that cannot be written is a UsageError naming ``what``."""
     if out is None:
         stream = console.file if console is not None else sys.stdout
-        stream.write(text)
-        stream.flush()
+        try:
+            stream.write(text)
+            stream.flush()
+        except BrokenPipeError:  # the reader stopped reading (`| head`): the caller decides
+            raise
+        except OSError as exc:  # a full disk behind a redirect: what was written is not whole
+            raise UsageError(f"cannot write {what} to standard output: {exc.strerror or exc}; what was written "
+                             "is cut short") from None
         return
     path = Path(out)
     if not path.is_file() and path.exists():  # a device or pipe (/dev/stdout): written as it is

@@ -33,6 +33,7 @@ import ast
 import difflib
 import io
 import tokenize
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -302,8 +303,12 @@ def evaluate(text: str, frame: pd.DataFrame, local_values: Mapping[str, Any], *,
                                local_names=local_values.keys())
     if not len(frame):
         return pd.Series([], dtype=float)
-    result = frame.eval(checked.text, engine="python", parser="pandas",
-                        local_dict=dict(local_values), global_dict={})
+    with warnings.catch_warnings():
+        # .str.contains with a group in its pattern: pandas warns on stderr that the group
+        # does not capture, on every row's evaluation; the match is what the rule meant.
+        warnings.filterwarnings("ignore", message="This pattern is interpreted as a regular expression")
+        result = frame.eval(checked.text, engine="python", parser="pandas",
+                            local_dict=dict(local_values), global_dict={})
     if not isinstance(result, pd.Series):  # an expression of @names and constants only
         result = pd.Series([result] * len(frame), index=frame.index)
     return result
