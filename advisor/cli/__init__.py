@@ -42,8 +42,6 @@ from advisor.cli.rules import (
     selection_for,
 )
 from advisor.errors import AdvisorError, UsageError
-from advisor.gc_pause import end as end_pause
-from advisor.gc_pause import pause, resume
 
 SEVERITIES = ("info", "low", "medium", "high", "critical")
 FAIL_ON_EXIT = 3
@@ -326,28 +324,15 @@ def _read_ahead(args: argparse.Namespace, *targets: str, imports: bool = True) -
 
 def _imports_while_reading(args: argparse.Namespace) -> None:
     """What the command needs once its trace is read, imported while it is read ahead
-    (where nothing is, and no script runs, what reading needs: pandas above all, imported
-    while the collector is paused all the same); then the collector runs again
-    (advisor.gc_pause)."""
+    (where nothing is, and no script runs, what reading needs: pandas above all)."""
     import importlib
 
     if getattr(args, "reads_ahead", None):
         for module in _AFTER_THE_READ.get(args.command, ()):
             importlib.import_module(module)
-        # The knowledge base too (its YAML read and checked: 17 ms), which the op-cost tables
-        # would read in the process computing them aside, the longer of the two: read here
-        # while this one waits for the trace, the forked one finds it read. A damaged one
-        # is said where a table needs it, as ever.
-        from advisor.knowledge.hardware import KnowledgeError, knowledge
-
-        try:
-            knowledge()
-        except KnowledgeError:
-            pass
     elif _reads_only(args):
         for module in _FOR_THE_READ:
             importlib.import_module(module)
-    resume()
 
 
 def _read_target_ahead(args: argparse.Namespace, *, imports: bool = True) -> None:
@@ -839,8 +824,6 @@ def _main(argv: list[str] | None) -> tuple[int, bool]:
         return 2, False
     if getattr(args, "no_cache", False):  # the environment carries it to worker processes too
         os.environ["ADVISOR_NO_CACHE"] = "1"
-    if _reads_only(args):  # no code of the user's runs here: imports need no collections (advisor.gc_pause)
-        pause()
     from advisor.cli.keep import Kept
 
     kept = Kept()
@@ -849,7 +832,6 @@ def _main(argv: list[str] | None) -> tuple[int, bool]:
     finally:
         for ahead in getattr(args, "reads_ahead", []):  # a Session not taken (the command stopped first)
             ahead.stop()
-        end_pause()  # the collector as it was, for a process that goes on (a test, a caller of main)
 
 
 def _reads_only(args: argparse.Namespace) -> bool:

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 from advisor.errors import UsageError
-from advisor.gc_pause import resume
 
 
 def add_job_options(parser: argparse.ArgumentParser) -> None:
@@ -39,8 +38,6 @@ def read_job(args: argparse.Namespace, sources: list[Path], chosen, *, say, laun
     from advisor.cli.keep import check_save_dir
     from advisor.job import diagnose_job, order_ranks, summarise_job
     from advisor.job.inputs import is_job_dir, read_manifest, write_manifest
-
-    resume()  # the ranks' workers collect as any process does (advisor.gc_pause)
 
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers must be at least 1")

@@ -5,7 +5,9 @@
     kineto            the PyTorch profiler / Kineto Chrome trace, plain or gzipped, streamed
     parts             a large plain trace read in parts, each by a process of its own
     advisor_metadata  what advisor's host collector writes into the traces it exports
-    cache             a trace's Session kept (Parquet) for the next command on the same file
+    cache             a trace's Session kept (Parquet) for the next command on the same file:
+                      the user's own, checksummed, data only
+    frames            summary tables as JSON data with their dtypes, for the cache
     ahead             a trace read by a forked process while the command starts up
 
 A new trace format is a module here that turns the file into events and metadata, and

@@ -123,11 +123,9 @@ def _read(path: Path, read: Progress) -> tuple[pd.DataFrame, dict[str, Any]]:
     """In the forked process: the events and the metadata's fields (read_kineto), of
     which this process makes the Session; the forked one never imports the Session's
     models (pydantic), which its read would otherwise wait for."""
-    from advisor.gc_pause import resume
     from advisor.importers.loader import read_kineto
     from advisor.pages import plain_pages
 
-    resume()  # forked while the command's imports paused the collector (advisor.gc_pause)
     plain_pages()  # as the command's own reading does (advisor.pages)
 
     def heard(done: int, total: int, events: int | None = None) -> None:

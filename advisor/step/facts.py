@@ -131,23 +131,6 @@ class Facts:
         self._memo: dict[Any, Any] = {}
         self.model: Any = None  # the StepModel these facts belong to (advisor.step.model), where one
 
-    def forget(self) -> None:
-        """Let go of everything worked out so far; what is asked again is worked out
-        again. (compute_tables, waiting for the tables computed aside: the facts of
-        its own tables are hundreds of MB on a large session, held for nothing.)"""
-        session, model = self.session, self.model
-        self.__dict__.clear()
-        self.__init__(session)  # type: ignore[misc]
-        self.model = model
-
-    def share(self) -> None:
-        """Work out now what the tables computed aside (advisor.tables.ASIDE) and the
-        others both read, so that a process forked after this shares it rather than
-        making a copy of its own (on 3.5 M events, the two copies of these frames took
-        0.7 GB)."""
-        for fact in ("ops", "gpu", "gpu_measured", "main_thread", "main_ops", "name_codes", "parents"):
-            getattr(self, fact)
-
     def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
         if key not in self._memo:
             self._memo[key] = compute()

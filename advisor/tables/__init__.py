@@ -13,9 +13,8 @@ carries the same plus ``notes`` (what was not measured and why).
     compute_tables(session, ["model"])   -> just those
     TABLES["kernel"](session)            -> one table
 
-Where advisor may use a second process (advisor.forked) and the session is neither tiny
-nor huge, ``compute_tables`` hands the op-cost tables (ASIDE) to a forked process and
-computes the others meanwhile; the frames are the same either way.
+The tables are pure functions of the Session: computed one after another in this
+process, nothing forked, nothing kept between calls.
 
 One module per table (or pair of tables), registered with ``@table`` in ``_registry``:
 
@@ -53,7 +52,6 @@ from collections.abc import Iterable
 import pandas as pd
 
 from advisor.errors import UsageError
-from advisor.forked import Forked, processes_allowed
 from advisor.pages import give_back_freed
 from advisor.session import Session
 from advisor.step import build_step_model
@@ -87,8 +85,7 @@ from advisor.tables import (  # noqa: F401  (importing a module registers its ta
 from advisor.tables._registry import SPECS, TableDoc, TableSpec
 from advisor.tables.job import JOB_TABLE_DOCS
 
-__all__ = ["ASIDE", "ASIDE_MAX_EVENTS", "ASIDE_MIN_EVENTS", "JOB_TABLE_DOCS", "TABLES", "TABLE_DOCS", "TableDoc", "TableSpec",
-           "compute_tables", "table_names"]
+__all__ = ["JOB_TABLE_DOCS", "TABLES", "TABLE_DOCS", "TableDoc", "TableSpec", "compute_tables", "table_names"]
 
 _ORDER = (
     "device",
@@ -126,18 +123,6 @@ def table_names() -> list[str]:
     return list(TABLES)
 
 
-# These tables are computed by a second process while this one computes the others
-# (advisor.forked): they share the op calls' costs among themselves and take about as long
-# as the rest together (0.15 and 0.14 s on the 35 MB ResNet-50 trace; 1.9 and 1.6 s on the
-# 3.5 M events of 1 GB of JSON, whose tables then take 2.2 s rather than about 3.5). Below
-# ASIDE_MIN_EVENTS the fork is not worth it. The second process's own frames (about
-# 100 MB a million events) fit within twice the trace's size only because each process
-# gives back what its tables freed (_computed) and this one lets go of its facts while it
-# waits: 1.51-1.64 GiB at the peak on that 0.93 GiB trace (benchmarks/ingest.py). Past
-# ASIDE_MAX_EVENTS, sizes that have not been measured, one process computes them all.
-ASIDE = ("operator", "operator_kernels", "kernel", "roofline", "roofline_ceilings")
-ASIDE_MIN_EVENTS = 5_000
-ASIDE_MAX_EVENTS = 6_000_000
 _GIVE_BACK_MIN_EVENTS = 1_000_000
 
 
@@ -149,34 +134,14 @@ def compute_tables(session: Session, names: Iterable[str] | None = None) -> dict
     if unknown:
         raise UsageError(f"unknown table {unknown[0]!r}; the tables are: {', '.join(TABLES)}")
     step_model = build_step_model(session)
-    session, facts = step_model.session, step_model.facts
-    aside = [name for name in wanted if name in ASIDE]
-    helper = None
-    if aside and len(aside) < len(wanted) and ASIDE_MIN_EVENTS <= len(session.events) <= ASIDE_MAX_EVENTS \
-            and processes_allowed() > 1:
-        facts.share()
-        # Memory freed but held here at the fork would stay resident in the forked
-        # process, its own once this one gives it back.
-        _give_back(session)
-        helper = Forked.start(lambda: _computed(session, facts, aside))
-    try:
-        done = _computed(session, facts, [name for name in wanted if helper is None or name not in aside])
-        if helper is not None:
-            # This process's facts go while it waits: the forked one has its own (and the
-            # shared ones stay its own); a failed one's tables are worked out afresh.
-            facts.forget()
-            _give_back(session)
-            done.update(helper.result() or _computed(session, facts, aside))
-    finally:
-        if helper is not None:
-            helper.stop()
+    done = _computed(step_model.session, step_model.facts, wanted)
     return {name: done[name] for name in wanted}
 
 
 def _computed(session: Session, facts: Facts, names: list[str]) -> dict[str, pd.DataFrame]:
     """The named tables, one after another. On a large session, the memory each one's
     work freed is given back before the next (advisor.pages): what malloc would keep
-    otherwise added 250 MB to the peak of a 1 GB trace's tables, more with some aside."""
+    otherwise added 250 MB to the peak of a 1 GB trace's tables."""
     done = {}
     for name in names:
         done[name] = TABLES[name](session, facts=facts)
