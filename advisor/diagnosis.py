@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from advisor.reports.build import build_report
-from advisor.reports.model import CombinedSaving, PeriodicSteps, Report, SetApartSpan, Window
+from advisor.reports.report import CombinedSaving, PeriodicSteps, Report, SetApartSpan, Window
 from advisor.rules.engine import Combined, EngineResult, run_rules
 from advisor.session import Session
 from advisor.step import StepModel, build_step_model

@@ -134,7 +134,7 @@ def test_every_builtin_rule_without_a_condition_has_a_check_and_every_one_runs_o
 def test_a_data_rule_and_a_python_rule_share_the_cause_graph(monkeypatch):
     from advisor.importers import load
     from advisor.paths import cases_dir
-    from advisor.rules.packs.model import SavingSpec
+    from advisor.rules.packs.spec import SavingSpec
     from advisor.tables import compute_tables
 
     monkeypatch.setattr(registry, "_CHECKS", dict(engine.checks()))

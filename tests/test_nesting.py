@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from advisor.session import PHASES
 from advisor.session.attribute import _innermost_containing, _phase_segments, parents_of_sorted
-from advisor.session.model import start_order
+from advisor.session.session import start_order
 
 
 def stack_walk(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

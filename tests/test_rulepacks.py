@@ -39,7 +39,7 @@ from advisor.rules.packs.expressions import (
     evaluate,
     evaluation_frame,
 )
-from advisor.rules.packs.model import RuleDocs, RuleSpec, SavingSpec
+from advisor.rules.packs.spec import RuleDocs, RuleSpec, SavingSpec
 from advisor.rules.packs.schema import (
     load_rulepack_schema,
     rulepack_schema,

@@ -22,7 +22,7 @@ from advisor.collect import collect_script, run_script
 from advisor.collect import sampler as sampler_module
 from advisor.collect.sampler import SAMPLE_KIND, HostSampler, HostSamples
 from advisor.importers import load
-from advisor.reports.timeline import timeline_events
+from advisor.reports.perfetto import timeline_events
 from advisor.session import Session, conform_events, insert_unrelated
 from advisor.session import intervals as iv
 from advisor.tables import compute_tables

@@ -1,4 +1,4 @@
-"""Event frames stacked (advisor.session.model.concat_events): categorical columns come out
+"""Event frames stacked (advisor.session.session.concat_events): categorical columns come out
 as union_categoricals makes them, whichever way they are stacked."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pandas.api.types import union_categoricals
 
-from advisor.session.model import EVENT_COLUMNS, _stacked_categories, concat_events, conform_events
+from advisor.session.session import EVENT_COLUMNS, _stacked_categories, concat_events, conform_events
 
 names = st.sampled_from(["aten::mm", "aten::add", "", "kernel_a", "ProfilerStep#3", "Forward", "copy"])
 columns = st.lists(st.one_of(names, st.none()), max_size=12)

@@ -13,7 +13,7 @@ from report_samples import NASTY, sample_parts, sample_session
 
 from advisor.cli import main
 from advisor.importers import load
-from advisor.reports.timeline import (
+from advisor.reports.perfetto import (
     FINDING_CATEGORY,
     PHASE_CATEGORY,
     flatten_findings,

@@ -287,7 +287,7 @@ _AFTER_THE_READ = {
                  "advisor.reports.build", "advisor.diagnosis", "advisor.reports._render"),
     "summary": ("advisor.importers.loader", "advisor.step", "advisor.tables", "advisor.reports.summary"),
     "timeline": ("advisor.importers.loader", "advisor.step", "advisor.tables", "advisor.rules.engine",
-                 "advisor.diagnosis", "advisor.reports.timeline"),
+                 "advisor.diagnosis", "advisor.reports.perfetto"),
     "compare": ("advisor.importers.loader", "advisor.step", "advisor.tables", "advisor.rules.engine",
                 "advisor.diagnosis", "advisor.reports.comparison", "advisor.reports.compare_report"),
 }
@@ -585,7 +585,7 @@ def _analyse(session, chosen, said: list[str] | None = None):
 
 def _timeline(args: argparse.Namespace, kept) -> int:
     from advisor.cli.progress import progress_bar
-    from advisor.reports.timeline import write_timeline
+    from advisor.reports.perfetto import write_timeline
 
     if args.output is None:
         raise UsageError("timeline needs -o PATH: the trace file to write (.json, or .json.gz to gzip it)")

@@ -24,7 +24,7 @@ from advisor.errors import UsageError
 if TYPE_CHECKING:
     from advisor.rules.packs.catalog import RuleSet, Selection
     from advisor.rules.packs.config import AdvisorConfig
-    from advisor.rules.packs.model import RuleSpec
+    from advisor.rules.packs.spec import RuleSpec
 
 __all__ = ["add_rule_options", "add_rules_parser", "rules_command", "selection_for"]
 

@@ -22,8 +22,8 @@ import pandas as pd
 from advisor.findings import Finding
 from advisor.job.run import Job
 from advisor.job.summarise import RuleChoice
-from advisor.reports.model import JobRank as JobRankEntry
-from advisor.reports.model import JobSummary, SessionSummary, StepSummary, Table
+from advisor.reports.report import JobRank as JobRankEntry
+from advisor.reports.report import JobSummary, SessionSummary, StepSummary, Table
 from advisor.tables.job import RankRow, job_tables
 
 __all__ = ["JobDiagnosis", "diagnose_job", "diagnose_saved_job", "merge_findings"]

@@ -39,7 +39,7 @@ class RankSummary:
     rank: int | None = None  # from the trace's distributedInfo, where it has one
     world_size: int | None = None
     backend: str = ""
-    report: Any = None  # the rank's Report (advisor.reports.model.Report)
+    report: Any = None  # the rank's Report (advisor.reports.report.Report)
     figures: dict[str, float | None] = field(default_factory=dict)
     calls: pd.DataFrame | None = None
     skipped: dict[str, str] = field(default_factory=dict)

@@ -658,12 +658,12 @@ class Profiler:
         """Write the last span's timeline, a Chrome trace (gzipped where ``path`` ends in
         .gz) for chrome://tracing or Perfetto, with the findings of ``diagnose()`` marked on
         it (``findings=False``: without). It is advisor's timeline of the Session
-        (advisor.reports.timeline), which reads back into advisor like the trace it came from;
+        (advisor.reports.perfetto), which reads back into advisor like the trace it came from;
         where that module is missing, torch.profiler's own trace is copied instead."""
         session = self._require_session()
         target = Path(path)
         try:
-            from advisor.reports.timeline import write_timeline  # noqa: PLC0415
+            from advisor.reports.perfetto import write_timeline  # noqa: PLC0415
         except ImportError:
             write_timeline = None
         if write_timeline is not None:

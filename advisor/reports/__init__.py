@@ -9,14 +9,14 @@ Reports compute nothing: ``build_report`` copies what the earlier stages produce
     text = render_markdown(report)                  # for a pull-request comment
     html = render_html(report)                      # one self-contained page, charts and all
 
-``model`` holds the Report, a pydantic model (no pandas), ``build`` assembles one from a
+``report`` holds the Report, a pydantic model (no pandas), ``build`` assembles one from a
 session, its tables and findings, and ``schema`` holds the JSON Schema the JSON
 report validates against. Besides the report formats (``_terminal``, ``_json``,
 ``_markdown``, ``_html``; a new format is a module beside them and an entry in
 ``_render``), this room holds
 
     summary          the summary tables alone (`advisor summary`)
-    timeline         the session as a Chrome / Perfetto trace with the findings marked
+    perfetto         the session as a Chrome / Perfetto trace with the findings marked
     comparison       two profiles set side by side (`advisor compare`): the figures of
                      their tables and findings, before and after
     compare_report   that comparison in words
@@ -36,10 +36,10 @@ _EXPORTS = {
     "render_markdown": "_markdown",
     "render_terminal": "_terminal",
     "terminal_text": "_terminal",
-    "METRIC_DEFINITIONS": "model",
-    "Report": "model",
-    "Table": "model",
-    "TableColumn": "model",
+    "METRIC_DEFINITIONS": "report",
+    "Report": "report",
+    "Table": "report",
+    "TableColumn": "report",
     "build_report": "build",
 }
 

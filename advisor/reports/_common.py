@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from advisor.findings import Evidence
-from advisor.reports.model import Report, Table
+from advisor.reports.report import Report, Table
 from advisor.session import DeviceInfo
 from advisor.units import (
     MISSING,

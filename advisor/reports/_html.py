@@ -49,7 +49,7 @@ from advisor.reports._html_charts import (
     roofline_chart,
     stacked_columns,
 )
-from advisor.reports.model import Report, Table
+from advisor.reports.report import Report, Table
 from advisor.units import (
     format_count,
     format_ns,

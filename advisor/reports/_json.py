@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from advisor.reports.model import Report
+from advisor.reports.report import Report
 
 __all__ = ["render_json"]
 

@@ -25,7 +25,7 @@ from advisor.reports._common import (
     numeric_columns,
     steps_text,
 )
-from advisor.reports.model import Report, Table
+from advisor.reports.report import Report, Table
 from advisor.units import format_ns, format_saving
 
 __all__ = ["md_code", "md_escape", "render_markdown"]

@@ -13,7 +13,7 @@ from advisor.errors import UsageError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from advisor.reports.model import Report
+    from advisor.reports.report import Report
 
 __all__ = ["FORMATS", "render"]
 

@@ -32,7 +32,7 @@ from advisor.reports._common import (
     other_notes,
     steps_text,
 )
-from advisor.reports.model import Report, Table
+from advisor.reports.report import Report, Table
 from advisor.units import format_ns, format_saving
 
 __all__ = ["render_terminal", "terminal_text"]

@@ -1,9 +1,9 @@
 """The one place a report is assembled: ``build_report`` copies what the earlier stages
 produced (the session's metadata, the summary tables, the ranked findings) into a
-:class:`~advisor.reports.model.Report`; it computes nothing new. ``to_python`` turns the
+:class:`~advisor.reports.report.Report`; it computes nothing new. ``to_python`` turns the
 tables' numpy and pandas values into plain JSON values.
 
-The models live apart (advisor.reports.model, no pandas), so a kept report is read and
+The models live apart (advisor.reports.report, no pandas), so a kept report is read and
 rendered without the libraries that built it.
 """
 
@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from advisor._version import __version__
 from advisor.findings import Finding
-from advisor.reports.model import (
+from advisor.reports.report import (
     METRIC_DEFINITIONS,
     CollectorSummary,
     CombinedSaving,

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from advisor.reports.model import Report
+from advisor.reports.report import Report
 
 __all__ = [
     "SCHEMA_PATH",

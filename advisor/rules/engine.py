@@ -30,7 +30,7 @@ import advisor.rules.checks  # noqa: F401  (importing the built-in checks regist
 from advisor.findings import Finding, Severity
 from advisor.rules.packs.catalog import builtin_pack
 from advisor.rules.packs.evaluate import run_data_rule
-from advisor.rules.packs.model import Lifecycle, Requirement, RuleSpec
+from advisor.rules.packs.spec import Lifecycle, Requirement, RuleSpec
 from advisor.rules.registry import Check, RuleContext, registered
 from advisor.session import Session
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from advisor.findings import Finding
-from advisor.rules.packs.model import RuleSpec
+from advisor.rules.packs.spec import RuleSpec
 
 if TYPE_CHECKING:
     from advisor.step import StepModel

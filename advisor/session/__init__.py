@@ -3,7 +3,7 @@
 Every collector and importer produces a Session; tables, rules and reports read nothing
 else. This room holds the model and the work that makes its rows mean something:
 
-    model       the Session, its event schema and metadata, saved to and loaded from disk
+    session     the Session, its event schema and metadata, saved to and loaded from disk
     meta        what a session knows besides its events (pydantic models, no pandas)
     layout      what a saved session folder holds, and how to tell one (no pandas)
     attribute   who launched what: GPU work to its launch call and op, ops to steps and
@@ -21,30 +21,30 @@ from advisor._lazy import lazy_exports
 # Lazily: a command asks whether its target is a saved session (layout, no pandas) before
 # it reads anything, and must not pay for the model's imports to learn that.
 _EXPORTS = {
-    "EVENT_COLUMNS": "model",
+    "EVENT_COLUMNS": "session",
     "EVENTS_FILE": "layout",
-    "GPU_KINDS": "model",
-    "KINDS": "model",
+    "GPU_KINDS": "session",
+    "KINDS": "session",
     "META_FILE": "layout",
-    "PHASES": "model",
-    "RELATION_COLUMNS": "model",
+    "PHASES": "session",
+    "RELATION_COLUMNS": "session",
     "SESSION_FORMAT": "layout",
     "CollectionGap": "meta",
     "CollectorInfo": "meta",
     "DeviceInfo": "meta",
     "DistributedInfo": "meta",
-    "Session": "model",
+    "Session": "session",
     "SessionMeta": "meta",
     "TimedStep": "meta",
-    "concat_events": "model",
-    "conform_events": "model",
-    "empty_events": "model",
-    "insert_unrelated": "model",
+    "concat_events": "session",
+    "conform_events": "session",
+    "empty_events": "session",
+    "insert_unrelated": "session",
     "is_session_dir": "layout",
-    "one_of": "model",
-    "select_rows": "model",
-    "take_rows": "model",
-    "text": "model",
+    "one_of": "session",
+    "select_rows": "session",
+    "take_rows": "session",
+    "text": "session",
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

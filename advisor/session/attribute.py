@@ -34,7 +34,7 @@ import pandas as pd
 
 from advisor.session import GPU_KINDS, PHASES, concat_events, conform_events, one_of, text
 from advisor.session.calls import HOST_BLOCKING_PREFIXES
-from advisor.session.model import start_order, take_rows
+from advisor.session.session import start_order, take_rows
 
 STEP_NAME = re.compile(r"^ProfilerStep#([0-9]{1,18})$")  # more digits: no int64, not a step
 ADVISOR_PHASE = re.compile(r"^advisor::(Dataloader|Forward|Backward|Optimization)$")

@@ -18,7 +18,7 @@ process, nothing forked, nothing kept between calls.
 
 One module per table (or pair of tables), registered with ``@table`` in ``_registry``:
 
-    device, overview, model, operator (+ operator_kernels), kernel, memory, userdefined,
+    device, overview, model_summary (the model table), operator (+ operator_kernels), kernel, memory, userdefined,
     distributed, perf        the Paddle profiler's summary tables
     host_sync, gpu_idle      the host's waits on the GPU, and the GPU's idle time by what
                              the host was doing (for the rules)
@@ -70,7 +70,7 @@ from advisor.tables import (  # noqa: F401  (importing a module registers its ta
     host_sync,
     kernel,
     memory,
-    model,
+    model_summary,
     operator,
     optimizer,
     overview,

@@ -19,7 +19,7 @@ from advisor.session import intervals as iv
 from advisor.step.facts import MODEL_PHASES, Facts, unique_keys
 from advisor.step.idle import GPU_CAUSES
 from advisor.tables._registry import table, with_notes
-from advisor.tables.model import _per_step
+from advisor.tables.model_summary import _per_step
 
 # Slices of the window in the GPU timeline: fine enough to see each step's idle gap in a
 # handful of steps, few enough to draw as bars and read as rows.

@@ -1,6 +1,6 @@
 """Rule packs: rules written as data (YAML), checked, and run beside the built-in rules.
 
-    model        the format, as pydantic models (the JSON Schema is generated from them)
+    spec         the format, as pydantic models (the JSON Schema is generated from them)
     yamlsource   YAML read with the line of every key, for FILE:LINE messages
     expressions  conditions and savings: a whitelist over Python's ast, evaluated by pandas
     templates    {placeholders} in messages and recommendations
@@ -39,11 +39,11 @@ _EXPORTS = {
     "load_config": "config",
     "ExpressionError": "expressions",
     "check_expression": "expressions",
-    "FACTS": "model",
-    "Lifecycle": "model",
-    "RuleDocs": "model",
-    "RulePack": "model",
-    "RuleSpec": "model",
+    "FACTS": "spec",
+    "Lifecycle": "spec",
+    "RuleDocs": "spec",
+    "RulePack": "spec",
+    "RuleSpec": "spec",
     "PackError": "validate",
     "PackInvalid": "validate",
     "validate_file": "validate",

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from advisor.paths import rules_dir
 from advisor.rules.packs.config import AdvisorConfig, ConfigInvalid
-from advisor.rules.packs.model import Lifecycle, RulePack, RuleSpec
+from advisor.rules.packs.spec import Lifecycle, RulePack, RuleSpec
 from advisor.rules.packs.validate import (
     PackError,
     PackInvalid,

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from advisor.errors import UsageError
 from advisor.paths import special_file
 from advisor.findings import Severity
-from advisor.rules.packs.model import Number
+from advisor.rules.packs.spec import Number
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -11,7 +11,7 @@ result per row):
 - a bare name is a column of the table, ``key`` (the row's stable key), or one of the
   rule's ``derived`` columns (expressions of the same kind, computed first);
 - ``@name`` is a threshold, a value (one table cell the rule names) or a session fact
-  (``@steps``, ``@mean_step_ns``...; see :data:`advisor.rules.packs.model.FACTS`);
+  (``@steps``, ``@mean_step_ns``...; see :data:`advisor.rules.packs.spec.FACTS`);
 - numbers, strings, True/False; ``+ - * / // %``; comparisons (chained too); ``and or
   not`` (or ``& | ~``); ``in`` / ``not in`` a list of constants;
 - the functions ``abs sqrt log log10 log1p exp floor ceil`` of one argument, and

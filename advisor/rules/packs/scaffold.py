@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from advisor.errors import UsageError
-from advisor.rules.packs.model import RULE_ID_PATTERN
+from advisor.rules.packs.spec import RULE_ID_PATTERN
 
 __all__ = ["Scaffold", "scaffold", "write_scaffold"]
 

@@ -2,7 +2,7 @@
 
 The schema is committed as ``rules/rulepack.schema.json`` (it ships with the rules) so an
 editor can check a pack as it is written; a test checks the committed file equals what
-:func:`rulepack_schema` generates. After changing :mod:`advisor.rules.packs.model`:
+:func:`rulepack_schema` generates. After changing :mod:`advisor.rules.packs.spec`:
 
     python -m advisor.rules.packs.schema
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.paths import rules_dir
-from advisor.rules.packs.model import RulePack
+from advisor.rules.packs.spec import RulePack
 
 __all__ = ["SCHEMA_NAME", "load_rulepack_schema", "rulepack_schema", "schema_path", "schema_text",
            "write_rulepack_schema"]

@@ -3,7 +3,7 @@
 Validation runs in two passes over the same YAML (read with line marks by
 :mod:`advisor.rules.packs.yamlsource`):
 
-1. the pydantic models (:mod:`advisor.rules.packs.model`): fields, types, ids, enums;
+1. the pydantic models (:mod:`advisor.rules.packs.spec`): fields, types, ids, enums;
 2. for each rule that passed, what needs the table catalogue: table and column names,
    expressions (:mod:`advisor.rules.packs.expressions`), placeholders
    (:mod:`advisor.rules.packs.templates`), names that collide, thresholds never used, the
@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from advisor.errors import RulePackError
 from advisor.paths import special_file, table_columns_file
 from advisor.rules.packs.expressions import ExpressionError, check_expression
-from advisor.rules.packs.model import (
+from advisor.rules.packs.spec import (
     FACTS,
     Escalation,
     RuleDocs,
