@@ -14,7 +14,7 @@ Readers (the event array to the columns the Session uses):
                         dicts, the fields picked out in Python
     msgspec chunks      advisor's reader (read_events) in one process: chunks decoded by
                         msgspec into typed structs that hold only the fields used
-    msgspec parts       the same reader as advisor's commands run it (advisor.forked.use_cpus):
+    msgspec parts       the same reader as advisor's commands run it (advisor.importers.forked.use_cpus):
                         a plain file of 64 MB or more in parts, each part after the first
                         read by a forked process (advisor.importers.parts)
     msgspec 2 workers   the same chunks (8 MB batches) decoded in 2 worker processes
@@ -69,7 +69,7 @@ elif mode in ("msgspec chunks", "msgspec parts", "msgspec 2 workers"):
     import pandas as pd
     from advisor.importers.kineto import open_trace, read_events
     if mode == "msgspec parts":
-        from advisor.forked import use_cpus
+        from advisor.importers.forked import use_cpus
         use_cpus()
 elif mode == "ijson":
     import importlib.util

@@ -1,4 +1,4 @@
-"""advisor.forked: work done in a forked process comes back as it would here: its result,
+"""advisor.importers.forked: work done in a forked process comes back as it would here: its result,
 its warnings said by this process, nothing where it failed; and it cannot hang on this
 process's standard streams."""
 
@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 
-from advisor.forked import Forked, processes_allowed
+from advisor.importers.forked import Forked, processes_allowed
 
 pytestmark = pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
                                 reason="the work is done in a forked process")
@@ -82,11 +82,11 @@ def test_it_writes_past_a_stream_whose_lock_was_held_at_the_fork(monkeypatch):
 
 
 def test_a_users_process_is_never_forked(monkeypatch):
-    import advisor.forked
+    import advisor.importers.forked
 
     monkeypatch.setenv("ADVISOR_PROCESSES", "4")
     assert processes_allowed() == 1  # the user's own process: no use_cpus()
-    monkeypatch.setattr(advisor.forked, "_use_cpus", True)
+    monkeypatch.setattr(advisor.importers.forked, "_use_cpus", True)
     assert processes_allowed() == 4
     monkeypatch.setenv("ADVISOR_PROCESSES", "1")
     assert processes_allowed() == 1

@@ -1,87 +1,69 @@
-"""advisor's analysis turns off numpy's huge-page advice; a user's script that advisor runs
-gets numpy's setting back while it runs (advisor.pages)."""
+"""Memory pages (advisor.importers.pages): numpy's documented huge-page switch for the
+commands that run no user code, and freed memory given back only where a command asks."""
 
 from __future__ import annotations
 
-import pytest
+import json
+import os
+import subprocess
+import sys
 
-from advisor import pages
+from conftest import synth_trace
 
-numpy_switch = pages._setter()
-pytestmark = pytest.mark.skipif(numpy_switch is None, reason="this numpy has no huge-page switch")
-
-
-def _current() -> bool:
-    value = numpy_switch(True)
-    numpy_switch(value)
-    return value
+from advisor.importers import loader, pages
 
 
-@pytest.fixture
-def restore():
-    before, saved = _current(), pages._before
-    yield
-    numpy_switch(before)
-    pages._before = saved
+def _numpy_switch_in(argv: list[str], cwd, env: dict | None = None) -> dict:
+    """`advisor argv` in a fresh process: NUMPY_MADVISE_HUGEPAGE as numpy saw it at import."""
+    code = ("import json, os, sys\nimport advisor.cli\ncode = advisor.cli.main(%r)\n"
+            "print(json.dumps({'code': code, 'switch': os.environ.get('NUMPY_MADVISE_HUGEPAGE')}))\n" % (argv,))
+    environ = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=300,
+                          env={**environ, **(env or {})}, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_plain_pages_turns_the_advice_off_and_numpy_pages_gives_it_back(restore):
-    numpy_switch(True)
-    pages._before = None
-    pages.plain_pages()
-    assert _current() is False
-    with pages.numpy_pages():
-        assert _current() is True
-    assert _current() is False
-    pages.plain_pages()  # twice: numpy's own setting is still the one given back
-    with pages.numpy_pages():
-        assert _current() is True
+def test_a_command_that_reads_a_trace_turns_numpys_huge_pages_off(tmp_path):
+    trace = synth_trace(tmp_path / "train.json", 2000)
+    seen = _numpy_switch_in(["diagnose", str(trace), "--no-cache", "--format", "json", "-o", str(tmp_path / "r.json")],
+                            tmp_path)
+    assert seen == {"code": 0, "switch": "0"}
 
 
-def test_numpy_pages_leaves_the_setting_alone_before_plain_pages(restore):
-    numpy_switch(False)
-    pages._before = None
-    with pages.numpy_pages():
-        assert _current() is False
+def test_the_users_own_setting_is_kept(tmp_path):
+    trace = synth_trace(tmp_path / "train.json", 2000)
+    seen = _numpy_switch_in(["diagnose", str(trace), "--no-cache", "--format", "json", "-o", str(tmp_path / "r.json")],
+                            tmp_path, env={"NUMPY_MADVISE_HUGEPAGE": "1"})
+    assert seen["switch"] == "1"
 
 
-def test_a_script_advisor_runs_sees_numpys_setting(tmp_path, restore):
-    from advisor.collect import run_script
-
-    numpy_switch(True)
-    pages._before = None
-    pages.plain_pages()
-    seen = []
+def test_a_script_runs_with_numpys_own_setting(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text("print('hello')\n")
-    run = run_script(script, call=lambda: seen.append(_current()), sample_interval_s=None,
-                     stack_interval_s=None)
-    assert seen == [True]
-    assert _current() is False
-    if run.work_dir is not None:
-        import shutil
-
-        shutil.rmtree(run.work_dir, ignore_errors=True)
+    script.write_text("import json, os\nopen('seen.json', 'w').write(json.dumps(os.environ.get("
+                      "'NUMPY_MADVISE_HUGEPAGE')))\n")
+    subprocess.run([sys.executable, "-m", "advisor", "diagnose", "--format", "json", "-o", "r.json", str(script)],
+                   cwd=tmp_path, capture_output=True, timeout=300, check=False,
+                   env={k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"})
+    assert json.loads((tmp_path / "seen.json").read_text()) is None
 
 
-def test_freed_memory_is_given_back_in_advisors_analysis_only(monkeypatch):
+def test_plain_pages_changes_nothing_once_numpy_is_imported(monkeypatch):
+    import numpy  # noqa: F401  (imported: the switch would not be read again)
+
+    monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
+    pages.plain_pages()
+    assert "NUMPY_MADVISE_HUGEPAGE" not in os.environ
+
+
+def test_freed_memory_is_given_back_where_the_caller_asks(monkeypatch, tmp_path):
     """advisor.Profiler reads and summarises inside the user's job: no malloc_trim there;
-    advisor's own commands (plain_pages) give freed memory back."""
-    import ctypes
-    import sys
-
+    advisor's commands ask for it (load(..., give_back=True))."""
     calls = []
-
-    class Trim:  # a C function: argtypes set, then called
-        argtypes = None
-
-        def __call__(self, pad):
-            calls.append(pad)
-
-    monkeypatch.setattr(ctypes, "CDLL", lambda name: type("Libc", (), {"malloc_trim": Trim()})())
-    monkeypatch.setattr(sys, "platform", "linux")
-    pages.give_back_freed()
-    assert calls == []  # a user's process
-    monkeypatch.setattr(pages, "_analysis", True)
-    pages.give_back_freed()
-    assert calls == [0]
+    monkeypatch.setattr(loader, "give_back_freed", lambda: calls.append("trim"))
+    trace = synth_trace(tmp_path / "train.json", 2000)
+    loader.load(trace)
+    assert calls == []
+    monkeypatch.setenv("ADVISOR_NO_CACHE", "1")
+    loader.load(trace, give_back=True)
+    assert calls == ["trim"]

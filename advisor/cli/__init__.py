@@ -242,15 +242,22 @@ def _steady(session):
     return build_step_model(session).session
 
 
+def _tables(session, names=None):
+    """The summary tables as a command computes them: the memory each table's work freed
+    given back before the next, on a large session (advisor.importers.pages)."""
+    from advisor.importers.pages import give_back_freed
+    from advisor.tables import compute_tables
+
+    return compute_tables(session, names, between=give_back_freed)
+
+
 def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False, held=None):
     """(session, exit code or None, the launch of the ranks the script spawned or None);
     with ``spawned_ranks``, ranks the script starts with torch.multiprocessing.spawn are
     profiled and saved, each its own session (advisor.collect.spawned)."""
-    from advisor.forked import use_cpus
     from advisor.importers import load
-    from advisor.pages import plain_pages
+    from advisor.importers.forked import use_cpus
 
-    plain_pages()  # for advisor's own arrays; a script it runs gets numpy's setting back
     use_cpus()  # a large plain trace is read in parts, by more than one process
     target = Path(args.target)
     script_args = args.script_args
@@ -277,7 +284,7 @@ def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False, h
     from advisor.cli.progress import progress_bar
 
     with progress_bar(f"Reading {target.name}", unit="bytes") as update:
-        return load(target, progress=update, ahead=getattr(args, "ahead", None)), None, None
+        return load(target, progress=update, ahead=getattr(args, "ahead", None), give_back=True), None, None
 
 
 # What a command needs once its Session is read, by command: imported while the trace is
@@ -305,7 +312,7 @@ def _read_ahead(args: argparse.Namespace, *targets: str, imports: bool = True) -
     Called before those imports (``imports``: whether to make them now, else
     _imports_while_reading does). The reads, None where none was started; they are also
     kept in ``args.reads_ahead`` for ``main`` to stop any whose Session was not taken."""
-    from advisor.forked import use_cpus
+    from advisor.importers.forked import use_cpus
     from advisor.importers.ahead import start
 
     started = []
@@ -571,11 +578,10 @@ def _analyse(session, chosen, said: list[str] | None = None):
     from advisor.cli.progress import spinner
     from advisor.diagnosis import diagnose
     from advisor.importers import cache
-    from advisor.tables import compute_tables
 
     with spinner("Computing the tables and running the rules"):
         diagnosis = diagnose(session, specs=chosen.specs, disabled=chosen.disabled, enabled=chosen.enabled,
-                             preview=chosen.preview, tables=lambda steady, names: cache.tables(steady, compute_tables))
+                             preview=chosen.preview, tables=lambda steady, names: cache.tables(steady, _tables))
     for error in diagnosis.result.errors:
         print(f"advisor: {error}", file=sys.stderr)
         if said is not None:
@@ -646,13 +652,12 @@ def _job_side(args: argparse.Namespace, sources: list[Path], chosen):
     job's cross-rank tables, and the job's findings (merged across ranks)."""
     from advisor.cli.job import read_job
     from advisor.importers import cache, load
-    from advisor.tables import compute_tables
 
     job, diagnosis = read_job(args, sources, chosen, say=_say)
     for error in diagnosis.errors:
         print(f"advisor: {error}", file=sys.stderr)
     session = _steady(load(job.ranks[0].summary.source))
-    return session, {**cache.tables(session, compute_tables), **diagnosis.tables}, diagnosis.findings
+    return session, {**cache.tables(session, _tables), **diagnosis.tables}, diagnosis.findings
 
 
 def _summary(args: argparse.Namespace, kept) -> int:
@@ -675,10 +680,10 @@ def _summary(args: argparse.Namespace, kept) -> int:
         _read_target_ahead(args)
     from advisor.importers import cache
     from advisor.reports.summary import render_tables
-    from advisor.tables import TABLE_DOCS, compute_tables
+    from advisor.tables import TABLE_DOCS
 
     session, exit_code = _session_for(args, kept=kept)
-    tables = cache.tables(session, compute_tables, args.table)
+    tables = cache.tables(session, _tables, args.table)
     text = render_tables(tables, table_docs=TABLE_DOCS, sort=args.sort, limit=args.limit, fmt=args.format)
     if text is not None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -824,6 +829,10 @@ def _main(argv: list[str] | None) -> tuple[int, bool]:
         return 2, False
     if getattr(args, "no_cache", False):  # the environment carries it to worker processes too
         os.environ["ADVISOR_NO_CACHE"] = "1"
+    if _reads_only(args):  # no user code runs here: advisor's own arrays on plain pages
+        from advisor.importers.pages import plain_pages
+
+        plain_pages()
     from advisor.cli.keep import Kept
 
     kept = Kept()

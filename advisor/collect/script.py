@@ -36,7 +36,6 @@ from advisor.collect.stacks import (
 )
 from advisor.collect.steps import StepWindow
 from advisor.errors import ScriptError
-from advisor.pages import numpy_pages
 from advisor.session import CollectionGap
 
 NORMAL = "normal"
@@ -236,11 +235,10 @@ def run_script(
     real_exit = os._exit
     os._exit = _exit_in(owner, real_exit)
     try:
-        with numpy_pages():  # the job as it would run without advisor
-            if call is not None:
-                call()
-            else:
-                runpy.run_path(file_name, run_name="__main__")
+        if call is not None:
+            call()
+        else:
+            runpy.run_path(file_name, run_name="__main__")
         ending, exit_code, error = NORMAL, 0, None
     except _HardExit as exc:
         raised = None  # Python prints nothing for os._exit

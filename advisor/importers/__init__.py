@@ -9,6 +9,10 @@
                       the user's own, checksummed, data only
     frames            summary tables as JSON data with their dtypes, for the cache
     ahead             a trace read by a forked process while the command starts up
+    forked            work in a forked process, its result sent back through a pipe; how
+                      many processes a command may use (its CPUs, ADVISOR_PROCESSES)
+    pages             plain pages for advisor's arrays and freed memory given back, where
+                      the command asks
 
 A new trace format is a module here that turns the file into events and metadata, and
 a branch in ``load``; attribution (who launched what) is the Session's, shared by all.

@@ -5,7 +5,7 @@ the rules, the report models) than reading the file; on two CPUs the two need no
 each other. ``start(path)``, called by ``diagnose``, ``summary``, ``timeline`` and ``compare``
 (for each of its traces) before those imports, forks a process that reads the
 trace (advisor.importers.loader.read_kineto, the same code as ever) and sends back its
-events and the metadata's fields (advisor.forked: the columns' memory as it is, a few ms
+events and the metadata's fields (advisor.importers.forked: the columns' memory as it is, a few ms
 for 35 MB of JSON), of which this process makes the Session (``session_from``, as
 load_kineto does): the forked read does not wait to import the Session's models, which
 this process imports meanwhile. ``load(path, ahead=...)`` takes it from there.
@@ -15,7 +15,7 @@ Only where it pays and cannot change the result:
   parts, advisor.importers.parts), of at most ``MAX_BYTES`` of JSON: its events come
   back through a pipe, whose cost grows with them while the start-up it hides does not;
 - not a file the session cache holds (loading the cached Session is this process's work);
-- more than one process allowed (advisor.forked.processes_allowed).
+- more than one process allowed (advisor.importers.forked.processes_allowed).
 
 A forked read that fails for any reason (a damaged trace, memory, a signal) gives nothing
 back, and the file is read again here, where the failure is reported as it always is.
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from advisor.forked import Forked, Progress, processes_allowed
+from advisor.importers.forked import Forked, Progress, processes_allowed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -124,9 +124,6 @@ def _read(path: Path, read: Progress) -> tuple[pd.DataFrame, dict[str, Any]]:
     which this process makes the Session; the forked one never imports the Session's
     models (pydantic), which its read would otherwise wait for."""
     from advisor.importers.loader import read_kineto
-    from advisor.pages import plain_pages
-
-    plain_pages()  # as the command's own reading does (advisor.pages)
 
     def heard(done: int, total: int, events: int | None = None) -> None:
         read.put(0, done, events or 0)

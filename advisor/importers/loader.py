@@ -16,7 +16,7 @@ from advisor.errors import SessionError, TraceError
 from advisor.importers import cache
 from advisor.importers.advisor_metadata import read_trace_metadata
 from advisor.importers.kineto import _takes_events, events_from_raw, open_trace, read_events
-from advisor.pages import give_back_freed
+from advisor.importers.pages import give_back_freed
 from advisor.paths import special_file
 from advisor.session import is_session_dir, text
 from advisor.session.attribute import attribute, name_matches
@@ -34,10 +34,13 @@ __all__ = ["load", "load_kineto", "read_kineto", "session_from"]
 
 
 def load(path: str | Path, *, progress: Callable[[int, int], None] | None = None,
-         ahead: Ahead | None = None) -> Session:
+         ahead: Ahead | None = None, give_back: bool = False) -> Session:
     """A saved session folder or a PyTorch profiler / Kineto trace, as a Session.
     ``progress(done, total)`` hears of the bytes of a trace read so far. ``ahead``: the
-    read of this trace already started in a forked process (advisor.importers.ahead)."""
+    read of this trace already started in a forked process (advisor.importers.ahead).
+    ``give_back``: the memory the read freed is given back to the system (a command's
+    own process, advisor.importers.pages: 550 MB of a 1 GB trace's peak), not held
+    through the tables."""
     target = Path(path)
     if not target.exists():
         raise TraceError(f"{target}: no such file or directory")
@@ -51,7 +54,10 @@ def load(path: str | Path, *, progress: Callable[[int, int], None] | None = None
             return Session.load(target)
         raise SessionError(f"{target} is a directory but not an advisor session (it has no session.json)")
     if not cache.enabled():
-        return _read(target, progress, ahead)
+        session = _read(target, progress, ahead)
+        if give_back:
+            give_back_freed()
+        return session
     found = cache.cached(target)
     if found is not None:
         if ahead is not None:  # kept by another command since the read began
@@ -61,6 +67,8 @@ def load(path: str | Path, *, progress: Callable[[int, int], None] | None = None
             progress(size, size)
         return found
     session = _read(target, progress, ahead)
+    if give_back:
+        give_back_freed()
     cache.store(target, session)
     return session
 
@@ -229,9 +237,6 @@ def read_kineto(path: Path, *, progress: Callable[[int, int], None] | None = Non
         "base_time_ns": int(base) if isinstance(base, (int, float)) else 0,
         "trace_metadata": kept,
     }
-    # The reader's columns and frames, freed by now, are given back rather than held
-    # through the tables (advisor.pages): 550 MB of a 1 GB trace's peak.
-    give_back_freed()
     return events, fields
 
 

@@ -17,7 +17,7 @@ given in order of first sight across the file). A file that reads cleanly, the u
 case, is read in parts.
 
 Used where the file holds at least ``PART_MIN_BYTES`` a part and advisor may use more than
-one process (advisor.forked: systems with ``fork``, the CPUs free to this process,
+one process (advisor.importers.forked: systems with ``fork``, the CPUs free to this process,
 ``ADVISOR_PROCESSES``).
 """
 
@@ -27,7 +27,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from advisor.forked import Forked, Progress, processes_allowed
+from advisor.importers.forked import Forked, Progress, processes_allowed
 
 if TYPE_CHECKING:
     from advisor.importers.kineto import _Reader

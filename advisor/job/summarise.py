@@ -57,15 +57,12 @@ def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: st
     set instead of raising, so one bad rank does not take the job's report down."""
     from advisor.diagnosis import diagnose
     from advisor.importers import cache, load
-    from advisor.pages import plain_pages
-    from advisor.tables import compute_tables
     from advisor.tables.job import collective_calls, rank_figures
 
-    plain_pages()  # in a worker process too
     choice = choice or RuleChoice()
     _register_plugin_checks(choice)
     try:
-        session = load(Path(source))
+        session = load(Path(source), give_back=True)  # a command's own process or worker
     except AdvisorError as exc:
         return RankSummary(source=source, error=str(exc))
     except (OSError, ValueError, MemoryError) as exc:
@@ -77,7 +74,7 @@ def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: st
     if gpu:
         session.meta = session.meta.model_copy(update={"target_gpu": gpu})
     diagnosis = diagnose(session, specs=choice.specs, disabled=choice.disabled, enabled=choice.enabled,
-                         preview=choice.preview, tables=lambda steady, names: cache.tables(steady, compute_tables))
+                         preview=choice.preview, tables=lambda steady, names: cache.tables(steady, _tables))
     session, tables, result, report = diagnosis.session, diagnosis.tables, diagnosis.result, diagnosis.report
     facts = diagnosis.model.facts
     info = session.meta.distributed
@@ -118,3 +115,11 @@ def _peak_rss_bytes() -> int:
         return 0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, KiB on Linux
+
+
+def _tables(session, names=None):
+    """The rank's tables, the memory each one's work freed given back before the next."""
+    from advisor.importers.pages import give_back_freed
+    from advisor.tables import compute_tables
+
+    return compute_tables(session, names, between=give_back_freed)

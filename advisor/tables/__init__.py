@@ -47,15 +47,13 @@ table is a module here with a ``@table`` function, imported below and named in _
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import pandas as pd
 
 from advisor.errors import UsageError
-from advisor.pages import give_back_freed
 from advisor.session import Session
 from advisor.step import build_step_model
-from advisor.step.facts import Facts
 from advisor.tables import (  # noqa: F401  (importing a module registers its tables)
     ceilings,
     collection,
@@ -123,34 +121,27 @@ def table_names() -> list[str]:
     return list(TABLES)
 
 
-_GIVE_BACK_MIN_EVENTS = 1_000_000
+_BETWEEN_MIN_EVENTS = 1_000_000  # below, giving memory back (0.1 to 0.7 ms a time) buys nothing
 
 
-def compute_tables(session: Session, names: Iterable[str] | None = None) -> dict[str, pd.DataFrame]:
+def compute_tables(session: Session, names: Iterable[str] | None = None, *,
+                   between: Callable[[], None] | None = None) -> dict[str, pd.DataFrame]:
     """The named tables (all by default) for ``session`` as its step model sees it (the
-    steady window; advisor.step), sharing work between them."""
+    steady window; advisor.step), sharing work between them. ``between()`` runs after each
+    table of a large session: the command's way to give back the memory a table's work
+    freed (advisor.importers.pages), which keeps a 1 GB trace's peak lower."""
     wanted = table_names() if names is None else list(names)
     unknown = [n for n in wanted if n not in TABLES]
     if unknown:
         raise UsageError(f"unknown table {unknown[0]!r}; the tables are: {', '.join(TABLES)}")
     step_model = build_step_model(session)
-    done = _computed(step_model.session, step_model.facts, wanted)
-    return {name: done[name] for name in wanted}
-
-
-def _computed(session: Session, facts: Facts, names: list[str]) -> dict[str, pd.DataFrame]:
-    """The named tables, one after another. On a large session, the memory each one's
-    work freed is given back before the next (advisor.pages): what malloc would keep
-    otherwise added 250 MB to the peak of a 1 GB trace's tables."""
+    steady, facts = step_model.session, step_model.facts
+    large = between is not None and len(steady.events) >= _BETWEEN_MIN_EVENTS
     done = {}
-    for name in names:
-        done[name] = TABLES[name](session, facts=facts)
-        _give_back(session)
+    for name in wanted:
+        done[name] = TABLES[name](steady, facts=facts)
+        if large:
+            between()
     return done
 
 
-def _give_back(session: Session) -> None:
-    """The memory freed so far given back (advisor.pages), on a session large enough for
-    it to matter: on a small one each call (0.1 to 0.7 ms) would buy nothing."""
-    if len(session.events) >= _GIVE_BACK_MIN_EVENTS:
-        give_back_freed()
