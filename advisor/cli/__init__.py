@@ -18,8 +18,9 @@ reports): ``rules`` holds the `advisor rules` commands and the --rules / --confi
 --preview options, ``doctor`` `advisor doctor`, ``progress`` the progress bars, ``job``
 `advisor diagnose` on a job of many ranks (a folder of rank traces, torchrun), ``keep``
 what a run collected, kept on disk until its report is written, and --save's claim on its
-folder, and ``report_cache`` a trace's report kept for the next diagnose of the same trace
-with the same rules and options.
+folder, ``report_cache`` a trace's report kept for the next diagnose of the same trace
+with the same rules and options, and ``scaffold`` `advisor rules new ID` (a pack, a case and
+a test to start a rule from).
 """
 
 from __future__ import annotations

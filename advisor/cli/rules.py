@@ -197,7 +197,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _new(args: argparse.Namespace) -> int:
     from advisor.rules.packs.catalog import builtin_pack
-    from advisor.rules.packs.scaffold import write_scaffold
+    from advisor.cli.scaffold import write_scaffold
 
     taken = {s.id for s in builtin_pack().rules}
     written = write_scaffold(args.rule_id, args.dir, taken=taken)

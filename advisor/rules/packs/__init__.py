@@ -10,7 +10,6 @@
                  packs, with the configuration applied
     config       advisor.toml / pyproject.toml [tool.advisor]
     schema       rules/rulepack.schema.json
-    scaffold     `advisor rules new ID`
 
 A user's test of their own pack needs only::
 
