@@ -17,7 +17,7 @@ from advisor.reports.compare_report import (
     comparison_text,
     render_comparison,
 )
-from advisor.reports.comparison import Comparison, compare
+from advisor.tables.comparison import Comparison, compare
 from advisor.rules import run_rules
 from advisor.tables import compute_tables
 

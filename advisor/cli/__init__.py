@@ -297,7 +297,7 @@ _AFTER_THE_READ = {
     "timeline": ("advisor.importers.loader", "advisor.step", "advisor.tables", "advisor.rules.engine",
                  "advisor.diagnosis", "advisor.reports.perfetto"),
     "compare": ("advisor.importers.loader", "advisor.step", "advisor.tables", "advisor.rules.engine",
-                "advisor.diagnosis", "advisor.reports.comparison", "advisor.reports.compare_report"),
+                "advisor.diagnosis", "advisor.tables.comparison", "advisor.reports.compare_report"),
 }
 
 # What reading a trace needs, where nothing reads it ahead (a large plain trace, read in
@@ -627,7 +627,7 @@ def _compare(args: argparse.Namespace) -> int:
     both = [args.before] if args.after == args.before else [args.before, args.after]
     aheads = dict(zip(both, _read_ahead(args, *both)))
     from advisor.reports.compare_report import render_comparison
-    from advisor.reports.comparison import compare
+    from advisor.tables.comparison import compare
 
     chosen, _ = selection_for(args)
     sides = []

@@ -17,9 +17,8 @@ report validates against. Besides the report formats (``_terminal``, ``_json``,
 
     summary          the summary tables alone (`advisor summary`)
     perfetto         the session as a Chrome / Perfetto trace with the findings marked
-    comparison       two profiles set side by side (`advisor compare`): the figures of
-                     their tables and findings, before and after
-    compare_report   that comparison in words
+    compare_report   two profiles set side by side (`advisor compare`), in words: what
+                     advisor.tables.comparison worked out
 """
 
 from __future__ import annotations

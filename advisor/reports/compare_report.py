@@ -1,6 +1,6 @@
 """The report of `advisor compare`: a Comparison in the terminal, as Markdown or as JSON.
 
-It only words what :func:`advisor.reports.comparison.compare` worked out: before, after, the change
+It only words what :func:`advisor.tables.comparison.compare` worked out: before, after, the change
 and whether it is for the better; names from traces are escaped as in the other reports.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -17,8 +18,10 @@ from rich.text import Text
 from advisor.errors import UsageError
 from advisor.reports._markdown import md_code, md_escape
 from advisor.reports._render import write_text
-from advisor.reports.comparison import Change, Comparison, FindingChange, RowChange
 from advisor.units import MISSING, format_ms, format_ns, format_number, format_ratio
+
+if TYPE_CHECKING:  # the comparison is worked out upstream (advisor.tables.comparison); this words it
+    from advisor.tables.comparison import Change, Comparison, FindingChange, RowChange
 
 __all__ = ["COMPARE_FORMATS", "comparison_markdown", "comparison_text", "render_comparison"]
 

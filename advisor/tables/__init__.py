@@ -37,6 +37,8 @@ One module per table (or pair of tables), registered with ``@table`` in ``_regis
     python_hotspots          host time per line of the user's Python, from stack samples
     dataloaders              each DataLoader: how it makes batches, where a batch's time goes
     collection               what the profile does not cover, and why
+    comparison               two profiles set side by side (`advisor compare`): their tables'
+                             figures and findings, before and after, and what moved most
     job                      a job's cross-rank tables (ranks, collectives), from its ranks'
                              figures and collective calls; not a session's (JOB_TABLE_DOCS)
 

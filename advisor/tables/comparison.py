@@ -6,7 +6,8 @@ throughput, GPU utilisation, data-loader share, GPU idle per step), each phase o
 Summary, the rows of the operator, kernel, memory, host-sync and GPU-idle tables that moved
 most, and which findings appeared, went away or changed their saving. It reads only the
 summary tables and the findings, and it is the one place the two are set against each
-other; the renderers in :mod:`advisor.reports.compare_report` only word the result.
+other; the renderers in :mod:`advisor.reports.compare_report` only word the result. It is an
+analysis stage beside the tables: a pure function of what the two profiles' stages made.
 
 Two profiles rarely hold the same number of steps, so table totals are compared per step
 (a total over the steps divided by their count); where either has no steps, per window.
