@@ -304,7 +304,12 @@ def test_ranks_a_script_spawns_itself_are_profiled_as_a_job(tmp_path):
     assert "spawn_train: 12 steps on each of 2 ranks" in done.stdout
     report = json.loads((tmp_path / "r.json").read_text())
     assert [r["rank"] for r in report["job"]["ranks"]] == [0, 1]
-    assert all(r["steps"] >= 5 for r in report["job"]["ranks"])
+    # Each rank recorded the default window's five steps (what the collector did); the
+    # report counts the steady ones among them, which a busy machine can make fewer.
+    for rank in (0, 1):
+        meta = json.loads((tmp_path / "job" / f"rank-{rank}" / "session.json").read_text())
+        assert sum(1 for step in meta["timed_steps"] if step["recorded"]) == 5, rank
+    assert all(1 <= r["steps"] <= 5 for r in report["job"]["ranks"])
     assert "profile-incomplete" not in {f["rule"] for f in report["findings"]}
     assert (tmp_path / "job" / "job.json").is_file()
     assert not [p for p in scratch.iterdir() if p.name.startswith("advisor-")]  # the ranks' own folder is gone

@@ -81,19 +81,22 @@ def test_starts_stops_and_reads_in_time_order():
     assert (frame["value"] >= 0).all()
 
 
-def test_busy_reads_more_than_idle():
-    """A spinning main thread uses about a core; sleeping, about none. Compared, not
-    measured against a figure: the machine is shared."""
+def test_busy_reads_what_the_os_counted_and_more_than_idle():
+    """A spinning main thread uses what the machine gives it (about a core on a quiet one,
+    less where others hold the cores); sleeping, about none. The sampler's figure is set
+    against the process's own CPU clock over the same time, never against a number a
+    busy machine would miss."""
     with HostSampler(interval_s=0.02) as sampler:
-        t0 = time.time_ns()
+        t0, c0 = time.time_ns(), time.process_time_ns()
         spin(0.3)
-        t1 = time.time_ns()
+        t1, c1 = time.time_ns(), time.process_time_ns()
         time.sleep(0.3)
         t2 = time.time_ns()
     samples = sampler.stop()
     busy, idle = mean_cores(samples, t0, t1), mean_cores(samples, t1, t2)
-    assert busy > idle + 0.3, (busy, idle)
-    assert idle < 0.3
+    counted = (c1 - c0) / (t1 - t0)
+    assert abs(busy - counted) < 0.2, (busy, counted)
+    assert busy > idle and idle < 0.3, (busy, idle)
 
 
 def test_the_sampler_leaves_its_own_cpu_out():
@@ -115,15 +118,21 @@ def test_children_count_and_a_late_found_child_is_no_spike(monkeypatch, counters
         pytest.skip("/proc counters are Linux's")
     if counters == "psutil":
         monkeypatch.setattr(sampler_module, "_counters", sampler_module._PsutilCounters)
+    import resource
+
     code = "import time\nd = time.perf_counter() + 0.6\nwhile time.perf_counter() < d: pass\n"
     with HostSampler(interval_s=0.03, child_scan_s=0.25) as sampler:
-        t0 = time.time_ns()
+        t0, before = time.time_ns(), resource.getrusage(resource.RUSAGE_CHILDREN)
         subprocess.run([sys.executable, "-c", code], check=True)
-        t1 = time.time_ns()
+        t1, after = time.time_ns(), resource.getrusage(resource.RUSAGE_CHILDREN)
     samples = sampler.stop()
     assert samples.counters == counters
     assert samples.children_seen >= 1  # found by a scan while it ran
-    assert mean_cores(samples, t0, t1) > 0.4
+    # What the OS counted for the child over the same time (less than a core where others
+    # hold the cores): the sampler's figure agrees with it.
+    child = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1e9 / (t1 - t0)
+    assert abs(mean_cores(samples, t0, t1) - child) < 0.25, (mean_cores(samples, t0, t1), child)
+    assert mean_cores(samples, t0, t1) > 0.1
     assert samples.rss_bytes.min() > 0 and np.isfinite(samples.events(0)["system_value"]).any()
     per_sample = samples.events(0)["value"].to_numpy()
     # One spinning child: about one core a read, give or take the counters' 10 ms clock
@@ -314,8 +323,10 @@ def test_starved_loader_uses_less_cpu_than_clean_training(tmp_path):
     loader_cores = tables_starved["model"].loc["Dataloader", "process_cpu_cores"]
     clean_cores = tables_clean["device"].loc["cpu", "process_cpu_cores"]
     starved_cores = tables_starved["device"].loc["cpu", "process_cpu_cores"]
-    assert clean_cores > loader_cores + 0.3, (clean_cores, loader_cores)
-    assert clean_cores > starved_cores + 0.3, (clean_cores, starved_cores)
+    # Ratios, not margins: on a machine others keep busy, clean training gets less than a
+    # core, and the sleeping loader still uses a small part of what it gets.
+    assert clean_cores > 3 * max(loader_cores, 0.02), (clean_cores, loader_cores)
+    assert clean_cores > 3 * max(starved_cores, 0.02), (clean_cores, starved_cores)
     for tables in (tables_starved, tables_clean):
         cpu = tables["device"].loc["cpu"]
         assert cpu["peak_rss_bytes"] > 0
