@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 from conftest import REPO, write_trace
 
 from advisor.importers import cache, load, loader
