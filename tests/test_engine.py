@@ -104,7 +104,7 @@ def test_a_cause_too_small_to_explain_a_symptom_does_not_hide_it():
     assert not ranked[0].explains and not ranked[1].explains
 
 
-# Rule ids are public (DESIGN.md): they may be renamed only with a redirect, never dropped.
+# Rule ids are public (docs/design.md): they may be renamed only with a redirect, never dropped.
 CONTRACT_IDS = {"dataloader-starvation", "sync-memcpy-stall", "low-gpu-utilization", "tensor-core-misalignment",
                 "below-roofline"}
 

@@ -25,7 +25,7 @@ from advisor.units import (
 # spans, the terminal prints them plain.
 Segments = list[tuple[str, bool]]
 
-# The summary tables the renderers show, by the canonical names of DESIGN.md, with the
+# The summary tables the renderers show, by the canonical names of docs/design.md, with the
 # spellings a table producer may use for them.
 _TABLE_NAMES: dict[str, tuple[str, ...]] = {
     "device": ("device", "devices"),

@@ -34,7 +34,7 @@ __all__ = [
     "Window",
 ]
 
-# The metric definitions of DESIGN.md, stated in every report so a reader knows what the
+# The metric definitions of docs/design.md, stated in every report so a reader knows what the
 # figures mean without the source.
 METRIC_DEFINITIONS: dict[str, str] = {
     "window": "The steady window: first to last steady step (recorded, else inferred from what repeats: the data "

@@ -384,7 +384,7 @@ class Session:
         return out.reset_index(drop=True)
 
     def window(self) -> tuple[int, int]:
-        """The profiled window (DESIGN.md): first step start to last step end; without
+        """The profiled window (docs/design.md): first step start to last step end; without
         steps, first event start to last event end. Host samples cover the whole run,
         start-up included, so they count only where there is nothing else. A session the
         step model made (advisor.step) has the steady window it chose."""
