@@ -265,6 +265,7 @@ def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False, h
     if _is_script(target):
         from advisor.collect import collect_script
         from advisor.collect.script import DEFAULT_EVENT_BUDGET
+        from advisor.collect.spawned import ProfiledRank
         from advisor.collect.steps import StepWindow
 
         steps = StepWindow.parse(args.steps) if args.steps is not None else "default"
@@ -272,8 +273,8 @@ def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False, h
             raise UsageError("--event-budget must be at least 1")
         run = collect_script(target, script_args, gpu=args.collector == "auto", steps=steps,
                              with_stack=args.with_stack, say=_say,
-                             event_budget=args.event_budget or DEFAULT_EVENT_BUDGET, spawned_ranks=spawned_ranks,
-                             held=held)
+                             event_budget=args.event_budget or DEFAULT_EVENT_BUDGET,
+                             spawned_ranks=ProfiledRank if spawned_ranks else None, held=held)
         _say(f"{target.name} {_ended(run.run)}")
         return run.session, run.exit_code, _spawned(run.run, [str(target), *script_args])
     if (getattr(args, "steps", None) is not None or getattr(args, "event_budget", None) is not None

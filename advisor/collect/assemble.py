@@ -124,7 +124,7 @@ def collect_script(script: Path, args: list[str], *, keep_trace: Path | None = N
                    steps: Any = "default", sample_interval_s: float | None = DEFAULT_INTERVAL_S,
                    stack_interval_s: float | None = STACK_INTERVAL_S, event_budget: int | None = DEFAULT_EVENT_BUDGET,
                    with_stack: bool = False, say: Callable[[str], None] | None = None,
-                   call: Callable[[], Any] | None = None, spawned_ranks: bool = False,
+                   call: Callable[[], Any] | None = None, spawned_ranks: type | None = None,
                    held: HeldInterrupts | None = None) -> CollectedRun:
     """Run ``script`` under the collectors and return its Session and exit code.
 

@@ -136,7 +136,7 @@ def run_script(
     event_budget: int | None = DEFAULT_EVENT_BUDGET,
     say: Callable[[str], None] | None = None,
     call: Callable[[], Any] | None = None,
-    spawned_ranks: bool = False,
+    spawned_ranks: type | None = None,
     hold_interrupts: HeldInterrupts | None = None,
 ) -> ScriptRun:
     """Run ``script`` with ``args`` under the step/phase hooks and a collector.
@@ -160,9 +160,10 @@ def run_script(
 
     ``call``: run this function instead of the script (a rank that
     torch.multiprocessing.spawn started, advisor.collect.spawned); ``script`` then names
-    where it came from. ``spawned_ranks``: ranks the script starts with
-    torch.multiprocessing.spawn run under the collector too, each saving its session in
-    ``children_dir``.
+    where it came from. ``spawned_ranks``: the class that runs each rank the script starts
+    with torch.multiprocessing.spawn under a collector of its own, saving its session in
+    ``children_dir`` (advisor.collect.spawned.ProfiledRank, given by the command, so the
+    hooks need not import what runs the ranks); None: the ranks run as the script made them.
 
     Raises ScriptError only when the script cannot be started (missing, not a file,
     unreadable); whatever the script itself does ends up in the returned ScriptRun.
@@ -209,7 +210,8 @@ def run_script(
             listener=gpu_collector, window=window, event_budget=event_budget if in_parts else None,
             parts_dir=work_dir / "parts" if in_parts else None, say=say,
             ranks=(children_dir, {"steps": window, "gpu": gpu, "with_stack": with_stack, "event_budget": event_budget,
-                                  "script": argv0, "args": list(args)}) if children_dir is not None else None)
+                                  "script": argv0, "args": list(args)}, spawned_ranks)
+            if children_dir is not None else None)
         try:
             collector.start()
         except Exception as exc:

@@ -699,9 +699,9 @@ class HostCollector:
         if self._ranks is not None:
             spawn_mod = importlib.import_module("torch.multiprocessing.spawn")
             if hasattr(spawn_mod, "start_processes"):
-                folder, options = self._ranks
+                folder, options, wrap = self._ranks
                 self._patch(spawn_mod, "start_processes",
-                            functools.partial(_wrap_start_processes, folder=folder, options=options))
+                            functools.partial(_wrap_start_processes, folder=folder, options=options, wrap=wrap))
         distributed = importlib.import_module("torch.distributed")
         if getattr(distributed, "is_available", lambda: False)() and hasattr(distributed, "destroy_process_group"):
             self._patch(distributed, "destroy_process_group", _wrap_destroy_process_group)
@@ -1280,15 +1280,16 @@ def _wrap_profiler_start(original: Any) -> Any:
     return start
 
 
-def _wrap_start_processes(original: Callable[..., Any], *, folder: Path, options: dict) -> Callable[..., Any]:
+def _wrap_start_processes(original: Callable[..., Any], *, folder: Path, options: dict,
+                          wrap: type) -> Callable[..., Any]:
     """torch.multiprocessing.spawn's start_processes, each process's function run under a
-    collector of its own that saves the rank's session in ``folder``."""
-    from advisor.collect.spawned import ProfiledRank  # noqa: PLC0415
+    collector of its own that saves the rank's session in ``folder``: ``wrap(fn, folder,
+    options)``, the class the command gave (advisor.collect.spawned.ProfiledRank)."""
 
     @functools.wraps(original)
     def start_processes(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        if not isinstance(fn, ProfiledRank):
-            fn = ProfiledRank(fn, str(folder), options)
+        if not isinstance(fn, wrap):
+            fn = wrap(fn, str(folder), options)
         return original(fn, *args, **kwargs)
 
     return start_processes
