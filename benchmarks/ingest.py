@@ -176,8 +176,9 @@ elif mode == "orjson chunks":
     for batch in batches(1 << 18):
         columns_of(orjson.loads(b"[" + batch + b"]"), columns)
 elif mode in ("msgspec chunks", "msgspec parts"):
+    from advisor.importers.parts import read_in_parts
     stream = open_trace(Path(path))
-    raw, _, _ = read_events(stream, Path(path))
+    raw, _, _ = read_events(stream, Path(path), in_parts=read_in_parts if mode == "msgspec parts" else None)
 elif mode == "msgspec 2 workers":
     from multiprocessing import get_context
     from pandas.api.types import union_categoricals

@@ -11,7 +11,8 @@ every other key is skipped without being built. Each chunk's structs become type
 at once, text interned as codes, so memory holds those arrays and a chunk or two, never
 the whole document (benchmarks/ingest.py has the figures against json.load, orjson and
 ijson). A large plain file is read in parts, each by a process of its own, where the
-parts give exactly this reading (advisor.importers.parts; otherwise ReadAgain). A cut that
+parts give exactly this reading (advisor.importers.parts, which the loader hands the reader;
+otherwise ReadAgain). A cut that
 lands inside a string or a nested value cannot go unnoticed: that chunk then fails to
 decode and takes the careful path below, so the fast path tracks no strings.
 
@@ -347,7 +348,8 @@ def _any_true(value: Any) -> bool:
 class _Reader:
     """One pass over a trace: the top-level keys, then the event array chunk by chunk."""
 
-    def __init__(self, stream: BinaryIO, path: Path, progress: Callable[[int, int], None] | None):
+    def __init__(self, stream: BinaryIO, path: Path, progress: Callable[[int, int], None] | None,
+                 read_rest: Callable[..., dict[str, Any]] | None = None):
         self.stream = stream
         self.read1 = getattr(stream, "read1", stream.read)
         self.path = path
@@ -368,11 +370,11 @@ class _Reader:
         self.tid_names: dict[str, int] = {}
         self.big_ids: dict[int, int] = {}
         self.columns = _Columns(self)
-        # Reading in parts (advisor.importers.parts): whether this reader may, where its
-        # part's bytes start and where reading stops (None: the file's end), whether a
-        # chunk took the careful path (damage, or a part cut inside an event), and a
-        # progress slot.
-        self.in_parts = True
+        # Reading in parts: the reader of the event array in parts its caller gave
+        # (advisor.importers.parts.read_in_parts), where the file may be; where its part's
+        # bytes start and where reading stops (None: the file's end), whether a chunk took
+        # the careful path (damage, or a part cut inside an event), and a progress slot.
+        self.read_rest = read_rest
         self.offset = 0
         self.limit: int | None = None
         self.careful_used = False
@@ -413,10 +415,8 @@ class _Reader:
 
     def run(self) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
         buffer, start, metadata, array_form = self._head()
-        if self.in_parts:
-            from advisor.importers import parts
-
-            metadata.update(parts.read_in_parts(self, buffer, start, array_form))
+        if self.read_rest is not None:
+            metadata.update(self.read_rest(self, buffer, start, array_form))
         else:
             metadata.update(self._events(buffer, start, array_form))
         if self.progress_events:  # the last blocks' events, parsed after their bytes were counted
@@ -1161,7 +1161,8 @@ class ReadAgain(Exception):
     again, from the start, in one process (advisor.importers.parts)."""
 
 
-def read_events(stream: BinaryIO, path: Path, *, progress: Callable[[int, int], None] | None = None
+def read_events(stream: BinaryIO, path: Path, *, progress: Callable[[int, int], None] | None = None,
+                in_parts: Callable[..., dict[str, Any]] | None = None
                 ) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
     """Read the events of a Kineto trace.
 
@@ -1173,15 +1174,15 @@ def read_events(stream: BinaryIO, path: Path, *, progress: Callable[[int, int], 
     "truncated": bool, "bytes_read": int, "bytes_total": int, or None where a gzip stream
     was cut off}; bytes are those of the JSON text, after gunzip). ``progress(done, total)``, where given, hears how many
     bytes of the file have been read; one that takes an ``events`` keyword hears how many
-    events were parsed so far as well.
+    events were parsed so far as well. ``in_parts``: how to read the event array in parts
+    where the file allows (advisor.importers.parts.read_in_parts, given by the loader);
+    None reads it in this process.
     """
     try:
-        return _Reader(stream, path, progress).run()
+        return _Reader(stream, path, progress, read_rest=in_parts).run()
     except ReadAgain:
         stream.seek(0)
-        reader = _Reader(stream, path, progress)
-        reader.in_parts = False
-        return reader.run()
+        return _Reader(stream, path, progress).run()
 
 
 def _takes_events(progress: Callable[..., None]) -> bool:

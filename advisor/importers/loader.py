@@ -16,6 +16,7 @@ from advisor.errors import SessionError, TraceError
 from advisor.importers import cache
 from advisor.importers.advisor_metadata import read_trace_metadata
 from advisor.importers.kineto import _takes_events, events_from_raw, open_trace, read_events
+from advisor.importers.parts import read_in_parts
 from advisor.importers.pages import give_back_freed
 from advisor.paths import special_file
 from advisor.session import is_session_dir, text
@@ -175,7 +176,7 @@ def read_kineto(path: Path, *, progress: Callable[[int, int], None] | None = Non
     35 MB trace the diagnosis waited 0.07 s for those imports there."""
     stream = open_trace(path)
     try:
-        raw, metadata, process_names = read_events(stream, path, progress=progress)
+        raw, metadata, process_names = read_events(stream, path, progress=progress, in_parts=read_in_parts)
     finally:
         stream.close()
     collector_facts = _advisor_metadata(metadata)
