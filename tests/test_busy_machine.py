@@ -107,7 +107,11 @@ def test_a_waiting_loader_gets_the_same_advice_on_a_busy_machine(tmp_path):
     top = [report["findings"][0] for report in (quiet, busy)]
     assert [f["rule"] for f in top] == ["dataloader-starvation"] * 2
     assert top[0]["severity"] == top[1]["severity"] == "high"
-    assert top[0]["metrics"]["advice"] == top[1]["metrics"]["advice"]
+    # The same advice: as many workers, give or take the quarter by which the loader's
+    # measured CPU share moves between two runs (7 against 8); the busy machine's failure
+    # was one worker against four, and a saving of zero.
+    quiet_workers, busy_workers = (int(f["metrics"]["advice"].partition("=")[2]) for f in top)
+    assert 0.75 * quiet_workers <= busy_workers <= quiet_workers / 0.75, (quiet_workers, busy_workers)
     assert top[0]["metrics"]["job_cores"] == top[1]["metrics"]["job_cores"]
     assert top[1]["saving"]["ms_per_step"] > 0.5 * top[0]["saving"]["ms_per_step"]
     for finding in top:  # sleeping is waiting, whoever holds the cores
