@@ -23,7 +23,7 @@ from advisor.diagnosis import diagnose
 from advisor.importers import load
 from advisor.job import is_job_dir
 from advisor.session import intervals as iv
-from advisor.step.whatif import what_if
+from advisor.step.whatif import reachable_idle, what_if
 
 CASES = sorted(p.parent for p in (REPO / "cases").glob("*/case.yaml"))
 SHARED = sorted(SHARED_TRACES.glob("*.json.gz")) if SHARED_TRACES.is_dir() else []
@@ -78,6 +78,15 @@ def check_invariants(session) -> None:
         assert replay.saved_ns <= replay.changed_ns + 1, \
             f"{finding.rule}: the replay saves {replay.saved_ns} ns of the {replay.changed_ns} ns its fix changes"
         assert replay.saved_ns <= replay.before_ns + 1, finding.rule
+        # A fix that leaves the GPU's work as it is gives back at most the GPU idle time its
+        # causes hold: never more than the idle the finding comes from, nor than all of it.
+        # (The report's figures are rounded to 0.1 us.)
+        reach = reachable_idle(model.graph, finding._fix)
+        if reach is not None:
+            assert saved <= reach + 100, f"{finding.rule}: saves {saved} ns of the {reach} ns of idle it reaches"
+            assert saved <= part.idle_ns / max(part.steps, 1) + 100, finding.rule
+            high = (finding.saving.high_ms_per_step or 0) * 1e6
+            assert high <= part.idle_ns / max(part.steps, 1) + 100, f"{finding.rule}: range above the idle time"
     combined = d.report.combined
     if combined is not None:
         before, after = combined.step_before_ms, combined.step_after_ms

@@ -79,6 +79,7 @@ class StepGraph:
     wait_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # host wait nodes: the call
     node_step: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each node's step (0-based)
     order: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # a topological order
+    partition: Partition | None = None  # the window's time by cause the graph was built on
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -206,7 +207,8 @@ class StepGraph:
         graph = cls(lo=lo, hi=hi, steps=max(part.steps, 1), kind=kind, start=start, end=end, state=state, row=row,
                     stream=stream_key, host_prev=host_prev, launch_src=launch_src, latency=latency,
                     stream_prev=stream_prev, cross_prev=cross_prev, extra_delay=extra, fixed_start=fixed_start,
-                    ready_before=ready_before, awaits=awaits, base=base, wait_rows=wait_rows, node_step=node_step)
+                    ready_before=ready_before, awaits=awaits, base=base, wait_rows=wait_rows, node_step=node_step,
+                    partition=part)
         graph.order = graph._topological()
         return graph
 

@@ -1,6 +1,12 @@
 """Fixes as changes to the step graph, replayed: what a fix saves is the replayed step's
 reduction, never more than the time it changes.
 
+On a GPU run a fix that leaves the GPU's own work as it is can give back at most the GPU
+idle time it reaches (``reachable_idle``: the idle partition's causes under the host
+states and spans it shortens, the waits it drops, the queued work it frees); the replay's
+step is the graph's, a little off the measured one, and that bound holds in the measured
+frame whatever the replay says.
+
 A rule describes its fix as a ``Fix``: which nodes of the graph (advisor.step.graph)
 change and how, in the user's terms (a host state, the host's time inside some ranges, some
 GPU events, the host's waits), plus what the graph cannot see (the rest of the host slowed
@@ -23,7 +29,11 @@ import numpy as np
 from advisor.session import intervals as iv
 from advisor.step.graph import HOST, HOST_STATES, StepGraph
 
-__all__ = ["Fix", "WhatIf", "combine", "what_if"]
+__all__ = ["Fix", "WhatIf", "combine", "reachable_idle", "what_if"]
+
+# The idle partition's cause (advisor.step.idle) of each host state of the graph.
+_STATE_CAUSE = {"wait": "blocking sync", "loading": "data loading", "comm": "communication", "launch": "launch calls",
+                "model": "host in model", "outside": "host outside model", "unrecorded": "unrecorded"}
 
 
 @dataclass(frozen=True)
@@ -164,7 +174,40 @@ def what_if(graph: StepGraph, fix: Fix, *, base: Fix | None = None) -> WhatIf:
     # per-step average of what changed, and the average is the bound. A slower rest of the
     # host or a floor only add to the step.
     after = max(after, before - changed)
+    reach = reachable_idle(graph, fix)
+    if reach is not None:
+        after = max(after, before - reach)
     floor_bound = fix.floor_ns > after
     after = max(after, fix.floor_ns)
     # The time beside the steady steps is the job's too: before, and what the fix leaves of it.
     return WhatIf(before + fix.beside_ns, after + fix.beside_ns - beside, changed + beside, floor_bound)
+
+
+def reachable_idle(graph: StepGraph, fix: Fix) -> float | None:
+    """Per step, the GPU idle time ``fix`` can take away: the idle of the partition's causes
+    under the host states it shortens and in the host spans it shortens, of the waits it
+    drops and, where it frees the GPU, of work that waited queued; all of the idle time where
+    it speeds the rest of the host up too. None where no such bound holds: a CPU run (its
+    partition is of the step, not of idle time), or a fix that changes the GPU's own work."""
+    part = graph.partition
+    if part is None or not part.on_gpu or fix.gpu_rows:
+        return None
+    if fix.rest_factor < 1.0:
+        return part.idle_ns / max(part.steps, 1)
+    causes = {_STATE_CAUSE[state] for state, factor in fix.host_states.items() if factor < 1.0}
+    if fix.drop_waits or fix.wait_rows:
+        causes.add("blocking sync")
+    if fix.free_gpu:
+        causes.add("work queued")
+    reach = _union([part.causes[c] for c in causes if c in part.causes])
+    spans = [spans for spans, factor in fix.host_spans if factor < 1.0]
+    if spans:
+        idle = _union(list(part.causes.values()))
+        reach = _union([reach, iv.intersect(idle, _union(spans))])
+    return reach.length / max(part.steps, 1)
+
+
+def _union(sets: list[iv.Intervals]) -> iv.Intervals:
+    if not sets:
+        return iv.EMPTY
+    return iv.union((np.concatenate([s.starts for s in sets]), np.concatenate([s.ends for s in sets])))
