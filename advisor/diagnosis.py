@@ -27,7 +27,7 @@ from advisor.step import StepModel, build_step_model
 from advisor.tables import TABLE_DOCS, compute_tables
 from advisor.units import format_ns
 
-__all__ = ["Diagnosis", "diagnose", "report_window"]
+__all__ = ["Diagnosis", "command_tables", "diagnose", "report_window"]
 
 
 @dataclass
@@ -63,6 +63,15 @@ def diagnose(session: Session, *, specs: list[Any] | None = None, disabled: Iter
     report = build_report(steady, computed, result.findings, table_docs=TABLE_DOCS, skipped=result.skipped,
                           window=report_window(model), combined=_combined(result.combined, model))
     return Diagnosis(model, computed, result, report)
+
+
+def command_tables(session: Session, names: list[str] | None = None) -> dict[str, pd.DataFrame]:
+    """The summary tables as advisor's own commands compute them: the memory each table's
+    work freed given back before the next, on a large session (advisor.importers.pages).
+    advisor.Profiler, inside the user's job, computes them without."""
+    from advisor.importers.pages import give_back_freed
+
+    return compute_tables(session, names, between=give_back_freed)
 
 
 def report_window(model: StepModel) -> Window:

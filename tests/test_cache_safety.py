@@ -9,7 +9,6 @@ import json
 import os
 import pickle
 import pwd
-import shutil
 import subprocess
 import sys
 
@@ -180,4 +179,3 @@ def test_a_trace_whose_name_is_not_text_is_cached(tmp_path, cache_dir):
                                            "ts": 0, "dur": 5}])
     load(trace)
     assert cache.cached(trace) is not None
-    shutil.rmtree(cache_dir)

@@ -243,15 +243,6 @@ def _steady(session):
     return build_step_model(session).session
 
 
-def _tables(session, names=None):
-    """The summary tables as a command computes them: the memory each table's work freed
-    given back before the next, on a large session (advisor.importers.pages)."""
-    from advisor.importers.pages import give_back_freed
-    from advisor.tables import compute_tables
-
-    return compute_tables(session, names, between=give_back_freed)
-
-
 def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False, held=None):
     """(session, exit code or None, the launch of the ranks the script spawned or None);
     with ``spawned_ranks``, ranks the script starts with torch.multiprocessing.spawn are
@@ -578,12 +569,12 @@ def _analyse(session, chosen, said: list[str] | None = None):
     """The diagnosis of ``session`` with the chosen rules (advisor.diagnosis: step model,
     tables, rules, report); rule errors to stderr (and to ``said`` where given)."""
     from advisor.cli.progress import spinner
-    from advisor.diagnosis import diagnose
+    from advisor.diagnosis import command_tables, diagnose
     from advisor.importers import cache
 
     with spinner("Computing the tables and running the rules"):
         diagnosis = diagnose(session, specs=chosen.specs, disabled=chosen.disabled, enabled=chosen.enabled,
-                             preview=chosen.preview, tables=lambda steady, names: cache.tables(steady, _tables))
+                             preview=chosen.preview, tables=lambda steady, names: cache.tables(steady, command_tables))
     for error in diagnosis.result.errors:
         print(f"advisor: {error}", file=sys.stderr)
         if said is not None:
@@ -653,13 +644,14 @@ def _job_side(args: argparse.Namespace, sources: list[Path], chosen):
     """One side of `compare` that is a job: the lowest rank's session and tables with the
     job's cross-rank tables, and the job's findings (merged across ranks)."""
     from advisor.cli.job import read_job
+    from advisor.diagnosis import command_tables
     from advisor.importers import cache, load
 
     job, diagnosis = read_job(args, sources, chosen, say=_say)
     for error in diagnosis.errors:
         print(f"advisor: {error}", file=sys.stderr)
     session = _steady(load(job.ranks[0].summary.source))
-    return session, {**cache.tables(session, _tables), **diagnosis.tables}, diagnosis.findings
+    return session, {**cache.tables(session, command_tables), **diagnosis.tables}, diagnosis.findings
 
 
 def _summary(args: argparse.Namespace, kept) -> int:
@@ -680,12 +672,13 @@ def _summary(args: argparse.Namespace, kept) -> int:
             return 0
 
         _read_target_ahead(args)
+    from advisor.diagnosis import command_tables
     from advisor.importers import cache
     from advisor.reports.summary import render_tables
     from advisor.tables import TABLE_DOCS
 
     session, exit_code = _session_for(args, kept=kept)
-    tables = cache.tables(session, _tables, args.table)
+    tables = cache.tables(session, command_tables, args.table)
     text = render_tables(tables, table_docs=TABLE_DOCS, sort=args.sort, limit=args.limit, fmt=args.format)
     if text is not None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

@@ -55,7 +55,7 @@ def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: st
     """Read one rank (a trace file or saved session folder), compute its tables, run the
     rules, and return its summary; a rank that cannot be read comes back with ``error``
     set instead of raising, so one bad rank does not take the job's report down."""
-    from advisor.diagnosis import diagnose
+    from advisor.diagnosis import command_tables, diagnose
     from advisor.importers import cache, load
     from advisor.tables.job import collective_calls, rank_figures
 
@@ -74,7 +74,7 @@ def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: st
     if gpu:
         session.meta = session.meta.model_copy(update={"target_gpu": gpu})
     diagnosis = diagnose(session, specs=choice.specs, disabled=choice.disabled, enabled=choice.enabled,
-                         preview=choice.preview, tables=lambda steady, names: cache.tables(steady, _tables))
+                         preview=choice.preview, tables=lambda steady, names: cache.tables(steady, command_tables))
     session, tables, result, report = diagnosis.session, diagnosis.tables, diagnosis.result, diagnosis.report
     facts = diagnosis.model.facts
     info = session.meta.distributed
@@ -115,11 +115,3 @@ def _peak_rss_bytes() -> int:
         return 0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, KiB on Linux
-
-
-def _tables(session, names=None):
-    """The rank's tables, the memory each one's work freed given back before the next."""
-    from advisor.importers.pages import give_back_freed
-    from advisor.tables import compute_tables
-
-    return compute_tables(session, names, between=give_back_freed)
