@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from test_cli import advisor, error_line, run_main, train_script
 
+import advisor.diagnosis as tables_module  # where every command's tables are computed
 import advisor.reports._render as render_module
-import advisor.tables as tables_module
 from advisor.session import Session
 
 MARK = "import pathlib; pathlib.Path(__file__).with_name('ran').write_text('yes')"
