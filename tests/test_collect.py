@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from advisor.collect import run_script, torch_hooks
+from advisor.collect.hooks import base as hooks_base
+from advisor.collect.hooks import collection, syncs
 from advisor.importers.advisor_metadata import read_trace_metadata
 
 torch = pytest.importorskip("torch")
@@ -24,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 EPS_US = 0.002  # the trace prints microseconds with 3 decimals
 
-DATALOADER, FORWARD, BACKWARD, OPTIMIZATION = torch_hooks.PHASE_NAMES
+DATALOADER, FORWARD, BACKWARD, OPTIMIZATION = collection.PHASE_NAMES
 
 
 # -- reading the trace -------------------------------------------------------------------
@@ -40,8 +42,8 @@ class Trace:
         )
         self.steps = [e for e in self.annotations if e["name"].startswith("ProfilerStep#")]
         self.phases = [e for e in self.annotations
-                       if e["name"].startswith("advisor::") and not e["name"].startswith(torch_hooks.SYNC_RANGE_PREFIX)]
-        self.sync_ranges = [e for e in self.annotations if e["name"].startswith(torch_hooks.SYNC_RANGE_PREFIX)]
+                       if e["name"].startswith("advisor::") and not e["name"].startswith(collection.SYNC_RANGE_PREFIX)]
+        self.sync_ranges = [e for e in self.annotations if e["name"].startswith(collection.SYNC_RANGE_PREFIX)]
         self.events = events
 
     def ours(self) -> list[dict]:
@@ -130,7 +132,7 @@ def test_phases_wrap_what_they_name(starved):
     loader_reads = [e for e in torch_ranges if e["name"].startswith("enumerate(DataLoader)#")]
     optimizer_steps = [e for e in torch_ranges if e["name"].startswith("Optimizer.step#")]
     assert len(loader_reads) == STEPS + 1 and len(optimizer_steps) == STEPS
-    phases = {name: [p for p in trace.phases if p["name"] == name] for name in torch_hooks.PHASE_NAMES}
+    phases = {name: [p for p in trace.phases if p["name"] == name] for name in collection.PHASE_NAMES}
     for read in loader_reads:
         assert any(inside(read, p) for p in phases[DATALOADER])
     for opt_step in optimizer_steps:
@@ -148,7 +150,7 @@ def test_trace_metadata(starved):
     assert meta["collector"] == "advisor-host"
     assert meta["step_source"] == "dataloader" and meta["steps"] == STEPS and meta["partial_steps"] == []
     assert meta["batch_size"] == 8
-    assert meta["phases"] == list(torch_hooks.PHASE_NAMES)
+    assert meta["phases"] == list(collection.PHASE_NAMES)
     # Shapes are recorded; Python stacks are not by default (a sampler finds Python time instead).
     assert trace.document["record_shapes"] == 1 and trace.document.get("with_stack", 0) == 0
     # CPU activities only: the host side never holds CUPTI
@@ -173,7 +175,7 @@ def test_hooks_are_removed_after_the_run(tmp_path):
             torch.optim.Optimizer.zero_grad,
             torch.nn.Module.zero_grad,
             torch.cuda.synchronize,
-            {name: vars(torch.Tensor).get(name) for name in torch_hooks.HOST_SYNC_METHODS},
+            {name: vars(torch.Tensor).get(name) for name in syncs.HOST_SYNC_METHODS},
             dict(module_mod._global_forward_pre_hooks),
             dict(module_mod._global_forward_hooks),
             dict(optim_mod._global_optimizer_pre_hooks),
@@ -188,7 +190,7 @@ def test_hooks_are_removed_after_the_run(tmp_path):
     result = run_script(script, [], save_trace_to=tmp_path / "t.json", with_stack=False)
     assert result.exit_code == 2
     assert snapshot() == before
-    assert torch_hooks._ACTIVE is None
+    assert hooks_base.ACTIVE is None
     assert not torch.autograd.profiler._is_profiler_enabled
 
 

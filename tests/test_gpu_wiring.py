@@ -143,7 +143,7 @@ class _Tensor:
 
 
 def test_pageable_uploads_are_told_from_pinned_ones_and_read_backs():
-    from advisor.collect.torch_hooks import _pageable_upload
+    from advisor.collect.hooks.uploads import pageable_upload as _pageable_upload
 
     assert _pageable_upload((_Tensor(), "cuda:0"), {})
     assert _pageable_upload((_Tensor(), _Device("cuda")), {})

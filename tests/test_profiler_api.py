@@ -31,9 +31,11 @@ from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, TensorDataset  # noqa: E402
 
 from advisor.collect import cupti, torch_hooks  # noqa: E402
+from advisor.collect.hooks import base as hooks_base  # noqa: E402
 from advisor.collect.cupti import CuptiCapture  # noqa: E402
 from advisor.importers import load  # noqa: E402
 from advisor.session import CollectorInfo, DeviceInfo, Session, conform_events  # noqa: E402
+from advisor.step import build_step_model  # noqa: E402
 from advisor.tables import compute_tables  # noqa: E402
 
 FAST = {"record_shapes": False, "with_stack": False}  # the spans' content is not under test here
@@ -227,7 +229,7 @@ def test_a_loop_that_raises_still_hands_over_its_span():
         range_loop(advisor.Profiler(scheduler=(1, 10), on_trace_ready=spans, **FAST), 8, fail_at=4)
     # Step 4 began and failed: it is partial and left out.
     assert spans.steps == [[1, 2, 3]]
-    assert torch_hooks._ACTIVE is None and profiler_timer._ACTIVE is None
+    assert hooks_base.ACTIVE is None and profiler_timer._ACTIVE is None
 
 
 def test_ready_steps_that_no_record_follows_are_discarded():
@@ -236,11 +238,11 @@ def test_ready_steps_that_no_record_follows_are_discarded():
     prof = advisor.Profiler(scheduler=schedule, on_trace_ready=spans, **FAST)
     prof.start()
     prof.step()
-    assert torch_hooks._ACTIVE is not None  # step 1: warming up
+    assert hooks_base.ACTIVE is not None  # step 1: warming up
     assert not torch.autograd.profiler._is_profiler_enabled  # ... but not recording
     prof.step()
     prof.step()  # step 3: closed again
-    assert torch_hooks._ACTIVE is None
+    assert hooks_base.ACTIVE is None
     prof.stop()
     assert spans.calls == [] and prof.session is None
 
@@ -263,7 +265,7 @@ def test_everything_is_put_back_after_stop():
     before = vars(dataloader._BaseDataLoaderIter)["__next__"]
     loader_loop(advisor.Profiler(scheduler=(1, 3), **FAST), 4)
     assert vars(dataloader._BaseDataLoaderIter)["__next__"] is before
-    assert torch_hooks._ACTIVE is None and profiler_timer._ACTIVE is None
+    assert hooks_base.ACTIVE is None and profiler_timer._ACTIVE is None
     assert not torch.autograd.profiler._is_profiler_enabled
 
 
@@ -331,8 +333,12 @@ def test_phases_and_user_ranges_reach_the_tables(recorded):
     for phase in ("Dataloader", "Forward", "Backward", "Optimization"):
         assert model.loc[phase, "cpu_total_ns"] > 0, phase
     user = tables["userdefined"]
+    # One call a step in the steps the tables read: all four, less a first step the step
+    # model sets apart as start-up (a busy machine can make it slow).
+    steady = build_step_model(prof.session).session.steps()
+    assert len(steady) in (3, 4)
     for name in ("augment", "train", "after"):
-        assert user.loc[name, "calls"] == 4, name
+        assert user.loc[name, "calls"] == len(steady), name
     assert tables["perf"].loc["ips", "unit"] == "samples/s"
 
 

@@ -162,7 +162,7 @@ def test_traceback_through_advisors_hooks_shows_only_user_and_torch_frames(tmp_p
     stderr = capsys.readouterr().err
     assert run.exit_code == 1
     assert f'File "{script}", line' in stderr
-    assert "torch_hooks.py" not in stderr and "advisor" not in stderr.replace(str(tmp_path), "")
+    assert "advisor/collect" not in stderr and "advisor" not in stderr.replace(str(tmp_path), "")
     assert "site-packages/torch" in stderr or "/torch/" in stderr
 
 

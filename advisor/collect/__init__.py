@@ -2,8 +2,12 @@
 
     script          run the user's script as ``python train.py args`` would, under the
                     collectors, whatever way it ends (``run_script``)
-    torch_hooks     steps, phases, op shapes and host-blocking source lines, found without
-                    changing the script; torch.profiler for the host side
+    torch_hooks     the host collector: torch.profiler for the host side and the hooks
+                    below, composed for one run (``HostCollector``)
+    hooks/          one module per thing the hooks find without changing the script:
+                    recorder (torch.profiler's window and parts), steps (steps and
+                    phases), loaders, syncs (host-blocking source lines), uploads,
+                    children (processes the script starts)
     cupti           the built-in GPU collector (NVIDIA's cupti-python, ``advisor[cuda]``)
     cupti_records   CUPTI activity records to event rows, without importing CUPTI
     cupti_host      the host ranges and ops recorded beside the CUPTI collector

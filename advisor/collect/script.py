@@ -51,7 +51,7 @@ HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # 1 to 2 GB of memory while reading them back.
 DEFAULT_EVENT_BUDGET = 3_000_000
 
-_HOOKS_FILE = torch_hooks.__file__
+_HOOKS_DIR = os.path.dirname(os.path.abspath(torch_hooks.__file__)) + os.sep
 
 
 @dataclass(frozen=True)
@@ -73,13 +73,13 @@ class ScriptRun:
     """The Chrome trace torch.profiler exported (its first part, where the run was recorded
     in parts); None where nothing was profiled."""
     step_source: str | None = None
-    """What started a step: ``dataloader``, ``optimizer`` or ``forward`` (see torch_hooks)."""
+    """What started a step: ``dataloader``, ``optimizer`` or ``forward`` (see advisor.collect.hooks.steps)."""
     steps: int = 0
     partial_steps: list[int] = field(default_factory=list)
     batch_size: int | None = None
     batch_size_source: str | None = None
     host_syncs: list[dict] = field(default_factory=list)
-    """Host-blocking calls per source line (see torch_hooks.HostSyncSite), most time first."""
+    """Host-blocking calls per source line (see advisor.collect.hooks.syncs.HostSyncSite), most time first."""
     torch_version: str | None = None
     notes: list[str] = field(default_factory=list)
     """One line each: what was not collected and why."""
@@ -173,142 +173,49 @@ def run_script(
     if call is None:
         _check_runnable(path)
     args = [str(a) for a in args]
-    notes: list[str] = []
-    gaps: list[CollectionGap] = []
-    say = say or (lambda line: None)
     window = StepWindow() if steps == "default" else steps
     work_dir = Path(tempfile.mkdtemp(prefix="advisor-"))
+    c = _Collectors(say=say or (lambda line: None))
     # Made before the collectors start, started after them: a thread running when
     # torch.profiler starts is traced by its Python tracer (with_stack), read by read.
-    sampler = _make_sampler(sample_interval_s, notes)
+    sampler = _make_sampler(sample_interval_s, c.notes)
+    _start_collectors(c, window=window, gpu=gpu, record_shapes=record_shapes, with_stack=with_stack,
+                      event_budget=event_budget, work_dir=work_dir, spawned_ranks=spawned_ranks,
+                      script=argv0, args=args)
+    stack_sampler, undo_workers = _start_stacks(c.host, stack_interval_s, work_dir / "stacks", c.notes)
 
-    collector = None
-    gpu_collector = None
-    children_dir: Path | None = None
-    gpu_not_measured: str | None = None
-    gpu_available = False
-    torch, why_not = torch_hooks.import_torch()
-    if torch is None:
-        notes.append(f"torch is not importable ({why_not}): the script ran without the host profiler")
-        gaps.append(CollectionGap(what="host profile", why=f"torch is not importable ({why_not}): the script "
-                                                           "ran unprofiled"))
-        gpu_not_measured = "torch is not importable"
-    else:
-        gpu_available = _cuda_available(torch)
-        if gpu:
-            from advisor.collect import cupti  # noqa: PLC0415  (imports cupti-python lazily itself)
-
-            # The GPU side starts first: it must own CUPTI before anything else asks.
-            gpu_collector, gpu_not_measured = cupti.start_collector(torch, window=window)
-        else:
-            gpu_not_measured = "the host collector was asked for"
-        in_parts = window is None and gpu_collector is None
-        if spawned_ranks:
-            children_dir = Path(tempfile.mkdtemp(prefix="advisor-ranks-"))
-        collector = torch_hooks.HostCollector(
-            torch, record_shapes=record_shapes, with_stack=with_stack, profiler=gpu_collector is None,
-            listener=gpu_collector, window=window, event_budget=event_budget if in_parts else None,
-            parts_dir=work_dir / "parts" if in_parts else None, say=say,
-            ranks=(children_dir, {"steps": window, "gpu": gpu, "with_stack": with_stack, "event_budget": event_budget,
-                                  "script": argv0, "args": list(args)}, spawned_ranks)
-            if children_dir is not None else None)
-        try:
-            collector.start()
-        except Exception as exc:
-            notes.append(f"torch.profiler could not start ({_one_line(exc)}): the script ran without it")
-            gaps.append(CollectionGap(what="host profile", why=f"torch.profiler could not start ({_one_line(exc)})"))
-            collector = None
-    stack_sampler, undo_workers = _start_stacks(collector, stack_interval_s, work_dir / "stacks", notes)
-
-    # run_path gives the script the path it is handed as both sys.argv[0] and __file__.
-    # It is handed the path as the user typed it, so sys.argv[0] is what `python script.py`
-    # gives; __file__ is then relative where the path was, where Python (3.9+) would make
-    # it absolute. sys.path[0] is, as in Python, the script's folder with links resolved.
-    file_name = argv0
     saved_argv, saved_path = sys.argv, sys.path[:]
     if call is None:
         sys.argv = [argv0, *args]
         sys.path.insert(0, os.path.dirname(os.path.realpath(argv0)))
-    raised: BaseException | None = None
-    sampler = _start_sampler(sampler, notes)
+    sampler = _start_sampler(sampler, c.notes)
     start = time.perf_counter()
-    owner = os.getpid()
-    exit_code = 0
-    real_exit = os._exit
-    os._exit = _exit_in(owner, real_exit)
     try:
-        if call is not None:
-            call()
-        else:
-            runpy.run_path(file_name, run_name="__main__")
-        ending, exit_code, error = NORMAL, 0, None
-    except _HardExit as exc:
-        raised = None  # Python prints nothing for os._exit
-        ending, exit_code, error = EXIT, exc.code, f"os._exit({exc.code})"
-    except SystemExit as exc:
-        raised = exc
-        ending, exit_code, error = EXIT, _exit_code(exc.code), _one_line(exc)
-    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP where advisor's command turned them into it
-        stopped = getattr(exc, "exit_code", None)
-        raised = None if stopped else exc  # Python prints nothing for a process a signal ends
-        ending, exit_code, error = (INTERRUPT, stopped, f"stopped by {exc.name}") if stopped else \
-            (INTERRUPT, INTERRUPT_EXIT_CODE, "KeyboardInterrupt")
-    except BaseException as exc:  # the user's error, whatever its type: reported, not raised
-        raised = exc
-        ending, exit_code, error = EXCEPTION, 1, _one_line(exc)
+        ended = _run_code(argv0, call)
     finally:
-        os._exit = real_exit
-        if os.getpid() != owner:  # a child the script forked, at the end of the script's code
-            _end_forked_child(raised, exit_code, file_name)
         if hold_interrupts is not None:
             hold_interrupts.start()
         wall_time_s = time.perf_counter() - start
-        host_samples = _stop_sampler(sampler, notes)
-        stacks = _stop_stacks(stack_sampler, undo_workers, work_dir / "stacks", notes)
+        host_samples = _stop_sampler(sampler, c.notes)
+        stacks = _stop_stacks(stack_sampler, undo_workers, work_dir / "stacks", c.notes)
         sys.argv = saved_argv
         sys.path[:] = saved_path
         _flush_std()
 
-    collection = None
-    trace_parts: list[Path] = []
-    gpu_capture = None
-    if collector is not None:
-        try:
-            collection = collector.stop()
-        except Exception as exc:
-            notes.append(f"torch.profiler failed to stop ({_one_line(exc)}): no trace")
-            gaps.append(CollectionGap(what="host profile", why=f"torch.profiler failed to stop "
-                                                               f"({_one_line(exc)}): its trace is lost"))
-            collector = None
-    if gpu_collector is not None:
-        try:
-            partial = collection.partial_steps if collection is not None else []
-            gpu_capture = gpu_collector.stop(partial_steps=partial)
-        except Exception as exc:
-            gpu_not_measured = f"the CUPTI collector failed to stop ({_one_line(exc)})"
-
-    if raised is not None and show_traceback:
-        _show_like_python(raised, file_name)
-    raised = None  # frames of the script hold its tensors; let them go
-
-    if collector is not None and gpu_collector is None:
-        target = Path(save_trace_to) if save_trace_to is not None else work_dir / "trace.json"
-        try:
-            trace_parts = collector.trace_parts(target)
-        except Exception as exc:
-            notes.append(f"the trace could not be written to {target} ({_one_line(exc)})")
-            gaps.append(CollectionGap(what="host profile", why=f"the trace could not be written to {target} "
-                                                               f"({_one_line(exc)})"))
-
+    collection, gpu_capture = _stop_collectors(c)
+    if ended.raised is not None and show_traceback:
+        _show_like_python(ended.raised, argv0)
+    ended.raised = None  # frames of the script hold its tensors; let them go
+    trace_parts = _write_trace(c, Path(save_trace_to) if save_trace_to is not None else work_dir / "trace.json")
     if collection is not None:
-        notes.extend(collection.notes)
+        c.notes.extend(collection.notes)
     return ScriptRun(
         script=path,
         args=args,
         command=[argv0, *args],
-        exit_code=exit_code,
-        ending=ending,
-        error=error,
+        exit_code=ended.exit_code,
+        ending=ended.ending,
+        error=ended.error,
         wall_time_s=wall_time_s,
         trace_path=trace_parts[0] if trace_parts else None,
         step_source=collection.step_source if collection else None,
@@ -317,20 +224,152 @@ def run_script(
         batch_size=collection.batch_size if collection else None,
         batch_size_source=collection.batch_size_source if collection else None,
         host_syncs=list(collection.host_syncs) if collection else [],
-        torch_version=getattr(torch, "__version__", None) if torch is not None else None,
-        notes=notes,
+        torch_version=getattr(c.torch, "__version__", None) if c.torch is not None else None,
+        notes=c.notes,
         gpu_capture=gpu_capture,
-        gpu_not_measured=gpu_not_measured if gpu_capture is None else None,
+        gpu_not_measured=c.gpu_not_measured if gpu_capture is None else None,
         host_facts=collection.metadata() if collection is not None else {},
         host_samples=host_samples,
         trace_parts=trace_parts,
         stacks=stacks,
-        gaps=gaps,
+        gaps=c.gaps,
         window=window,
         work_dir=work_dir,
-        gpu_available=gpu_available,
-        children_dir=children_dir,
+        gpu_available=c.gpu_available,
+        children_dir=c.children_dir,
     )
+
+
+@dataclass
+class _Collectors:
+    """The collectors of one run, and what they could not do, in words and as gaps."""
+
+    say: Callable[[str], None]
+    torch: Any = None
+    host: torch_hooks.HostCollector | None = None
+    gpu: Any = None
+    gpu_not_measured: str | None = None
+    gpu_available: bool = False
+    children_dir: Path | None = None
+    notes: list[str] = field(default_factory=list)
+    gaps: list[CollectionGap] = field(default_factory=list)
+
+    def lost(self, note: str, why: str) -> None:
+        """The host profile is lost or partly lost: ``note`` for the user, ``why`` as a gap."""
+        self.notes.append(note)
+        self.gaps.append(CollectionGap(what="host profile", why=why))
+
+
+def _start_collectors(c: _Collectors, *, window: StepWindow | None, gpu: bool, record_shapes: bool,
+                      with_stack: bool, event_budget: int | None, work_dir: Path, spawned_ranks: type | None,
+                      script: str, args: list[str]) -> None:
+    """Start the GPU collector (where it can run) and then the host collector, into ``c``."""
+    torch, why_not = torch_hooks.import_torch()
+    c.torch = torch
+    if torch is None:
+        c.lost(f"torch is not importable ({why_not}): the script ran without the host profiler",
+               f"torch is not importable ({why_not}): the script ran unprofiled")
+        c.gpu_not_measured = "torch is not importable"
+        return
+    c.gpu_available = _cuda_available(torch)
+    if gpu:
+        from advisor.collect import cupti  # noqa: PLC0415  (imports cupti-python lazily itself)
+
+        # The GPU side starts first: it must own CUPTI before anything else asks.
+        c.gpu, c.gpu_not_measured = cupti.start_collector(torch, window=window)
+    else:
+        c.gpu_not_measured = "the host collector was asked for"
+    in_parts = window is None and c.gpu is None
+    if spawned_ranks:
+        c.children_dir = Path(tempfile.mkdtemp(prefix="advisor-ranks-"))
+    options = {"steps": window, "gpu": gpu, "with_stack": with_stack, "event_budget": event_budget,
+               "script": script, "args": list(args)}
+    c.host = torch_hooks.HostCollector(
+        torch, record_shapes=record_shapes, with_stack=with_stack, profiler=c.gpu is None,
+        listener=c.gpu, window=window, event_budget=event_budget if in_parts else None,
+        parts_dir=work_dir / "parts" if in_parts else None, say=c.say,
+        ranks=(c.children_dir, options, spawned_ranks) if c.children_dir is not None else None)
+    try:
+        c.host.start()
+    except Exception as exc:
+        c.lost(f"torch.profiler could not start ({_one_line(exc)}): the script ran without it",
+               f"torch.profiler could not start ({_one_line(exc)})")
+        c.host = None
+
+
+@dataclass
+class _Ended:
+    """How the script's code ended."""
+
+    ending: str
+    exit_code: int
+    error: str | None
+    raised: BaseException | None
+    """What to show as Python would (None: Python would print nothing)."""
+
+
+def _run_code(argv0: str, call: Callable[[], Any] | None) -> _Ended:
+    """Run the script (or ``call``) as ``python script`` would, catching however it ends.
+
+    run_path gives the script the path it is handed as both sys.argv[0] and __file__. It is
+    handed the path as the user typed it, so sys.argv[0] is what `python script.py` gives;
+    __file__ is then relative where the path was, where Python (3.9+) would make it
+    absolute. sys.path[0] is, as in Python, the script's folder with links resolved."""
+    owner = os.getpid()
+    real_exit = os._exit
+    os._exit = _exit_in(owner, real_exit)
+    ended = _Ended(NORMAL, 0, None, None)
+    try:
+        if call is not None:
+            call()
+        else:
+            runpy.run_path(argv0, run_name="__main__")
+    except _HardExit as exc:  # Python prints nothing for os._exit
+        ended = _Ended(EXIT, exc.code, f"os._exit({exc.code})", None)
+    except SystemExit as exc:
+        ended = _Ended(EXIT, _exit_code(exc.code), _one_line(exc), exc)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP where advisor's command turned them into it
+        stopped = getattr(exc, "exit_code", None)
+        # Python prints nothing for a process a signal ends
+        ended = _Ended(INTERRUPT, stopped, f"stopped by {exc.name}", None) if stopped else \
+            _Ended(INTERRUPT, INTERRUPT_EXIT_CODE, "KeyboardInterrupt", exc)
+    except BaseException as exc:  # the user's error, whatever its type: reported, not raised
+        ended = _Ended(EXCEPTION, 1, _one_line(exc), exc)
+    finally:
+        os._exit = real_exit
+        if os.getpid() != owner:  # a child the script forked, at the end of the script's code
+            _end_forked_child(ended.raised, ended.exit_code, argv0)
+    return ended
+
+
+def _stop_collectors(c: _Collectors) -> tuple[torch_hooks.HostCollection | None, Any]:
+    """Stop the host collector, then the GPU one (told the host's partial steps)."""
+    collection = gpu_capture = None
+    if c.host is not None:
+        try:
+            collection = c.host.stop()
+        except Exception as exc:
+            c.lost(f"torch.profiler failed to stop ({_one_line(exc)}): no trace",
+                   f"torch.profiler failed to stop ({_one_line(exc)}): its trace is lost")
+            c.host = None
+    if c.gpu is not None:
+        try:
+            gpu_capture = c.gpu.stop(partial_steps=collection.partial_steps if collection is not None else [])
+        except Exception as exc:
+            c.gpu_not_measured = f"the CUPTI collector failed to stop ({_one_line(exc)})"
+    return collection, gpu_capture
+
+
+def _write_trace(c: _Collectors, target: Path) -> list[Path]:
+    """The host collector's Chrome trace files, where torch.profiler recorded."""
+    if c.host is None or c.gpu is not None:
+        return []
+    try:
+        return c.host.trace_parts(target)
+    except Exception as exc:
+        c.lost(f"the trace could not be written to {target} ({_one_line(exc)})",
+               f"the trace could not be written to {target} ({_one_line(exc)})")
+        return []
 
 
 def _cuda_available(torch: Any) -> bool:
@@ -540,7 +579,7 @@ def _from_script(exc: BaseException, file_name: str) -> TracebackType | None:
         return None if isinstance(exc, SyntaxError) else tb
     kept = []
     while cursor is not None:
-        if cursor.tb_frame.f_code.co_filename != _HOOKS_FILE:
+        if not cursor.tb_frame.f_code.co_filename.startswith(_HOOKS_DIR):
             kept.append(cursor)
         cursor = cursor.tb_next
     rebuilt: TracebackType | None = None

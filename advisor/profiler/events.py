@@ -36,8 +36,9 @@ def _modules() -> tuple[Any, Any]:
     global _torch, _nvtx, _hooks
     if _torch is _UNSET:
         from advisor.collect import torch_hooks  # noqa: PLC0415
+        from advisor.collect.hooks import base  # noqa: PLC0415
 
-        _hooks = torch_hooks
+        _hooks = base
         torch, _why = torch_hooks.import_torch()
         _torch = torch
         try:
@@ -84,10 +85,10 @@ class RecordEvent:
         if torch is None:
             self._handle = False  # nothing to record into, but begin/end still pair up
             return
-        collector = _hooks._ACTIVE
-        if collector is not None and collector._ours():
+        collector = _hooks.ACTIVE
+        if collector is not None and collector.ours():
             # A collector with the GPU collector listening hears of the range too.
-            handle: Any = _hooks._ReportedRange(collector, self.name)
+            handle: Any = collector.recorder.reported_range(self.name)
         else:
             handle = torch.autograd.profiler.record_function(self.name)
         handle.__enter__()

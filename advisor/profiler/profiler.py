@@ -551,12 +551,13 @@ class Profiler:
         if self._collect is not None:
             return self._collect
         from advisor.collect import cupti, torch_hooks  # noqa: PLC0415
+        from advisor.collect.hooks import base as hooks_base  # noqa: PLC0415
 
         torch, why = torch_hooks.import_torch()
         if torch is None:
             self._refuse(f"torch is not importable ({why}): nothing is recorded, steps are only timed")
             return False
-        if torch_hooks._ACTIVE is not None:
+        if hooks_base.ACTIVE is not None:
             self._refuse("advisor already profiles this process (advisor diagnose?): this Profiler "
                          "records nothing itself and only times the steps")
             return False

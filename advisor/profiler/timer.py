@@ -172,7 +172,7 @@ class StepTimer:
         import numpy as np  # noqa: PLC0415
         import pandas as pd  # noqa: PLC0415
 
-        from advisor.collect.torch_hooks import STEP_PREFIX  # noqa: PLC0415
+        from advisor.collect.hooks.collection import STEP_PREFIX  # noqa: PLC0415
         from advisor.session import (  # noqa: PLC0415
             CollectorInfo,
             DeviceInfo,

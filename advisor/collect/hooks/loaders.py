@@ -1,0 +1,174 @@
+"""What each DataLoader the script reads is, and what its reads, fetches and collation took.
+
+A DataLoader's facts (dataset, workers, pinning, batch size...) are taken at its first read;
+each read's time is counted by the step hooks (advisor.collect.hooks.steps, which mark the
+read as the Dataloader phase), and where the loader fetches in this process
+(``num_workers=0``) each fetch, and the collate function inside it, is timed here, with
+the thread's CPU time and its wait for a core beside the wall time.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from advisor.collect.hooks import base
+from advisor.collect.hooks.collection import HostCollection
+
+
+class Loaders:
+    """The DataLoaders of the run, keyed by their dataset."""
+
+    def __init__(self, torch: Any, run_delay: Callable[[], Any]):
+        """``run_delay()``: the main thread's RunDelay (None where not measured)."""
+        self._torch = torch
+        self._run_delay = run_delay
+        self._loaders: dict[int, dict[str, Any]] = {}
+
+    def install(self, patches: base.Patches) -> None:
+        fetch_mod = importlib.import_module("torch.utils.data._utils.fetch")
+        for fetcher in ("_MapDatasetFetcher", "_IterableDatasetFetcher"):
+            if hasattr(fetch_mod, fetcher):
+                patches.patch(getattr(fetch_mod, fetcher), "fetch", _wrap_fetch)
+
+    def fill(self, result: HostCollection) -> None:
+        result.loaders = [dict(entry) for entry in self._loaders.values()]
+
+    def entry(self, iterator: Any) -> dict[str, Any]:
+        """The facts of the DataLoader ``iterator`` reads for, made at its first read."""
+        dataset = getattr(iterator, "_dataset", None)
+        key = id(dataset)
+        entry = self._loaders.get(key)
+        if entry is None:
+            entry = self._loaders[key] = loader_facts(self._torch, iterator)
+        return entry
+
+    @staticmethod
+    def read(original: Any, iterator: Any, loader: dict[str, Any]) -> Any:
+        """One batch from ``iterator``, its time counted for its loader (a read that finds
+        the iterator exhausted is not a batch)."""
+        start = time.perf_counter_ns()
+        batch = original(iterator)
+        loader["read_ns"] += time.perf_counter_ns() - start
+        loader["reads"] += 1
+        return batch
+
+    def timed_fetch(self, original: Any, fetcher: Any, index: Any) -> Any:
+        """A fetcher's ``fetch`` in this process (num_workers=0): the whole fetch, and the
+        collate function inside it, timed for the fetcher's loader."""
+        entry = self._loaders.get(id(getattr(fetcher, "dataset", None)))
+        if entry is None:
+            return original(fetcher, index)
+        collate = fetcher.collate_fn
+        spent = [0]
+
+        def timed_collate(data: Any) -> Any:
+            began = time.perf_counter_ns()
+            try:
+                return collate(data)
+            finally:
+                spent[0] += time.perf_counter_ns() - began
+
+        fetcher.collate_fn = timed_collate
+        delay = self._run_delay()
+        began_delay = delay.read() if delay is not None else None
+        began, began_cpu = time.perf_counter_ns(), time.thread_time_ns()
+        try:
+            return original(fetcher, index)
+        finally:
+            fetcher.collate_fn = collate
+            entry["fetch_ns"] += time.perf_counter_ns() - began
+            # The thread's CPU time tells work from waiting (reading files, sleeps):
+            # workers that mostly wait can outnumber the cores. Time spent ready but
+            # waiting for a core (a busy machine) is CPU work too, not waiting.
+            entry["fetch_cpu_ns"] += time.thread_time_ns() - began_cpu
+            ended_delay = delay.read() if delay is not None else None
+            if began_delay is not None and ended_delay is not None:
+                entry["fetch_runnable_ns"] = entry.get("fetch_runnable_ns", 0) + ended_delay - began_delay
+            entry["collate_ns"] += spent[0]
+            entry["fetches"] += 1
+            try:
+                entry["items"] += len(index) if getattr(fetcher, "auto_collation", False) else 1
+            except TypeError:  # an index without a length (an iterable dataset's batch)
+                entry["items"] += 1
+
+
+def _wrap_fetch(original: Any) -> Any:
+    @functools.wraps(original)
+    def fetch(self: Any, possibly_batched_index: Any) -> Any:
+        collector = base.acting()
+        if collector is None:
+            return original(self, possibly_batched_index)
+        return collector.loaders.timed_fetch(original, self, possibly_batched_index)
+
+    return fetch
+
+
+def loader_facts(torch: Any, iterator: Any) -> dict[str, Any]:
+    """What a DataLoader iterator says of its loader: the dataset, how batches are made
+    and by how many workers; with zeroed counters for its reads and fetches."""
+    dataset = getattr(iterator, "_dataset", None)
+    kind = type(dataset)
+    sampler = getattr(iterator, "_index_sampler", None)
+    collate = getattr(iterator, "_collate_fn", None)
+    data = importlib.import_module("torch.utils.data")
+    auto = bool(getattr(iterator, "_auto_collation", False))
+    return {
+        "dataset": f"{kind.__module__}.{kind.__qualname__}",
+        "dataset_name": kind.__name__,
+        "in_memory_tensors": isinstance(dataset, data.TensorDataset),
+        "batched_fetch": hasattr(dataset, "__getitems__"),
+        "iterable": isinstance(dataset, data.IterableDataset),
+        "length": _length(dataset),
+        "num_workers": int(getattr(iterator, "_num_workers", 0) or 0),
+        "pin_memory": bool(getattr(iterator, "_pin_memory", False)),
+        "persistent_workers": bool(getattr(iterator, "_persistent_workers", False)),
+        "prefetch_factor": getattr(iterator, "_prefetch_factor", None),
+        "batch_size": getattr(sampler, "batch_size", None) if auto else None,
+        "auto_collation": auto,
+        "collate_fn": getattr(collate, "__qualname__", None) or type(collate).__name__,
+        "reads": 0, "read_ns": 0, "fetches": 0, "fetch_ns": 0, "fetch_cpu_ns": 0, "collate_ns": 0, "items": 0,
+    }
+
+
+def _length(dataset: Any) -> int | None:
+    try:
+        return int(len(dataset))
+    except Exception:  # an iterable dataset, or a len() that raises
+        return None
+
+
+def first_batch_size(batch: Any, _depth: int = 0) -> int | None:
+    """The first dimension of the first tensor found in ``batch`` (depth first through
+    tensors, mappings, lists and tuples), or None."""
+    import torch  # noqa: PLC0415
+
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() >= 1 else None
+    if _depth > 8:
+        return None
+    if isinstance(batch, Mapping):
+        items = batch.values()
+    elif isinstance(batch, (list, tuple)):
+        items = batch
+    else:
+        return None
+    for item in items:
+        size = first_batch_size(item, _depth + 1)
+        if size is not None:
+            return size
+    return None
+
+
+
+
+def exhausted(iterator: Any) -> bool:
+    """Whether a map-style DataLoader iterator has yielded all its batches, so the next
+    ``__next__`` raises StopIteration (an IterableDataset has no length: False)."""
+    try:
+        return iterator._num_yielded >= len(iterator)
+    except Exception:
+        return False
