@@ -334,7 +334,7 @@ def no_careful_path(monkeypatch):
     def refuse(self, chunk, *, final):
         raise AssertionError("a good file went down the careful path")
 
-    monkeypatch.setattr(kineto._Reader, "_careful", refuse)
+    monkeypatch.setattr(kineto.EventReader, "_careful", refuse)
 
 
 @pytest.mark.parametrize("block", [64, 1 << 18])

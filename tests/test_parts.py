@@ -64,14 +64,14 @@ def _forks(monkeypatch) -> list[int]:
 def _read_on(monkeypatch) -> list[int]:
     """Records each time the parts were dropped and the file read again in one process."""
     calls: list[int] = []
-    real = kineto._Reader.run
+    real = kineto.EventReader.run
 
     def run(self):
         if self.read_rest is None:  # read again in one process
             calls.append(1)
         return real(self)
 
-    monkeypatch.setattr(kineto._Reader, "run", run)
+    monkeypatch.setattr(kineto.EventReader, "run", run)
     return calls
 
 

@@ -190,7 +190,7 @@ _ARG_FIELDS = [(f.name, f.encode_name, getattr(f.type, "__args__", (f.type,))[0]
                for f in msgspec.structs.fields(_Args)]
 
 # A place to cut the event array: the end of an event, a comma, the start of the next.
-_CUT = re.compile(rb"\}\s*,\s*\{")
+EVENT_CUT = re.compile(rb"\}\s*,\s*\{")
 # The end of the event array: the last event's brace (or the opening bracket) and ']'.
 _ARRAY_END = re.compile(r"(?:\}|\A)\s*\]")
 _ANY_CLOSE = re.compile(r"\]")
@@ -345,8 +345,15 @@ def _any_true(value: Any) -> bool:
         return bool(value)
 
 
-class _Reader:
-    """One pass over a trace: the top-level keys, then the event array chunk by chunk."""
+class EventReader:
+    """One pass over a trace: the top-level keys, then the event array chunk by chunk.
+
+    Its public face serves the reader in parts (advisor.importers.parts): ``read_array``
+    from a point, ``stop_at`` an offset, a reader of one part of the file (:meth:`part`),
+    that part's rows and counts as plain data (:meth:`part_result`), and ``absorb`` to
+    append a part's result in file order; ``path``, ``stream``, ``gzipped``,
+    ``file_size``, ``progress`` and ``careful_used`` are read-only facts to it.
+    """
 
     def __init__(self, stream: BinaryIO, path: Path, progress: Callable[[int, int], None] | None,
                  read_rest: Callable[..., dict[str, Any]] | None = None):
@@ -411,6 +418,66 @@ class _Reader:
                 self.progress(done, self.file_size)
         return data
 
+    # -- reading in parts ---------------------------------------------------------------
+
+    @classmethod
+    def part(cls, path: Path, start: int, end: int | None,
+             report: Callable[[int, int], None] | None = None) -> "EventReader":
+        """A reader of the bytes [start, end) of the plain file at ``path`` (to its end:
+        None), ``start`` being an event's first byte; ``report(bytes, events)`` hears its
+        progress."""
+        stream = open(path, "rb")  # noqa: SIM115  (the part's process ends with it)
+        stream.seek(start)
+        reader = cls(stream, path, None)
+        reader.offset, reader.limit = start, end
+        reader.report_part = report
+        return reader
+
+    def stop_at(self, offset: int | None) -> None:
+        """Stop reading the event array at ``offset`` of the file (None: at its end)."""
+        self.limit = offset
+
+    def part_result(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        """This reader's rows, text tables and counts as plain data, to send to the
+        reader of the whole file; ``metadata``: what ``read_array`` returned."""
+        columns = self.columns
+        return {
+            "careful_used": self.careful_used,
+            "numbered": bool(self.tid_names or self.big_ids),
+            "columns": {field: np.concatenate(chunks) if chunks else None for field, chunks in columns.parts.items()},
+            "texts": {field: codes.values for field, codes in columns.codes.items()},
+            "skipped": self.damage.skipped,
+            "repaired": self.damage.repaired,
+            "truncated": self.damage.truncated,
+            "not_read": self.not_read,
+            "events_seen": self.events_seen,
+            "bytes_read": self.bytes_read,
+            "process_names": self.process_names,
+            "metadata": metadata,
+        }
+
+    def absorb(self, part: dict[str, Any]) -> None:
+        """A part's rows (``part_result``) after the ones read so far, its text codes
+        renumbered into this reader's tables."""
+        columns = self.columns
+        renumber = {}
+        for field, values in part["texts"].items():
+            codes = columns.codes[field]
+            renumber[field] = np.array([codes[v] for v in values], dtype="int32")
+        for field, values in part["columns"].items():
+            if values is None:
+                continue
+            if field in renumber and len(values):
+                values = renumber[field][values]
+            columns.parts[field].append(values)
+        self.damage.skipped.update(part["skipped"])
+        self.damage.repaired.update(part["repaired"])
+        self.damage.truncated |= part["truncated"]
+        self.not_read += part["not_read"]
+        self.events_seen += part["events_seen"]
+        self.bytes_read += part["bytes_read"]
+        self.process_names.update(part["process_names"])
+
     # -- the document -------------------------------------------------------------------
 
     def run(self) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
@@ -418,7 +485,7 @@ class _Reader:
         if self.read_rest is not None:
             metadata.update(self.read_rest(self, buffer, start, array_form))
         else:
-            metadata.update(self._events(buffer, start, array_form))
+            metadata.update(self.read_array(buffer, start, array_form))
         if self.progress_events:  # the last blocks' events, parsed after their bytes were counted
             self.progress(self.file_size, self.file_size, events=self.events_seen)
         if self.cut_reason is not None:
@@ -539,8 +606,9 @@ class _Reader:
 
     # -- the event array ----------------------------------------------------------------
 
-    def _events(self, buffer: bytes, pos: int, array_form: bool) -> dict[str, Any]:
-        """Decode the event array chunk by chunk; returns the top-level keys after it."""
+    def read_array(self, buffer: bytes, pos: int, array_form: bool) -> dict[str, Any]:
+        """Decode the event array from buffer[pos] on, chunk by chunk, up to the reader's
+        limit (:meth:`stop_at`) or the file's end; returns the top-level keys after it."""
         want = BLOCK
         while True:
             while not self.eof and len(buffer) - pos < want:
@@ -678,7 +746,7 @@ class _Reader:
     def _careful(self, chunk: bytes, *, final: bool) -> int:
         """Bisect a chunk that failed to decode until the pieces (between candidate cuts)
         that fail alone are found; join, repair or skip those."""
-        cuts = list(_CUT.finditer(chunk))
+        cuts = list(EVENT_CUT.finditer(chunk))
         starts = [0] + [m.end() - 1 for m in cuts]
         ends = [m.start() + 1 for m in cuts] + [len(chunk)]
         results: list[tuple[int, list[Any] | None]] = []
@@ -891,7 +959,7 @@ class _Columns:
         "input_strides", "concrete_inputs", "call_stack", "grid", "block", "comm",
     )
 
-    def __init__(self, reader: _Reader):
+    def __init__(self, reader: EventReader):
         self.reader = reader
         self.parts: dict[str, list[np.ndarray]] = {field: [] for field in self.FIELDS}
         self.parts.update({"@" + group: [] for group in _CARRIERS})  # which rows carry those fields
@@ -1059,7 +1127,7 @@ def _last_cut(buffer: bytes, start: int, end: int) -> tuple[int, int] | None:
     of the event after it), or None."""
     brace = buffer.rfind(b"}", start, end)
     while brace >= start:
-        match = _CUT.match(buffer, brace, end)
+        match = EVENT_CUT.match(buffer, brace, end)
         if match is not None:
             return brace + 1, match.end() - 1
         brace = buffer.rfind(b"}", start, brace)
@@ -1179,10 +1247,10 @@ def read_events(stream: BinaryIO, path: Path, *, progress: Callable[[int, int], 
     None reads it in this process.
     """
     try:
-        return _Reader(stream, path, progress, read_rest=in_parts).run()
+        return EventReader(stream, path, progress, read_rest=in_parts).run()
     except ReadAgain:
         stream.seek(0)
-        return _Reader(stream, path, progress).run()
+        return EventReader(stream, path, progress).run()
 
 
 def _takes_events(progress: Callable[..., None]) -> bool:

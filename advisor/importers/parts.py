@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from advisor.importers.forked import Forked, Progress, processes_allowed
 
 if TYPE_CHECKING:
-    from advisor.importers.kineto import _Reader
+    from advisor.importers.kineto import EventReader
 
 __all__ = ["PART_MIN_BYTES", "read_in_parts"]
 
@@ -43,26 +43,26 @@ FIRST_EXTRA = 0.1
 _CUT_WINDOW = 4 << 20
 
 
-def read_in_parts(reader: _Reader, buffer: bytes, start: int, array_form: bool) -> dict[str, Any]:
+def read_in_parts(reader: EventReader, buffer: bytes, start: int, array_form: bool) -> dict[str, Any]:
     """Read the event array from buffer[start] on (the head already read), in parts where
-    that pays; returns the top-level keys after the array, as ``reader._events`` does.
+    that pays; returns the top-level keys after the array, as ``reader.read_array`` does.
     Raises ReadAgain where the parts would not give exactly what one process reads."""
     from advisor.importers.kineto import ReadAgain
 
     starts = _part_starts(reader, len(buffer))
     if not starts:
-        return reader._events(buffer, start, array_form)
+        return reader.read_array(buffer, start, array_form)
     slots = Progress(len(starts))  # each part's bytes read and events parsed
     children = [_fork(reader, at, end, array_form, slots, index)
                 for index, (at, end) in enumerate(zip(starts, [*starts[1:], None]))]
     try:
         if any(child is None for child in children):  # no process could be started here
-            return reader._events(buffer, start, array_form)
-        reader.limit = starts[0]
+            return reader.read_array(buffer, start, array_form)
+        reader.stop_at(starts[0])
         progress = reader.progress
         if progress is not None:
             reader.progress = _with_parts(progress, reader.progress_events, slots)
-        reader._events(buffer, start, array_form)
+        reader.read_array(buffer, start, array_form)
         reader.progress = progress
         if reader.careful_used:  # damage in this part, or a part cut inside an event
             raise ReadAgain
@@ -70,8 +70,8 @@ def read_in_parts(reader: _Reader, buffer: bytes, start: int, array_form: bool) 
         if not all(_exact(result) for result in results):
             raise ReadAgain
         for result in results:
-            _absorb(reader, result)
-        reader.limit = None
+            reader.absorb(result)
+        reader.stop_at(None)
         return results[-1]["metadata"]
     finally:
         _stop_all(children)
@@ -86,7 +86,7 @@ def _exact(result: dict[str, Any] | None) -> bool:
     return result is not None and not result["careful_used"] and not result["numbered"]
 
 
-def _part_starts(reader: _Reader, head_bytes: int) -> list[int]:
+def _part_starts(reader: EventReader, head_bytes: int) -> list[int]:
     """Where the parts after the first start (the offset of an event's '{'), or [] where
     the file is read in one."""
     if reader.gzipped or not _reads_the_file(reader):
@@ -95,7 +95,7 @@ def _part_starts(reader: _Reader, head_bytes: int) -> list[int]:
     count = min(processes_allowed(), size // PART_MIN_BYTES)
     if count < 2:
         return []
-    from advisor.importers.kineto import _CUT
+    from advisor.importers.kineto import EVENT_CUT
 
     starts: list[int] = []
     try:
@@ -104,7 +104,7 @@ def _part_starts(reader: _Reader, head_bytes: int) -> list[int]:
                 nominal = max(int(size * (i + FIRST_EXTRA) / (count + FIRST_EXTRA)), head_bytes,
                               starts[-1] + 1 if starts else 0)
                 file.seek(nominal)
-                match = _CUT.search(file.read(_CUT_WINDOW))
+                match = EVENT_CUT.search(file.read(_CUT_WINDOW))
                 if match is not None and nominal + match.end() - 1 < size:
                     starts.append(nominal + match.end() - 1)
     except OSError:
@@ -112,7 +112,7 @@ def _part_starts(reader: _Reader, head_bytes: int) -> list[int]:
     return starts
 
 
-def _reads_the_file(reader: _Reader) -> bool:
+def _reads_the_file(reader: EventReader) -> bool:
     """Whether the reader's stream is the file at its path (the parts read that file)."""
     try:
         return os.path.samefile(reader.stream.name, reader.path)
@@ -134,7 +134,7 @@ def _with_parts(progress: Callable[..., None], with_events: bool, slots: Progres
     return heard
 
 
-def _fork(reader: _Reader, start: int, end: int | None, array_form: bool, slots: Progress,
+def _fork(reader: EventReader, start: int, end: int | None, array_form: bool, slots: Progress,
           index: int) -> Forked | None:
     """A process reading the bytes [start, end) of the file (to its end: None)."""
     return Forked.start(lambda: _read_part(reader, start, end, array_form, slots, index))
@@ -146,58 +146,9 @@ def _stop_all(children: list[Forked | None]) -> None:
             child.stop()
 
 
-def _read_part(parent: _Reader, start: int, end: int | None, array_form: bool, slots: Progress,
+def _read_part(parent: EventReader, start: int, end: int | None, array_form: bool, slots: Progress,
                index: int) -> dict[str, Any]:
     """In the part's process: read it with a reader of its own, and return its columns
     joined, its text tables and what it counted."""
-    from advisor.importers.kineto import _Reader
-
-    stream = open(parent.path, "rb")  # noqa: SIM115  (closed as the process ends)
-    stream.seek(start)
-    reader = _Reader(stream, parent.path, None)
-    reader.offset, reader.limit = start, end
-    reader.report_part = lambda done, events: slots.put(index, done, events)
-    metadata = reader._events(b"", 0, array_form)
-    import numpy as np  # here, not above: ahead asks PART_MIN_BYTES before a command's imports
-
-    columns = reader.columns
-    joined = {field: np.concatenate(chunks) if chunks else None for field, chunks in columns.parts.items()}
-    return {
-        "careful_used": reader.careful_used,
-        "numbered": bool(reader.tid_names or reader.big_ids),
-        "columns": joined,
-        "texts": {field: codes.values for field, codes in columns.codes.items()},
-        "skipped": reader.damage.skipped,
-        "repaired": reader.damage.repaired,
-        "truncated": reader.damage.truncated,
-        "not_read": reader.not_read,
-        "events_seen": reader.events_seen,
-        "bytes_read": reader.bytes_read,
-        "process_names": reader.process_names,
-        "metadata": metadata,
-    }
-
-
-def _absorb(reader: _Reader, part: dict[str, Any]) -> None:
-    """A part's rows after the ones read so far, its text codes renumbered into this
-    reader's tables."""
-    import numpy as np
-
-    columns = reader.columns
-    renumber = {}
-    for field, values in part["texts"].items():
-        codes = columns.codes[field]
-        renumber[field] = np.array([codes[v] for v in values], dtype="int32")
-    for field, values in part["columns"].items():
-        if values is None:
-            continue
-        if field in renumber and len(values):
-            values = renumber[field][values]
-        columns.parts[field].append(values)
-    reader.damage.skipped.update(part["skipped"])
-    reader.damage.repaired.update(part["repaired"])
-    reader.damage.truncated |= part["truncated"]
-    reader.not_read += part["not_read"]
-    reader.events_seen += part["events_seen"]
-    reader.bytes_read += part["bytes_read"]
-    reader.process_names.update(part["process_names"])
+    reader = type(parent).part(parent.path, start, end, lambda done, events: slots.put(index, done, events))
+    return reader.part_result(reader.read_array(b"", 0, array_form))
