@@ -398,8 +398,8 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
     from advisor.cli.report_cache import ReportCache
 
     # The read starts first, so that looking for a kept report (a digest of the trace's
-    # head and tail, of advisor's code and of the plugins installed: 15 ms) does not
-    # delay it; where one is found, main stops the read.
+    # head and tail, of advisor's code and of the plugins installed) does not delay it;
+    # where one is found, main stops the read.
     _read_target_ahead(args, imports=False)
     # The report of this trace, rules and options where an earlier run kept it: written
     # from the file, nothing read or run again.

@@ -37,9 +37,9 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_BYTES", "Ahead", "start"]
 
-# The JSON a read ahead may hold (a gzipped file's size as its trailer gives it): the
-# events of 128 MB of JSON come back in about a tenth of a second; the imports it
-# overlaps take most of a second, however large the trace.
+# The JSON a read ahead may hold (a gzipped file's size as its trailer gives it): sending
+# the events back grows with the trace, while the imports it overlaps do not
+# (benchmarks/RESULTS.md).
 MAX_BYTES = 128 << 20
 
 
@@ -88,8 +88,8 @@ def start(path: Path) -> Ahead | None:
     if cache.enabled() and cache.holds(path):
         return None
     # Both processes need numpy: imported once, before the fork, rather than in each after
-    # it. Each import also starts OpenBLAS's threads, which spin for a while (0.05 s of a
-    # 0.75 s diagnosis on two CPUs, twice over); the fork stops them here.
+    # it. Each import also starts OpenBLAS's threads, which spin for a while and would
+    # take the CPUs the two processes need; the fork stops them here.
     import numpy  # noqa: F401
 
     read = Progress()

@@ -76,7 +76,6 @@ class Forked:
 
         context = multiprocessing.get_context("fork")
         self._receive, send = context.Pipe(duplex=False)
-        _widen(send)
         self._process = context.Process(target=_run, args=(work, send), daemon=True)
         self._process.start()
         send.close()  # this process only receives: the pipe ends when the forked one's end closes
@@ -146,22 +145,6 @@ class Progress:
     def close(self) -> None:
         if not self._memory.closed:
             self._memory.close()
-
-
-# A pipe holds 64 KiB by default: the 8 MB of a 35 MB trace's events then cross it in 120
-# turns of the two processes, 11 to 16 ms of the diagnosis; at 1 MiB, in eight.
-PIPE_BYTES = 1 << 20
-
-
-def _widen(connection) -> None:
-    """Let the pipe behind ``connection`` hold PIPE_BYTES at once, where the system allows
-    (Linux's F_SETPIPE_SZ, up to /proc/sys/fs/pipe-max-size); else it stays as it is."""
-    try:
-        import fcntl
-
-        fcntl.fcntl(connection.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-    except (ImportError, AttributeError, OSError):
-        pass
 
 
 def _run(work: Callable[[], Any], send) -> None:

@@ -110,7 +110,7 @@ def intersect(a, b) -> Intervals:
     # Each interval of ``a`` meets a run of ``b``'s: those ending after it starts and
     # starting before it ends. Each meeting is one piece of the result, in order, and
     # pieces neither overlap nor touch because neither set's intervals do. No sort of
-    # both sets' ends together: on two sets of 0.9 M intervals that held 140 MB at once.
+    # both sets' ends together, which holds every end of both at once.
     first = np.searchsorted(b.ends, a.starts, side="right")
     count = np.searchsorted(b.starts, a.ends, side="left") - first
     np.maximum(count, 0, out=count)

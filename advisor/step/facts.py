@@ -26,9 +26,8 @@ MODEL_PHASES = tuple(p for p in PHASES if p != "Others")
 
 # The columns the tables read of the window's op calls (``Facts.ops``: the operator,
 # kernel, roofline and host_sync tables) and of the main thread's top-level ops
-# (``Facts.main_ops``). Frames of every column held 95 MB more on 1.7 M op rows, shared by
-# the tables through the peak of a 1 GB trace's diagnosis; a table that reads another
-# column adds it here.
+# (``Facts.main_ops``): frames of every column, shared by the tables, would be held through
+# the peak of a large trace's diagnosis; a table that reads another column adds it here.
 OP_COLUMNS = ("id", "name", "start_ns", "end_ns", "parent_op", "top_op", "flops",
               "input_dims", "input_types", "input_strides", "concrete_inputs")
 MAIN_OP_COLUMNS = ("name", "start_ns", "end_ns", "phase", "input_dims", "input_types")

@@ -80,8 +80,8 @@ def blocking_calls(f: Facts) -> pd.DataFrame:
 
 def _blocking_calls(f: Facts) -> pd.DataFrame:
     ev = f.events
-    # The calls' three columns this reads, not a frame of every column (of_kind): on a
-    # large trace that frame was 140 MB, held by the facts through the other tables.
+    # The calls' three columns this reads, not a frame of every column (of_kind), which
+    # the facts would hold through the other tables.
     calls = select_rows(ev[["id", "name", "parent_op"]], f.mask("runtime", "driver"))
     reason = np.full(len(calls), "", dtype=object)
     for pattern, why in CALL_REASONS:

@@ -123,7 +123,7 @@ def table_names() -> list[str]:
     return list(TABLES)
 
 
-_BETWEEN_MIN_EVENTS = 1_000_000  # below, giving memory back (0.1 to 0.7 ms a time) buys nothing
+_BETWEEN_MIN_EVENTS = 1_000_000  # below, giving memory back after each table costs more than it gives
 
 
 def compute_tables(session: Session, names: Iterable[str] | None = None, *,

@@ -159,7 +159,7 @@ def _per_call(f: Facts) -> pd.DataFrame | None:
     top = rows["top_op"].to_numpy()
     nested = (top >= 0) & (top != ids)
     # Kept as object columns: pandas would otherwise copy each into an Arrow string
-    # array, a string at a time (0.3 s on a trace of 1.7 M op calls).
+    # array, a string at a time (figures: benchmarks/RESULTS.md).
     texts = {
         "key": _keys(rows["name"], rows["input_dims"]),
         "operator": _as_text(np.where(nested, _suffixed(name, NESTED_SUFFIX), name)),
@@ -172,7 +172,7 @@ def _per_call(f: Facts) -> pd.DataFrame | None:
         "compute_ns": compute_ns, "memory_ns": memory_ns, "unit": pd.Series(unit, dtype=object, copy=False),
         "tc_yes": tc_yes, "tc_no": tc_no,
         **{d: pd.to_numeric(cost[d], errors="coerce").to_numpy(dtype=float) for d in DIMS},
-    }, copy=False)  # the arrays as made above, not copied into one block: 70 MB less on 1 M calls
+    }, copy=False)  # the arrays as made above, not copied again into one block
     return out
 
 

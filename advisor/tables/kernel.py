@@ -58,7 +58,7 @@ _COLUMNS_READ = ("kind", "name", "start_ns", "end_ns", "grid", "block", "registe
 def kernel_table(f: Facts) -> pd.DataFrame | None:
     gpu = f.gpu
     # The columns read here and by kernel_costs, not a copy of every column of the kernel
-    # rows (the GPU frame's blank ones too, made whole by the copy): 200 MB on 1 GB of JSON.
+    # rows (the GPU frame's blank ones too, made whole by the copy): a large trace's peak.
     kernels = gpu.loc[(gpu["kind"] == "kernel").to_numpy(), list(_COLUMNS_READ)]
     if not len(kernels):
         return None

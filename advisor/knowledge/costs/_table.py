@@ -66,8 +66,8 @@ def cost_groups(frame: pd.DataFrame) -> CostGroups:
     if n_rows:
         # Groups numbered in the order their first row comes (as a groupby's ngroup with
         # sort=False), one column at a time: the pairs (group so far, code) renumbered,
-        # which stays below rows x codes. A groupby over the five columns held 250 MB more
-        # on 1.7 M op rows.
+        # which stays below rows x codes. A groupby over the five columns holds a copy of
+        # them all at once.
         group_ids = pd.factorize(coded[0][0], sort=False)[0]
         for codes, categories in coded[1:]:
             group_ids = pd.factorize(group_ids * (len(categories) + 1) + codes, sort=False)[0]
@@ -266,7 +266,7 @@ def kernel_costs(events: pd.DataFrame, op_costs: pd.DataFrame | None = None, *,
     where = np.full(top, -1, dtype=np.int64)
     where[op_ids[op_ids >= 0]] = np.flatnonzero(op_ids >= 0)
     cur = np.where(launched_by >= 0, where[np.clip(launched_by, 0, top - 1)], -1)
-    del where  # one slot per event id (28 MB on the 3.5 M events of 1 GB of JSON), not needed past here
+    del where  # one slot per event id, not needed past here
     owner = np.full(len(kernels), -1, dtype=np.int64)
     for _ in range(_MAX_DEPTH):
         active = (cur >= 0) & (owner < 0)
