@@ -14,7 +14,7 @@ Readers (the event array to the columns the Session uses):
                         dicts, the fields picked out in Python
     msgspec chunks      advisor's reader (read_events) in one process: chunks decoded by
                         msgspec into typed structs that hold only the fields used
-    msgspec parts       the same reader as advisor's commands run it (advisor.importers.forked.use_cpus):
+    msgspec parts       the same reader as advisor's commands run it (processes_allowed() processes):
                         a plain file of 64 MB or more in parts, each part after the first
                         read by a forked process (advisor.importers.parts)
     msgspec 2 workers   the same chunks (8 MB batches) decoded in 2 worker processes
@@ -68,9 +68,6 @@ if mode == "advisor":
 elif mode in ("msgspec chunks", "msgspec parts", "msgspec 2 workers"):
     import pandas as pd
     from advisor.importers.kineto import open_trace, read_events
-    if mode == "msgspec parts":
-        from advisor.importers.forked import use_cpus
-        use_cpus()
 elif mode == "ijson":
     import importlib.util
     import ijson
@@ -176,9 +173,12 @@ elif mode == "orjson chunks":
     for batch in batches(1 << 18):
         columns_of(orjson.loads(b"[" + batch + b"]"), columns)
 elif mode in ("msgspec chunks", "msgspec parts"):
+    import functools
+    from advisor.importers.forked import processes_allowed
     from advisor.importers.parts import read_in_parts
     stream = open_trace(Path(path))
-    raw, _, _ = read_events(stream, Path(path), in_parts=read_in_parts if mode == "msgspec parts" else None)
+    raw, _, _ = read_events(stream, Path(path), in_parts=functools.partial(read_in_parts, processes=processes_allowed())
+                              if mode == "msgspec parts" else None)
 elif mode == "msgspec 2 workers":
     from multiprocessing import get_context
     from pandas.api.types import union_categoricals

@@ -74,25 +74,16 @@ def synth_trace(path: Path, events: int) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _as_a_fresh_process(monkeypatch):
-    """Each test starts as a user's process does: advisor forks nothing there, and the
-    cache is on. A command run in-process
-    (advisor.cli.main) asks for the CPUs and takes the process for its analysis, and its
-    --no-cache sets ADVISOR_NO_CACHE for the processes it starts; all are undone after its
-    test."""
-    import advisor.importers.forked
-
-    monkeypatch.setattr(advisor.importers.forked, "_use_cpus", False)
+def _cache_on(monkeypatch):
+    """Each test starts with the cache on: a command run in-process (advisor.cli.main) with
+    --no-cache sets ADVISOR_NO_CACHE for the processes it starts; undone after its test."""
     monkeypatch.delenv("ADVISOR_NO_CACHE", raising=False)
 
 
 @pytest.fixture
 def processes(monkeypatch):
-    """``processes(n)``: advisor may use ``n`` processes for one trace here, as in its own
-    commands (advisor.importers.forked: they ask for the CPUs; ADVISOR_PROCESSES sets how many)."""
-    import advisor.importers.forked
-
-    monkeypatch.setattr(advisor.importers.forked, "_use_cpus", True)
+    """``processes(n)``: advisor's commands may use ``n`` processes for one trace here
+    (ADVISOR_PROCESSES, read by advisor.importers.forked.processes_allowed)."""
 
     def allow(count: int) -> None:
         monkeypatch.setenv("ADVISOR_PROCESSES", str(count))

@@ -18,6 +18,7 @@ from conftest import synth_trace
 
 from advisor.errors import TraceError
 from advisor.importers import ahead, cache, loader
+from advisor.importers.forked import processes_allowed
 
 pytestmark = pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
                                 reason="a second process is forked")
@@ -45,7 +46,7 @@ def _same_session(one, other):
 
 
 def test_a_trace_read_ahead_is_the_trace_read_here(two, trace):
-    started = ahead.start(trace)
+    started = ahead.start(trace, processes=processes_allowed())
     assert started is not None
     heard = []
     got = loader.load(trace, ahead=started, progress=lambda done, total, events=None: heard.append((done, events)))
@@ -56,16 +57,16 @@ def test_a_trace_read_ahead_is_the_trace_read_here(two, trace):
 
 def test_no_read_ahead_where_it_does_not_pay(two, trace, tmp_path, monkeypatch):
     monkeypatch.setenv("ADVISOR_PROCESSES", "1")
-    assert ahead.start(trace) is None  # one process allowed
+    assert ahead.start(trace, processes=processes_allowed()) is None  # one process allowed
     monkeypatch.setenv("ADVISOR_PROCESSES", "2")
     monkeypatch.setattr(ahead, "MAX_BYTES", 1 << 20)
-    assert ahead.start(trace) is None  # more JSON than a read ahead holds (the gzip trailer's size)
+    assert ahead.start(trace, processes=processes_allowed()) is None  # more JSON than a read ahead holds (the gzip trailer's size)
     plain = tmp_path / "big.json"
     plain.write_bytes(b" " * (2 << 20))
-    assert ahead.start(plain) is None  # likewise, a plain file
+    assert ahead.start(plain, processes=processes_allowed()) is None  # likewise, a plain file
     monkeypatch.setattr(ahead, "MAX_BYTES", 128 << 20)
     cache.store(trace, loader.load_kineto(trace))
-    assert ahead.start(trace) is None  # the cache holds it: loading that is this process's work
+    assert ahead.start(trace, processes=processes_allowed()) is None  # the cache holds it: loading that is this process's work
 
 
 def test_a_failed_read_ahead_is_read_again_here(two, tmp_path):
@@ -73,7 +74,7 @@ def test_a_failed_read_ahead_is_read_again_here(two, tmp_path):
     broken.write_text('{"traceEvents": [1, 2, 3]}')
     with pytest.raises(TraceError) as here:
         loader.load_kineto(broken)
-    started = ahead.start(broken)
+    started = ahead.start(broken, processes=processes_allowed())
     assert started is not None
     with pytest.raises(TraceError) as read_ahead:
         loader.load(broken, ahead=started)
@@ -81,7 +82,7 @@ def test_a_failed_read_ahead_is_read_again_here(two, tmp_path):
 
 
 def test_a_read_ahead_stopped_leaves_no_process(two, trace):
-    started = ahead.start(trace)
+    started = ahead.start(trace, processes=processes_allowed())
     process = started._child._process
     started.stop()
     assert not process.is_alive()
@@ -144,7 +145,7 @@ def test_compare_reads_both_traces_ahead(two, trace, tmp_path, monkeypatch, proc
     other = synth_trace(tmp_path / "other.json", 8_000)
     started = []
     real = ahead.start
-    monkeypatch.setattr(ahead, "start", lambda path: started.append(path.name) or real(path))
+    monkeypatch.setattr(ahead, "start", lambda path, **kw: started.append(path.name) or real(path, **kw))
     from advisor.cli import main
 
     out = tmp_path / "both.json"

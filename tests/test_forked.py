@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import synth_trace
 
 from advisor.importers.forked import Forked, processes_allowed
 
@@ -81,12 +82,22 @@ def test_it_writes_past_a_stream_whose_lock_was_held_at_the_fork(monkeypatch):
         assert child.result() == "done"
 
 
-def test_a_users_process_is_never_forked(monkeypatch):
+def test_a_users_process_is_never_forked(monkeypatch, tmp_path):
+    """Only a command asks how many processes it may use; a library call reads in one."""
     import advisor.importers.forked
+    from advisor.importers import load, parts
 
     monkeypatch.setenv("ADVISOR_PROCESSES", "4")
-    assert processes_allowed() == 1  # the user's own process: no use_cpus()
-    monkeypatch.setattr(advisor.importers.forked, "_use_cpus", True)
     assert processes_allowed() == 4
     monkeypatch.setenv("ADVISOR_PROCESSES", "1")
     assert processes_allowed() == 1
+    monkeypatch.setenv("ADVISOR_PROCESSES", "4")
+    monkeypatch.setenv("ADVISOR_NO_CACHE", "1")
+    monkeypatch.setattr(parts, "PART_MIN_BYTES", 1 << 10)
+    forks = []
+    monkeypatch.setattr(advisor.importers.forked.Forked, "start", classmethod(lambda cls, work: forks.append(1)))
+    trace = synth_trace(tmp_path / "t.json", 2_000)
+    load(trace)
+    assert forks == []  # the default: this process alone, whatever the environment says
+    load(trace, processes=4)
+    assert forks  # asked for: the parts after the first go to forked processes

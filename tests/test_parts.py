@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import functools
 import multiprocessing
 from pathlib import Path
 
@@ -32,7 +33,8 @@ def _read(path: Path, monkeypatch, processes: int, progress=None):
     monkeypatch.setenv("ADVISOR_PROCESSES", str(processes))  # with small_parts, which lets advisor fork
     stream = open_trace(path)
     try:
-        return read_events(stream, path, progress=progress, in_parts=parts.read_in_parts)
+        return read_events(stream, path, progress=progress, in_parts=functools.partial(parts.read_in_parts, processes=processes)
+                           if processes > 1 else None)
     finally:
         stream.close()
 
@@ -119,7 +121,7 @@ def test_a_cut_inside_a_string_reads_on_in_one_process(tmp_path, small_parts, mo
     path.write_text(json.dumps({"traceEvents": events}))
     data = path.read_bytes()
     inside = data.index(b'},{\\"ph\\": \\"X\\"') + 2  # the '{' of a cut inside the long name
-    monkeypatch.setattr(parts, "_part_starts", lambda reader, head: [inside])
+    monkeypatch.setattr(parts, "_part_starts", lambda reader, head, processes: [inside])
     started = _forks(monkeypatch)
     read_on = _read_on(monkeypatch)
     in_parts = _read(path, monkeypatch, 2)
@@ -212,5 +214,5 @@ def test_a_stream_that_is_not_the_file_is_read_in_one_process(tmp_path, small_pa
     synth_trace(path, 10_000)
     other = json.dumps({"traceEvents": [_event(i) for i in range(50)]}).encode()
     started = _forks(monkeypatch)
-    frame, _, _ = read_events(io.BytesIO(other), path, in_parts=parts.read_in_parts)
+    frame, _, _ = read_events(io.BytesIO(other), path, in_parts=functools.partial(parts.read_in_parts, processes=4))
     assert started == [] and len(frame) == 50

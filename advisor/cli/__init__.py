@@ -248,9 +248,7 @@ def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False, h
     with ``spawned_ranks``, ranks the script starts with torch.multiprocessing.spawn are
     profiled and saved, each its own session (advisor.collect.spawned)."""
     from advisor.importers import load
-    from advisor.importers.forked import use_cpus
-
-    use_cpus()  # a large plain trace is read in parts, by more than one process
+    from advisor.importers.forked import processes_allowed
     target = Path(args.target)
     script_args = args.script_args
     if _is_script(target):
@@ -277,7 +275,9 @@ def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False, h
     from advisor.cli.progress import progress_bar
 
     with progress_bar(f"Reading {target.name}", unit="bytes") as update:
-        return load(target, progress=update, ahead=getattr(args, "ahead", None), give_back=True), None, None
+        # A large plain trace is read in parts, by as many processes as the command may use.
+        return load(target, progress=update, ahead=getattr(args, "ahead", None), give_back=True,
+                    processes=processes_allowed()), None, None
 
 
 # What a command needs once its Session is read, by command: imported while the trace is
@@ -305,8 +305,8 @@ def _read_ahead(args: argparse.Namespace, *targets: str, imports: bool = True) -
     Called before those imports (``imports``: whether to make them now, else
     _imports_while_reading does). The reads, None where none was started; they are also
     kept in ``args.reads_ahead`` for ``main`` to stop any whose Session was not taken."""
-    from advisor.importers.forked import use_cpus
     from advisor.importers.ahead import start
+    from advisor.importers.forked import processes_allowed
 
     started = []
     for target in targets:
@@ -314,8 +314,7 @@ def _read_ahead(args: argparse.Namespace, *targets: str, imports: bool = True) -
         if _is_script(path) or not path.is_file():
             started.append(None)
             continue
-        use_cpus()
-        started.append(start(path))
+        started.append(start(path, processes=processes_allowed()))
     args.reads_ahead = [*getattr(args, "reads_ahead", []), *(s for s in started if s is not None)]
     if imports:
         _imports_while_reading(args)

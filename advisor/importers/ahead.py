@@ -15,7 +15,7 @@ Only where it pays and cannot change the result:
   parts, advisor.importers.parts), of at most ``MAX_BYTES`` of JSON: its events come
   back through a pipe, whose cost grows with them while the start-up it hides does not;
 - not a file the session cache holds (loading the cached Session is this process's work);
-- more than one process allowed (advisor.importers.forked.processes_allowed).
+- more than one process allowed by the command (advisor.importers.forked.processes_allowed).
 
 A forked read that fails for any reason (a damaged trace, memory, a signal) gives nothing
 back, and the file is read again here, where the failure is reported as it always is.
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from advisor.importers.forked import Forked, Progress, processes_allowed
+from advisor.importers.forked import Forked, Progress
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -79,9 +79,10 @@ class Ahead:
         self._read.close()
 
 
-def start(path: Path) -> Ahead | None:
-    """A forked read of the trace at ``path``, or None where one does not pay here."""
-    if processes_allowed() < 2 or not _small(path):
+def start(path: Path, *, processes: int) -> Ahead | None:
+    """A forked read of the trace at ``path``, or None where one does not pay here or
+    ``processes`` (the command's allowance, this process included) is one."""
+    if processes < 2 or not _small(path):
         return None
     from advisor.importers import cache
 

@@ -1,20 +1,19 @@
 """Work on one trace shared with a forked process, its result sent back.
 
 advisor reads a large plain trace in parts (advisor.importers.parts), each part after the
-first in a process of its own; reads a smaller trace in a process forked before the
-command's imports (advisor.importers.ahead); and computes the op-cost tables in one while
-it computes the others (advisor.tables.compute_tables). A forked process sees this one's
+first in a process of its own, and reads a smaller trace in a process forked before the
+command's imports (advisor.importers.ahead). A forked process sees this one's
 memory as it was, so the work it is handed (a closure over the reader, the session) is not
 pickled; only its result comes back, through a pipe (``Progress``: how far they have read,
 in shared memory, for a progress bar meanwhile). Built on ``multiprocessing`` with the
 ``fork`` start method.
 
-Only a process that asked for them (``use_cpus``: advisor's command line does) forks
-helpers: the process of a user's job (advisor.profiler's API) never does.
-``ADVISOR_PROCESSES`` sets how many processes advisor uses for one trace there (1: none
-forked); without it, the CPUs this process may run on, at most ``MAX_PROCESSES``. Where
-``fork`` is missing, or in a daemonic process (a worker of a pool), everything runs in
-this process.
+How many processes may be used is the command's to say (``processes_allowed``), passed
+down as a parameter: a library call forks nothing unless told to, so the process of a
+user's job (advisor.profiler's API) never does. ``ADVISOR_PROCESSES`` sets how many
+processes a command uses for one trace (1: none forked); without it, the CPUs the command
+may run on, at most ``MAX_PROCESSES``. Where ``fork`` is missing, or in a daemonic process
+(a worker of a pool), everything runs in this process.
 """
 
 from __future__ import annotations
@@ -29,29 +28,21 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MAX_PROCESSES", "Forked", "Progress", "processes_allowed", "use_cpus"]
+__all__ = ["MAX_PROCESSES", "Forked", "Progress", "processes_allowed"]
 
 MAX_PROCESSES = 8
 WAIT_TICK_S = 0.05
 JOIN_TIMEOUT_S = 10.0
 
 
-_use_cpus = False
-
-
-def use_cpus() -> None:
-    """Let this process fork helpers, as many as it has CPUs (advisor's own commands)."""
-    global _use_cpus
-    _use_cpus = True
-
-
 def processes_allowed() -> int:
-    """How many processes advisor may use for one trace, this one included."""
+    """How many processes advisor's own command may use for one trace, this one included:
+    ADVISOR_PROCESSES, else the CPUs free to it (up to MAX_PROCESSES); 1 without fork or in
+    a daemon process (a job's worker). Only the command asks, and passes the answer down
+    (``load(..., processes=)``): a user's job (advisor.Profiler) is never forked."""
     import multiprocessing
 
     if "fork" not in multiprocessing.get_all_start_methods() or multiprocessing.current_process().daemon:
-        return 1
-    if not _use_cpus:  # a user's job (advisor.Profiler) is never forked, whatever the environment says
         return 1
     wanted = os.environ.get("ADVISOR_PROCESSES", "").strip()
     if wanted:

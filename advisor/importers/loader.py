@@ -8,6 +8,7 @@ the same file.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,13 +36,14 @@ __all__ = ["load", "load_kineto", "read_kineto", "session_from"]
 
 
 def load(path: str | Path, *, progress: Callable[[int, int], None] | None = None,
-         ahead: Ahead | None = None, give_back: bool = False) -> Session:
+         ahead: Ahead | None = None, give_back: bool = False, processes: int = 1) -> Session:
     """A saved session folder or a PyTorch profiler / Kineto trace, as a Session.
     ``progress(done, total)`` hears of the bytes of a trace read so far. ``ahead``: the
     read of this trace already started in a forked process (advisor.importers.ahead).
     ``give_back``: the memory the read freed is given back to the system (a command's
-    own process, advisor.importers.pages: 550 MB of a 1 GB trace's peak), not held
-    through the tables."""
+    own process, advisor.importers.pages), not held through the tables. ``processes``: how
+    many processes a large plain trace may be read by, this one included (the command's
+    advisor.importers.forked.processes_allowed; 1: this one alone)."""
     target = Path(path)
     if not target.exists():
         raise TraceError(f"{target}: no such file or directory")
@@ -55,7 +57,7 @@ def load(path: str | Path, *, progress: Callable[[int, int], None] | None = None
             return Session.load(target)
         raise SessionError(f"{target} is a directory but not an advisor session (it has no session.json)")
     if not cache.enabled():
-        session = _read(target, progress, ahead)
+        session = _read(target, progress, ahead, processes)
         if give_back:
             give_back_freed()
         return session
@@ -67,14 +69,14 @@ def load(path: str | Path, *, progress: Callable[[int, int], None] | None = None
             size = target.stat().st_size
             progress(size, size)
         return found
-    session = _read(target, progress, ahead)
+    session = _read(target, progress, ahead, processes)
     if give_back:
         give_back_freed()
     cache.store(target, session)
     return session
 
 
-def _read(target: Path, progress: Callable[..., None] | None, ahead: Ahead | None) -> Session:
+def _read(target: Path, progress: Callable[..., None] | None, ahead: Ahead | None, processes: int) -> Session:
     """The trace's Session: from the forked read where one was started and came back, else
     read here."""
     if ahead is not None and ahead.path == target:
@@ -82,7 +84,7 @@ def _read(target: Path, progress: Callable[..., None] | None, ahead: Ahead | Non
                                 else lambda done, total, events=None: progress(done, total))
         if session is not None:
             return session
-    return load_kineto(target, progress=progress)
+    return load_kineto(target, progress=progress, processes=processes)
 
 
 def _int_or(value: Any, default: int | None) -> int | None:
@@ -156,9 +158,11 @@ def _without_partial_steps(raw, facts: dict[str, Any] | None):
     return raw[~raw["name"].astype(str).isin(names)].reset_index(drop=True)
 
 
-def load_kineto(path: Path, *, progress: Callable[[int, int], None] | None = None) -> Session:
-    """Read a Kineto Chrome trace (plain or gzipped JSON) into a Session."""
-    return session_from(*read_kineto(path, progress=progress))
+def load_kineto(path: Path, *, progress: Callable[[int, int], None] | None = None,
+                processes: int = 1) -> Session:
+    """Read a Kineto Chrome trace (plain or gzipped JSON) into a Session (in parts, by up
+    to ``processes`` processes, where it is large and plain)."""
+    return session_from(*read_kineto(path, progress=progress, processes=processes))
 
 
 def session_from(events: pd.DataFrame, fields: dict[str, Any]) -> Session:
@@ -168,7 +172,7 @@ def session_from(events: pd.DataFrame, fields: dict[str, Any]) -> Session:
     return Session(SessionMeta.model_validate(fields), events)
 
 
-def read_kineto(path: Path, *, progress: Callable[[int, int], None] | None = None
+def read_kineto(path: Path, *, progress: Callable[[int, int], None] | None = None, processes: int = 1
                 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """A Kineto Chrome trace's events, attributed, and its SessionMeta's fields as plain
     data (``session_from`` makes the Session of them). Apart from load_kineto so that a
@@ -176,7 +180,8 @@ def read_kineto(path: Path, *, progress: Callable[[int, int], None] | None = Non
     35 MB trace the diagnosis waited 0.07 s for those imports there."""
     stream = open_trace(path)
     try:
-        raw, metadata, process_names = read_events(stream, path, progress=progress, in_parts=read_in_parts)
+        in_parts = functools.partial(read_in_parts, processes=processes) if processes > 1 else None
+        raw, metadata, process_names = read_events(stream, path, progress=progress, in_parts=in_parts)
     finally:
         stream.close()
     collector_facts = _advisor_metadata(metadata)

@@ -16,9 +16,9 @@ and where a part after the first numbered a thread label or an id past int64 (nu
 given in order of first sight across the file). A file that reads cleanly, the usual
 case, is read in parts.
 
-Used where the file holds at least ``PART_MIN_BYTES`` a part and advisor may use more than
-one process (advisor.importers.forked: systems with ``fork``, the CPUs free to this process,
-``ADVISOR_PROCESSES``).
+Used where the file holds at least ``PART_MIN_BYTES`` a part and the command allows more
+than one process (advisor.importers.forked.processes_allowed: systems with ``fork``, the
+CPUs free to it, ``ADVISOR_PROCESSES``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from advisor.importers.forked import Forked, Progress, processes_allowed
+from advisor.importers.forked import Forked, Progress
 
 if TYPE_CHECKING:
     from advisor.importers.kineto import EventReader
@@ -43,13 +43,15 @@ FIRST_EXTRA = 0.1
 _CUT_WINDOW = 4 << 20
 
 
-def read_in_parts(reader: EventReader, buffer: bytes, start: int, array_form: bool) -> dict[str, Any]:
+def read_in_parts(reader: EventReader, buffer: bytes, start: int, array_form: bool, *,
+                  processes: int) -> dict[str, Any]:
     """Read the event array from buffer[start] on (the head already read), in parts where
-    that pays; returns the top-level keys after the array, as ``reader.read_array`` does.
+    that pays, with at most ``processes`` processes (this one included); returns the
+    top-level keys after the array, as ``reader.read_array`` does.
     Raises ReadAgain where the parts would not give exactly what one process reads."""
     from advisor.importers.kineto import ReadAgain
 
-    starts = _part_starts(reader, len(buffer))
+    starts = _part_starts(reader, len(buffer), processes)
     if not starts:
         return reader.read_array(buffer, start, array_form)
     slots = Progress(len(starts))  # each part's bytes read and events parsed
@@ -86,13 +88,13 @@ def _exact(result: dict[str, Any] | None) -> bool:
     return result is not None and not result["careful_used"] and not result["numbered"]
 
 
-def _part_starts(reader: EventReader, head_bytes: int) -> list[int]:
+def _part_starts(reader: EventReader, head_bytes: int, processes: int) -> list[int]:
     """Where the parts after the first start (the offset of an event's '{'), or [] where
     the file is read in one."""
     if reader.gzipped or not _reads_the_file(reader):
         return []
     size = reader.file_size
-    count = min(processes_allowed(), size // PART_MIN_BYTES)
+    count = min(processes, size // PART_MIN_BYTES)
     if count < 2:
         return []
     from advisor.importers.kineto import EVENT_CUT
