@@ -13,6 +13,7 @@ diagnosis says the same thing whichever way it was asked for.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -20,14 +21,14 @@ from typing import Any
 import pandas as pd
 
 from advisor.reports.build import build_report
-from advisor.reports.report import CombinedSaving, PeriodicSteps, Report, SetApartSpan, Window
+from advisor.reports.report import CombinedSaving, PeriodicSteps, Report, SetApartSpan, StepSummary, Window
 from advisor.rules.engine import Combined, EngineResult, run_rules
 from advisor.session import Session
 from advisor.step import StepModel, build_step_model
 from advisor.tables import TABLE_DOCS, compute_tables
 from advisor.units import format_ns
 
-__all__ = ["Diagnosis", "command_tables", "diagnose", "report_window"]
+__all__ = ["Diagnosis", "command_tables", "diagnose", "report_steps", "report_window"]
 
 
 @dataclass
@@ -61,7 +62,8 @@ def diagnose(session: Session, *, specs: list[Any] | None = None, disabled: Iter
     result = run_rules(steady, computed, specs, disabled=set(disabled), enabled=set(enabled), preview=preview,
                        model=model)
     report = build_report(steady, computed, result.findings, table_docs=TABLE_DOCS, skipped=result.skipped,
-                          window=report_window(model), combined=_combined(result.combined, model))
+                          window=report_window(model), combined=_combined(result.combined, model),
+                          steps=report_steps(model, computed))
     return Diagnosis(model, computed, result, report)
 
 
@@ -88,6 +90,22 @@ def report_window(model: StepModel) -> Window:
             steady_ns=periodic.steady_ns, share_of_run=periodic.share_of_run, phase=periodic.phase,
             source=periodic.source, timed=periodic.timed),
     )
+
+
+def report_steps(model: StepModel, tables: dict[str, pd.DataFrame]) -> StepSummary:
+    """The step model's steps and their times as the report states them: the steady steps'
+    mean (``recorded_step_ns``) and the unrecorded steps' (``unrecorded_step_ns``), the
+    facts of advisor.step.timing; what recording cost, from the Step Timing table."""
+    steps = model.window.steps
+    times = model.times
+    unrecorded = len(times.unrecorded)
+    timing = tables.get("step_timing")
+    overhead = timing.at["ProfileStep", "overhead_ratio"] \
+        if unrecorded and timing is not None and "ProfileStep" in timing.index else None
+    overhead = float(overhead) if overhead is not None and math.isfinite(float(overhead)) else None
+    return StepSummary(count=len(steps), numbers=[int(n) for n in steps["step"]] if len(steps) else [],
+                       mean_step_ns=times.recorded_step_ns if len(steps) else None, unrecorded_steps=unrecorded,
+                       unrecorded_mean_step_ns=times.unrecorded_step_ns, overhead_ratio=overhead)
 
 
 def _combined(combined: Combined | None, model: StepModel) -> CombinedSaving | None:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from advisor.diagnosis import report_steps
 from advisor.findings import Evidence, Finding, Saving, Severity
 from advisor.reports import build_report
 from advisor.rules import run_rules
 from advisor.session import CollectorInfo, DeviceInfo, Session, SessionMeta
 from advisor.session.attribute import attribute
+from advisor.step import build_step_model
 from advisor.tables import TABLE_DOCS, compute_tables
 
 MS = 1_000_000
@@ -99,4 +101,5 @@ def sample_parts(**kwargs):
 
 def sample_report(**kwargs):
     session, tables, findings = sample_parts(**kwargs)
-    return build_report(session, tables, findings, table_docs=TABLE_DOCS)
+    return build_report(session, tables, findings, table_docs=TABLE_DOCS,
+                        steps=report_steps(build_step_model(session), tables))

@@ -154,7 +154,9 @@ def test_resnet50_num_workers_0_then_4():
     after = _parts(load(shared_trace("resnet50_v100_num_workers_4.pt.trace.json.gz")))
     c = compare(before, after)
     step = _named(c.headline, "mean step time")
-    assert step.verdict == "better" and step.relative == pytest.approx(-0.20, abs=0.01)
+    # The steady steps' mean, the step model's (advisor.step.timing): 174.8 -> 131.3 ms, the
+    # second trace's first step (waiting on work launched before the trace) set apart.
+    assert step.verdict == "better" and step.relative == pytest.approx(131.3 / 174.8 - 1, abs=0.01)
     loader = _named(c.phases, "Dataloader (host)")
     assert loader.relative < -0.95
     status = {f.rule: f.status for f in c.findings}

@@ -111,6 +111,79 @@ def test_every_real_trace_holds_the_step_model_s_invariants(trace):
     check_invariants(load(trace))
 
 
+# -- the mean step: one fact ------------------------------------------------------------------------
+
+
+def _every_fourth_step_validates():
+    """16 recorded steps of 10 ms, every fourth 40 ms (a validation pass): periodic steps
+    found among the recorded ones, which the steady steps' mean leaves out."""
+    from test_tables import Trace
+
+    t, base = Trace(), 0.0
+    for number in range(1, 17):
+        took = 40.0 if number % 4 == 0 else 10.0
+        t.step(number, base, base + took)
+        t.phase("Dataloader", base, base + 3)
+        op = t.op("aten::mm", base + 3, base + took - 1)
+        t.gpu("gemm", "kernel", base + 4, base + took - 2, launch=t.call("cudaLaunchKernel", base + 3.1, base + 3.2,
+                                                                         parent=op))
+        base += took
+    return t.session()
+
+
+@pytest.mark.parametrize("profile", [*_profiles(), *(pytest.param(t, id=t.name) for t in SHARED),
+                                     pytest.param(_every_fourth_step_validates, id="periodic-recorded-steps")])
+def test_the_mean_step_is_one_fact_that_every_stage_reads(profile, monkeypatch):
+    """The mean step is worked out once, by the step model (advisor.step.timing), and every
+    stage states it as it is: every rule's context, the Step Timing and Python Hotspots
+    tables, the report, a rank's figures for its job, `advisor compare`. A derivation of its
+    own creeping back into any of them differs from it here: on the cases whose steps also
+    ran unrecorded, the job's step and the recorded steps' mean are 6 to 75 % apart; where
+    recorded steps validate every N, a mean over the session's steps (the engine's from the
+    Model Summary, the report's, a rank's) is 75 % above the steady steps'."""
+    from advisor.rules import engine
+    from advisor.tables.comparison import compare
+    from advisor.tables.job import rank_figures
+
+    contexts = []
+    registered = engine.checks
+
+    def spied():
+        return {rule: (lambda ctx, check=check: contexts.append(ctx) or check(ctx))
+                for rule, check in registered().items()}
+
+    monkeypatch.setattr(engine, "checks", spied)
+    d = diagnose(profile() if callable(profile) else load(profile))
+    model, times = d.model, d.model.times
+    # The facts, as advisor.step.timing defines them.
+    if times.unrecorded_step_ns is not None:
+        assert model.mean_step_ns == times.unrecorded_step_ns
+    elif not len(times.timed):
+        assert model.mean_step_ns == model.recorded_step_ns
+    # Every check's context: the step model's mean step, and the run's step beside it.
+    assert contexts
+    for ctx in contexts:
+        assert ctx.mean_step_ns == model.mean_step_ns, ctx.spec.id
+        assert ctx.run_step_ns == model.mean_step_ns + times.beside_ns, ctx.spec.id
+    # The tables state the facts; the report and a rank's figures copy them.
+    timing = d.tables.get("step_timing")
+    if timing is not None and "ProfileStep" in timing.index:
+        assert timing.at["ProfileStep", "best_avg_ns"] == model.mean_step_ns
+        unrecorded = timing.at["ProfileStep", "unrecorded_avg_ns"]
+        assert (np.isnan(unrecorded) and model.unrecorded_step_ns is None) or unrecorded == model.unrecorded_step_ns
+    hotspots = d.tables.get("python_hotspots")
+    if hotspots is not None and len(hotspots):
+        np.testing.assert_allclose(hotspots["share_of_step"], hotspots["per_step_ns"] / model.mean_step_ns)
+    steps = d.report.session.steps
+    assert steps.mean_step_ns == (model.recorded_step_ns if model.steps else None)
+    assert steps.unrecorded_mean_step_ns == model.unrecorded_step_ns
+    figures = rank_figures(d.session, d.tables, model.facts)
+    assert figures["mean_step_ns"] == model.mean_step_ns
+    assert figures["step_mean_ns"] == steps.mean_step_ns and figures["pace_ns"] == model.unrecorded_step_ns
+    parts = (d.session, d.tables, d.findings)
+    assert compare(parts, parts).before.mean_step_ns == steps.mean_step_ns
+
+
 # -- generated traces ---------------------------------------------------------------------------
 
 PID = 77

@@ -93,8 +93,10 @@ def diagnose_job(job: Job, choice: RuleChoice | None = None, *, sources_kept: bo
     tables = job_tables(rows)
     merged, cited = merge_findings(job)
     reports = [e.summary.report for e in job.ranks]
-    # The job's step: each rank's own pace where steps ran unrecorded, as a rank's rules use.
-    means = [e.summary.figures.get("pace_ns") or e.summary.figures.get("step_mean_ns") for e in job.ranks]
+    # The job's step: the mean over its ranks of each rank's mean step, the one its own rules
+    # use (its step model's mean_step_ns, advisor.step.timing: its own pace where steps ran
+    # unrecorded).
+    means = [e.summary.figures.get("mean_step_ns") for e in job.ranks]
     means = [m for m in means if m]
     mean_step = float(sum(means) / len(means)) if means else 0.0
     steps = min(r.session.steps.count for r in reports)

@@ -1,9 +1,11 @@
 """Reports: render a diagnosis (session summary, ranked findings, summary tables).
 
 Reports compute nothing: ``build_report`` copies what the earlier stages produced into a
-:class:`Report`, and each renderer reads only that Report.
+:class:`Report`, and each renderer reads only that Report. The step model's window and
+steps (the mean step among them) come in as they are stated (advisor.diagnosis builds them:
+``report_window``, ``report_steps``); a report works out no step time of its own.
 
-    report = build_report(session, tables, findings, table_docs=TABLE_DOCS)
+    report = build_report(session, tables, findings, table_docs=TABLE_DOCS, steps=steps)
     render(report, "terminal")                     # rich, to the console
     render(report, "json", Path("report.json"))     # valid against report.schema.json
     text = render_markdown(report)                  # for a pull-request comment

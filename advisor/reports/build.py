@@ -158,19 +158,10 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _session_summary(session: Session, tables: dict[str, pd.DataFrame], window: Window | None = None) -> SessionSummary:
+def _session_summary(session: Session, tables: dict[str, pd.DataFrame], window: Window | None = None,
+                     steps: StepSummary | None = None) -> SessionSummary:
     meta = session.meta
-    timing = tables.get("step_timing")
-    unrecorded = 0
-    unrecorded_mean = overhead = None
-    if timing is not None and "ProfileStep" in timing.index:
-        unrecorded = int(timing.at["ProfileStep", "unrecorded_steps"] or 0)
-        if unrecorded:
-            unrecorded_mean = _number(timing.at["ProfileStep", "unrecorded_avg_ns"])
-            overhead = _number(timing.at["ProfileStep", "overhead_ratio"])
     start, end = session.window()
-    steps = session.steps()
-    durations = steps["end_ns"] - steps["start_ns"]
     collector = meta.collector
     return SessionSummary(
         source=meta.source,
@@ -184,18 +175,28 @@ def _session_summary(session: Session, tables: dict[str, pd.DataFrame], window: 
         ),
         devices=[DeviceInfo.model_validate(to_python(d.model_dump())) for d in meta.devices],
         window=window if window is not None else Window(start_ns=start, end_ns=end, duration_ns=end - start),
-        steps=StepSummary(
-            count=len(steps),
-            numbers=[int(s) for s in steps["step"]],
-            mean_step_ns=float(durations.mean()) if len(steps) else None,
-            unrecorded_steps=unrecorded,
-            unrecorded_mean_step_ns=unrecorded_mean,
-            overhead_ratio=overhead,
-        ),
+        steps=steps if steps is not None else _steps_of(session, tables),
         command=list(meta.command) if meta.command is not None else None,
         exit_code=meta.exit_code,
         script_error=meta.script_error,
     )
+
+
+def _steps_of(session: Session, tables: Mapping[str, pd.DataFrame]) -> StepSummary:
+    """The steps where the step model's were not given: the session's steps and the Step
+    Timing table's figures, copied. The mean step is the step model's (advisor.step.timing),
+    never worked out here: a report built without it states none."""
+    timing = tables.get("step_timing")
+    unrecorded = 0
+    unrecorded_mean = overhead = None
+    if timing is not None and "ProfileStep" in timing.index:
+        unrecorded = int(timing.at["ProfileStep", "unrecorded_steps"] or 0)
+        if unrecorded:
+            unrecorded_mean = _number(timing.at["ProfileStep", "unrecorded_avg_ns"])
+            overhead = _number(timing.at["ProfileStep", "overhead_ratio"])
+    numbers = [int(s) for s in session.steps()["step"]]
+    return StepSummary(count=len(numbers), numbers=numbers, unrecorded_steps=unrecorded,
+                       unrecorded_mean_step_ns=unrecorded_mean, overhead_ratio=overhead)
 
 
 def _notes(summary: SessionSummary) -> list[str]:
@@ -224,6 +225,7 @@ def build_report(
     skipped: Mapping[str, str] | None = None,
     window: Window | None = None,
     combined: CombinedSaving | None = None,
+    steps: StepSummary | None = None,
 ) -> Report:
     """Assemble the report from what the earlier stages produced; compute nothing new.
 
@@ -233,10 +235,12 @@ def build_report(
     columns}) describes the tables; a frame's own ``attrs`` may carry the same.
     ``skipped`` (rule id -> why, the engine's) puts the rules this profile could not
     judge in the notes, so "No findings" never reads as "nothing to fix" for them.
-    ``window`` (the step model's window, as the report states it) and ``combined`` (every
-    fix at once, replayed) are copied as given.
+    ``window`` (the step model's window, as the report states it), ``steps`` (its steps and
+    their times: the mean step, advisor.diagnosis.report_steps) and ``combined`` (every fix
+    at once, replayed) are copied as given; without ``steps`` the report states the
+    session's steps and no mean step.
     """
-    summary = _session_summary(session, tables, window)
+    summary = _session_summary(session, tables, window, steps)
     return _assembled(summary, tables, findings, table_docs=table_docs, skipped=skipped, combined=combined)
 
 

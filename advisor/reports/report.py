@@ -49,6 +49,10 @@ METRIC_DEFINITIONS: dict[str, str] = {
     "dataloader_share": "Time in the data loader's __next__ over step time.",
     "ideal_time": "max(flops / peak FLOP/s for the dtype and unit used, bytes / peak bandwidth).",
     "efficiency": "Ideal time over measured time.",
+    "mean_step": "The job's step: the mean of the steps that ran after the recorded ones without the profiler where "
+    "there are any (the job's own pace), else of the recorded steps; steps that run extra work every N steps left out, "
+    "that work spread over the steps where a saving is a share of the step. The session line's mean step is the "
+    "recorded steady steps' mean, beside the unrecorded steps' where some ran.",
     "saving": "A finding's estimated time saved per step if fixed, and that time as a share of the mean "
     "step time; findings are ranked by it. Where the step model's graph holds the fix, it is the replayed step's "
     "reduction with the fix applied, never more than the time the fix changes.",

@@ -88,25 +88,11 @@ class EngineResult:
     combined: Combined | None = None
 
 
-def session_facts(session: Session, tables: dict[str, pd.DataFrame]) -> dict[str, Any]:
-    """Step count, mean step time and window length, from the tables where they exist (the
-    mean step from the steps that ran unrecorded where there are any)."""
-    start, end = session.window()
-    window_ns = max(end - start, 0)
-    model = tables.get("model")
-    step_count = 0
-    mean_step_ns = float(window_ns)
-    if model is not None and "ProfileStep" in model.index:
-        row = model.loc["ProfileStep"]
-        step_count = int(row.get("calls", 0) or 0)
-        if step_count and pd.notna(row.get("cpu_avg_ns")):
-            mean_step_ns = float(row["cpu_avg_ns"])
-    # The job's own step time where steps ran unrecorded: savings are shares of that, not of
-    # a step the profiler slowed down.
-    timing = tables.get("step_timing")
-    if timing is not None and "ProfileStep" in timing.index and pd.notna(timing.at["ProfileStep", "best_avg_ns"]):
-        mean_step_ns = float(timing.at["ProfileStep", "best_avg_ns"])
-    return {"step_count": step_count, "mean_step_ns": mean_step_ns, "window_ns": window_ns}
+def session_facts(model: StepModel) -> dict[str, Any]:
+    """Step count, mean step time and window length: the step model's (the mean step is
+    ``StepModel.mean_step_ns``, advisor.step.timing; the job's own step where steps ran
+    unrecorded)."""
+    return {"step_count": model.steps, "mean_step_ns": model.mean_step_ns, "window_ns": model.window.duration_ns}
 
 
 # A cause's saving must be at least this share of its symptom's for the symptom to be
@@ -237,7 +223,7 @@ def run_rules(session: Session, tables: dict[str, pd.DataFrame], specs: list[Rul
     disabled = disabled or set()
     enabled = enabled or set()
     registry = checks()
-    facts = session_facts(session, tables)
+    facts = session_facts(model)
     facts["steady"] = model.steady
     gpu_measured = session.meta.collector.gpu_measured
     findings: list[Finding] = []

@@ -39,6 +39,9 @@ class RuleContext:
     tables: dict[str, pd.DataFrame]
     spec: RuleSpec
     step_count: int
+    # The mean step, ns: the step model's ``mean_step_ns`` (advisor.step.timing), the job's own
+    # step where steps ran without the profiler; savings are shares of it. A check that
+    # divides what the window measured per step reads ``model.recorded_step_ns`` instead.
     mean_step_ns: float
     window_ns: int
     gpu_measured: bool
@@ -50,12 +53,10 @@ class RuleContext:
 
     @property
     def run_step_ns(self) -> float:
-        """The step as the run averages it: the steady step and, where steps run extra work
-        every N steps, that work spread over the steps (what a user's own timer reads). A
-        saving's share of the step is of this."""
-        periodic = self.model.window.periodic if self.model is not None else None
-        beside = periodic.extra_ns / periodic.every if periodic is not None and periodic.source == "timed steps" \
-            else 0.0
+        """The step as the run averages it: the mean step and, where steps run extra work
+        every N steps, that work spread over the steps (``StepTimes.beside_ns``; what a
+        user's own timer reads). A saving's share of the step is of this."""
+        beside = self.model.times.beside_ns if self.model is not None else 0.0
         return (self.mean_step_ns or 0.0) + beside
 
     def table(self, name: str) -> pd.DataFrame:

@@ -10,6 +10,8 @@ on which fixes are replayed:
     window      the steady window: steps, their source, what is set apart and why
     steady      the steady Session: inferred steps made steps, set-apart steps not steps
     facts       what several tables and the step model need from one session, worked out once
+    timing      how long a step takes: the mean step (the job's, the recorded steps', the
+                unrecorded steps'), worked out here and read everywhere else
     waits       the host's waits on the device (blocking calls), with the user's line
     idle        the window's time by cause, each nanosecond once; host time by frame
     graph       the dependency graph of the steady steps: host order, launches, streams,
@@ -19,6 +21,7 @@ on which fixes are replayed:
 """
 
 from advisor.step.model import StepModel, build_step_model
+from advisor.step.timing import StepTimes
 from advisor.step.window import Periodic, SetApart, SteadyWindow
 
-__all__ = ["Periodic", "SetApart", "SteadyWindow", "StepModel", "build_step_model"]
+__all__ = ["Periodic", "SetApart", "SteadyWindow", "StepModel", "StepTimes", "build_step_model"]

@@ -4,6 +4,9 @@
 steady Session the later stages judge (advisor.step.steady), and offers, worked out on
 first use:
 
+    times       how long a step takes: the mean step, the one place it is worked out
+                (advisor.step.timing; ``mean_step_ns``, ``recorded_step_ns``,
+                ``unrecorded_step_ns``)
     partition   the window's time by cause, each idle nanosecond once (advisor.step.idle)
     graph       the dependency graph of the steady steps and its replay (advisor.step.graph)
 
@@ -26,6 +29,7 @@ from advisor.session.attribute import name_matches
 from advisor.step.facts import Facts
 from advisor.step.idle import Partition, partition
 from advisor.step.steady import steady_session
+from advisor.step.timing import StepTimes, step_times
 from advisor.step.window import SteadyWindow, find_window
 
 if TYPE_CHECKING:
@@ -66,18 +70,28 @@ class StepModel:
 
         return StepGraph.build(self.facts, self.partition)
 
+    @cached_property
+    def times(self) -> StepTimes:
+        """How long a step takes: the one derivation of the mean step (advisor.step.timing)."""
+        return step_times(self.session, self.window)
+
     @property
     def mean_step_ns(self) -> float:
-        """The steady steps' mean, ns (the window where it has none)."""
-        steps = self.window.steps
-        if not len(steps):
-            return float(self.window.duration_ns)
-        took = (steps["end_ns"] - steps["start_ns"]).to_numpy(dtype=np.float64)
-        periodic = self.window.periodic
-        if periodic is not None and periodic.source == "recorded steps":
-            keep = ~steps["step"].isin(periodic.steps).to_numpy()
-            took = took[keep] if keep.any() else took
-        return float(took.mean())
+        """The job's step, ns: the steps run without the profiler where some were, else the
+        recorded ones (advisor.step.timing). Savings are shares of it."""
+        return self.times.mean_step_ns
+
+    @property
+    def recorded_step_ns(self) -> float:
+        """The steady steps the profile holds, as it timed them, ns (the window where it has
+        none): the step the window's own per-step figures are of (advisor.step.timing)."""
+        return self.times.recorded_step_ns
+
+    @property
+    def unrecorded_step_ns(self) -> float | None:
+        """The steps run after the window without the profiler, ns: the job's own pace; None
+        where none ran (advisor.step.timing)."""
+        return self.times.unrecorded_step_ns
 
     # -- what the rules ask of the profile, in the window -------------------------------------------
 

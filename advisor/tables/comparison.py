@@ -5,9 +5,10 @@ advisor produces them, and returns a :class:`Comparison`: the headline figures (
 throughput, GPU utilisation, data-loader share, GPU idle per step), each phase of the Model
 Summary, the rows of the operator, kernel, memory, host-sync and GPU-idle tables that moved
 most, and which findings appeared, went away or changed their saving. It reads only the
-summary tables and the findings, and it is the one place the two are set against each
-other; the renderers in :mod:`advisor.reports.compare_report` only word the result. It is an
-analysis stage beside the tables: a pure function of what the two profiles' stages made.
+summary tables, the findings and the step model's step times (the mean step,
+advisor.step.timing), and it is the one place the two are set against each other; the
+renderers in :mod:`advisor.reports.compare_report` only word the result. It is an analysis
+stage beside the tables: a pure function of what the two profiles' stages made.
 
 Two profiles rarely hold the same number of steps, so table totals are compared per step
 (a total over the steps divided by their count); where either has no steps, per window.
@@ -24,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.findings import Finding
 from advisor.session import Session
+from advisor.step import build_step_model
 from advisor.units import format_ns
 
 __all__ = ["Change", "Comparison", "FindingChange", "Multiplied", "RowChange", "Side", "compare"]
@@ -177,14 +179,16 @@ def _delta(before: float | None, after: float | None, better: str) -> dict[str, 
 def _side(session: Session, findings: list[Finding]) -> Side:
     lo, hi = session.window()
     steps = session.steps()
-    durations = steps["end_ns"] - steps["start_ns"]
     devices = [d.name or f"{d.kind} {d.id}" for d in session.meta.devices if d.kind == "gpu"]
+    model = build_step_model(session)  # the session's own where it is a steady session, as advisor's are
     return Side(
         source=session.meta.source,
         source_format=session.meta.source_format,
         devices=devices,
         steps=len(steps),
-        mean_step_ns=float(durations.mean()) if len(steps) else None,
+        # The steady steps' mean, the step model's (advisor.step.timing); the unrecorded
+        # steps' is the Step Timing table's ProfileStep row, which states the model's.
+        mean_step_ns=model.recorded_step_ns if model.steps else None,
         window_ns=hi - lo,
         gpu_measured=session.meta.collector.gpu_measured,
         findings=len(_flatten(findings)),

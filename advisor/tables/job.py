@@ -28,6 +28,7 @@ import pandas as pd
 from advisor.session import Session
 from advisor.session import intervals as iv
 from advisor.session.attribute import name_matches
+from advisor.step import build_step_model
 from advisor.step.facts import COMM_HOST, Facts
 from advisor.tables._registry import TableDoc
 
@@ -141,14 +142,19 @@ def _kernel_collective(name: str) -> str:
 
 def rank_figures(session: Session, tables: dict[str, pd.DataFrame],
                  facts: Facts | None = None) -> dict[str, float | str | None]:
-    """The per-step figures of one rank for the job's `ranks` table, read from its tables."""
+    """The per-step figures of one rank for the job's `ranks` table, read from its tables
+    and its step model (the step times are its facts, advisor.step.timing; ``mean_step_ns``,
+    the rank's mean step, is what the job's rules take the job's step from)."""
+    model = facts.model if facts is not None and facts.model is not None else build_step_model(session)
+    facts = model.facts
     steps = session.steps()
     durations = (steps["end_ns"] - steps["start_ns"]).to_numpy(dtype="float64")
     count = len(steps)
     out: dict[str, float | None] = {
         "steps": float(count),
-        "step_mean_ns": float(durations.mean()) if count else None,
+        "step_mean_ns": model.recorded_step_ns if count else None,
         "step_max_ns": float(durations.max()) if count else None,
+        "mean_step_ns": model.mean_step_ns,
     }
 
     def cell(table: str, row: str, column: str) -> float | None:
@@ -163,7 +169,7 @@ def rank_figures(session: Session, tables: dict[str, pd.DataFrame],
     for phase in ("Dataloader", "Forward", "Backward", "Optimization", "Others"):
         total = cell("model", phase, "cpu_total_ns")
         out[f"{phase.lower()}_ns"] = total / per if total is not None else None
-    host_other, host_other_top = _host_outside_phases(facts or Facts(session))
+    host_other, host_other_top = _host_outside_phases(facts)
     host_other = host_other / per if count else None
     # Python that runs no operator (torch.save, logging, metrics in Python) shows only in
     # the stack samples: the main thread's sampled time outside the phases, not waiting.
@@ -174,8 +180,7 @@ def rank_figures(session: Session, tables: dict[str, pd.DataFrame],
     out["host_other_top"] = host_other_top
     forward_calls = cell("model", "Forward", "calls")
     out["forward_calls"] = forward_calls / per if forward_calls is not None and count else None
-    pace = cell("step_timing", "ProfileStep", "unrecorded_avg_ns")
-    out["pace_ns"] = pace
+    out["pace_ns"] = model.unrecorded_step_ns
     loader = cell("model", "Dataloader", "cpu_total_ns")
     out["dataloader_share"] = loader / step_total if loader is not None and step_total else None
     device = tables.get("device")

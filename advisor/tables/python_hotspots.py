@@ -25,7 +25,7 @@ import pandas as pd
 from advisor.session import text
 from advisor.step.facts import MODEL_PHASES, Facts, coded
 from advisor.tables._registry import table, with_notes
-from advisor.tables.step_timing import job_steps, timed_frame
+from advisor.tables.step_timing import job_steps, timed_frame, times_of
 
 MAX_ROWS = 200
 STACK_FRAMES = 6  # user frames kept in the ``stack`` column, innermost last
@@ -99,12 +99,6 @@ def samples_in_steps(f: Facts) -> tuple[pd.DataFrame, int]:
         return kept, len(timed)
 
     return f.memo("samples_in_steps", compute)
-
-
-def mean_step_ns(f: Facts) -> float:
-    """The job's mean step time: the unrecorded steps' where some ran, else the recorded."""
-    steps = job_steps(f)
-    return float(steps["duration_ns"].mean()) if len(steps) else float("nan")
 
 
 def phase_ns(f: Facts) -> dict[str, float]:
@@ -186,7 +180,7 @@ def python_hotspots_table(f: Facts) -> pd.DataFrame | None:
                       **{f"{p.lower()}_ns": (f"{p.lower()}_ns", "sum") for p in MODEL_PHASES},
                       other_ns=("other_ns", "sum"))
     out["per_step_ns"] = out["time"]
-    step = mean_step_ns(f)
+    step = times_of(f).mean_step_ns  # the mean step (advisor.step.timing)
     out["share_of_step"] = out["per_step_ns"] / step if step > 0 else np.nan
     out["own_code_share"] = np.where(out["time"] > 0, out["own"] / out["time"], np.nan)
     out["waiting_share"] = np.where(out["time"] > 0, out["waiting"] / out["time"], np.nan)

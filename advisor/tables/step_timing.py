@@ -7,7 +7,8 @@ times are the job's own, and the recorded steps' excess over them is what profil
 cost. The hooks' own time in each step (the collector's code the job would not run) is
 taken off it. Rules take step times and phase shares from the unrecorded steps where there
 are any: a saving is then a share of the job's real step, not of a slowed-down one. Steps
-that run extra work every N steps are left out of those figures (see unrecorded_steps).
+that run extra work every N steps are left out of those figures. The timed steps, and the
+mean step the ProfileStep row states, are the step model's (advisor.step.timing).
 """
 
 from __future__ import annotations
@@ -15,60 +16,30 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from advisor.step import StepTimes, build_step_model
 from advisor.step.facts import MODEL_PHASES, Facts
 from advisor.tables._registry import table, with_notes
 
 ROWS = ("ProfileStep", *MODEL_PHASES, "Others")
 
 
+def times_of(f: Facts) -> StepTimes:
+    """The step model's step times (advisor.step.timing): the timed steps' frames and the
+    mean step, worked out there once."""
+    model = f.model if f.model is not None else build_step_model(f.session)
+    return model.times
+
+
 def timed_frame(f: Facts) -> pd.DataFrame:
-    """One row per complete timed step: step, recorded, duration_ns and ns per phase
-    (Others the rest). Warm-up steps (those before the first recorded step) are left out:
-    their time is start-up, not the job's pace."""
-
-    def compute() -> pd.DataFrame:
-        rows = [t for t in f.meta.timed_steps if not t.partial]
-        if not rows:
-            return pd.DataFrame(columns=["step", "recorded", "duration_ns", *MODEL_PHASES, "Others"])
-        recorded = [t.step for t in rows if t.recorded]
-        first = min(recorded) if recorded else min(t.step for t in rows)
-        kept = [t for t in rows if t.step >= first]
-        # The collector's own time in a step (its hooks' code) is not the job's: taken off
-        # the step (and so off its Others, the time between its phases).
-        frame = pd.DataFrame({
-            "step": [t.step for t in kept],
-            "recorded": [t.recorded for t in kept],
-            "duration_ns": np.asarray([max(t.duration_ns - t.own_ns, 0) for t in kept], dtype=np.int64),
-            **{phase: np.asarray([t.phases.get(phase, 0) for t in kept], dtype=np.int64) for phase in MODEL_PHASES},
-        })
-        frame["Others"] = np.maximum(frame["duration_ns"] - frame[list(MODEL_PHASES)].sum(axis=1), 0)
-        return frame
-
-    return f.memo("timed_steps", compute)
-
-
-def unrecorded_steps(f: Facts) -> pd.DataFrame:
-    """The steps that ran after the window without the profiler: the job's own pace. The
-    first one after the window pays for stopping the profiler (its buffers are released
-    as the step runs) and is left out where others remain; so are the steps that run extra
-    work every N steps (a validation pass, a checkpoint: the step model's periodic steps),
-    judged apart by periodic-step-work rather than spread into every step's figures."""
-    frame = timed_frame(f)
-    periodic = f.model.window.periodic if f.model is not None else None
-    if periodic is not None and periodic.source == "timed steps":
-        frame = frame[~frame["step"].isin(periodic.steps)]
-    recorded = frame[frame["recorded"]]
-    unrecorded = frame[~frame["recorded"]]
-    if len(recorded) and len(unrecorded) > 2:
-        unrecorded = unrecorded[unrecorded["step"] != recorded["step"].max() + 1]
-    return unrecorded
+    """One row per complete timed step from the first recorded one (warm-up left out):
+    step, recorded, duration_ns and ns per phase (Others the rest); the step model's."""
+    return times_of(f).timed
 
 
 def job_steps(f: Facts) -> pd.DataFrame:
-    """The steps whose times stand for the job: the unrecorded ones where some ran, else
-    the recorded ones."""
-    unrecorded = unrecorded_steps(f)
-    return unrecorded if len(unrecorded) else timed_frame(f)
+    """The steps whose times stand for the job, those the mean step is the mean of: the
+    unrecorded ones where some ran, else the recorded ones (periodic steps left out)."""
+    return times_of(f).job_steps
 
 
 @table(
@@ -100,21 +71,27 @@ def job_steps(f: Facts) -> pd.DataFrame:
     },
 )
 def step_timing_table(f: Facts) -> pd.DataFrame | None:
-    frame = timed_frame(f)
-    if not len(frame):
+    times = times_of(f)
+    if not len(times.timed):
         return None
-    recorded = frame[frame["recorded"]]
-    unrecorded = unrecorded_steps(f)
+    # The step model's frames (periodic steps left out of both) and its step times: the
+    # ProfileStep row states the facts as advisor.step.timing worked them out.
+    recorded, unrecorded = times.recorded, times.unrecorded
     columns = {"ProfileStep": "duration_ns", **{phase: phase for phase in (*MODEL_PHASES, "Others")}}
     rows = {}
-    step_unrecorded = float(unrecorded["duration_ns"].mean()) if len(unrecorded) else np.nan
+    step_unrecorded = times.unrecorded_step_ns if times.unrecorded_step_ns is not None else np.nan
     step_recorded = float(recorded["duration_ns"].mean()) if len(recorded) else np.nan
     for row in ROWS:
         column = columns[row]
-        rec = float(recorded[column].mean()) if len(recorded) else np.nan
-        unrec = float(unrecorded[column].mean()) if len(unrecorded) else np.nan
+        if row == "ProfileStep":
+            rec, unrec = step_recorded, step_unrecorded
+        else:
+            rec = float(recorded[column].mean()) if len(recorded) else np.nan
+            unrec = float(unrecorded[column].mean()) if len(unrecorded) else np.nan
         best, base, source = (unrec, step_unrecorded, "unrecorded steps") if len(unrecorded) else \
             (rec, step_recorded, "recorded steps")
+        if row == "ProfileStep" and (len(recorded) or len(unrecorded)):
+            best = times.mean_step_ns  # the mean step itself (the same figure: read, not derived again)
         rows[row] = {
             "recorded_steps": len(recorded),
             "recorded_avg_ns": rec,
@@ -129,7 +106,7 @@ def step_timing_table(f: Facts) -> pd.DataFrame | None:
         }
     periodic = f.model.window.periodic if f.model is not None else None
     if periodic is not None and periodic.source == "timed steps":
-        rows["PeriodicStep"] = _periodic_row(timed_frame(f), periodic.steps, step_unrecorded, step_recorded)
+        rows["PeriodicStep"] = _periodic_row(times.timed, periodic.steps, step_unrecorded, step_recorded)
     out = pd.DataFrame.from_dict(rows, orient="index")
     if not len(unrecorded):
         with_notes(out, "No step ran after the recorded ones, so the job's unprofiled pace was not measured: "

@@ -56,7 +56,7 @@ def check(ctx: RuleContext) -> list[Finding]:
 class Outside:
     rows: pd.DataFrame  # gpu_idle_host rows with time outside the model, per step
     total: float  # per step, ns
-    step: float
+    step: float  # the recorded steps' mean (StepModel.recorded_step_ns): the steps the idle is per step of
     by_caller: dict[str, float] = field(default_factory=dict)  # outermost user function -> ns per step
 
 
@@ -74,7 +74,7 @@ def _measure_outside(ctx: RuleContext) -> Outside | None:
         if outer and key != NOTHING:
             label = f"{outer} ({str(row['outer_line']).rpartition('/')[2]})"
             by_caller[label] = by_caller.get(label, 0.0) + float(row["ns"])
-    return Outside(rows, total, ctx.model.mean_step_ns or ctx.mean_step_ns, by_caller)
+    return Outside(rows, total, ctx.model.recorded_step_ns, by_caller)
 
 
 def _outside_model(ctx: RuleContext) -> Finding | None:
@@ -159,7 +159,7 @@ def _slow_host(ctx: RuleContext) -> Finding | None:
     kernels = float(value(balance, row, "kernels", 0.0) or 0.0)
     in_model = float(value(idle, "host in model", "idle_ns", 0.0) or 0.0) / steps
     in_calls = float(value(idle, "launch calls", "idle_ns", 0.0) or 0.0) / steps
-    step = ctx.model.mean_step_ns or ctx.mean_step_ns
+    step = ctx.model.recorded_step_ns  # the steps the idle above is per step of
     if not kernels or not step:
         return None
     graph = ctx.model.graph

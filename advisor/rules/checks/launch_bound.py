@@ -41,7 +41,7 @@ from advisor.tables.gpu_idle_host import REST
 class Measure:
     in_calls: float  # GPU idle per step, host in launch calls, ns
     in_model: float  # GPU idle per step, host inside the model, ns
-    step: float
+    step: float  # the recorded steps' mean (StepModel.recorded_step_ns): the steps the idle is per step of
     kernels: float
     short: float
     launches: float
@@ -74,7 +74,7 @@ def measure(ctx: RuleContext) -> Measure | None:
     host_model = float(graph.duration[graph.host_nodes("model", "launch")].sum()) / steps
     origin = ctx.table("gpu_origin")
     window_idle = float(idle[idle["in_window"].astype(bool)]["idle_ns"].sum()) / steps if "in_window" in idle else 0.0
-    return Measure(in_calls, in_model, ctx.model.mean_step_ns or ctx.mean_step_ns, kernels,
+    return Measure(in_calls, in_model, ctx.model.recorded_step_ns, kernels,
                    float(value(balance, row, "short_kernels", 0.0) or 0.0),
                    float(value(balance, row, "launches", 0.0) or 0.0),
                    host_model / kernels if kernels else math.inf,

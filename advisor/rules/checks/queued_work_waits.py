@@ -28,7 +28,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     part = ctx.model.partition
     steps = max(part.steps, 1)
     queued = float(value(idle, "work queued", "idle_ns", 0.0) or 0.0) / steps
-    step = ctx.model.mean_step_ns or ctx.mean_step_ns
+    step = ctx.model.recorded_step_ns  # the steps the idle above is per step of
     if not step or queued / step < ctx.threshold("min_share") or queued < ctx.threshold("min_saving_ms") * 1e6:
         return []
     graph = ctx.model.graph

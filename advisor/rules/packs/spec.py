@@ -57,7 +57,8 @@ Number = Annotated[float, Field(strict=True)]
 FACTS: dict[str, str] = {
     "step_count": "steps found in the profile (0 where there are none)",
     "steps": "step_count, or 1 where there are no steps (the whole window then counts as one step)",
-    "mean_step_ns": "mean step time in ns (the window's length where there are no steps)",
+    "mean_step_ns": "mean step time in ns: the step model's (advisor.step.timing), the job's own where steps ran "
+                    "without the profiler; the window's length where there are no steps",
     "window_ns": "length of the profiled window in ns",
     "gpu_measured": "true where the GPU was measured",
 }
