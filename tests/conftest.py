@@ -1,9 +1,9 @@
-"""Shared test fixtures: where the real traces are, and small hand-made traces."""
+"""Shared test fixtures: where the real traces are, the slow marker, the cache the tests use.
+
+The builders of sessions and traces are in tests/builders.py."""
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import shutil
 import signal
@@ -11,8 +11,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from builders import REPO, write_trace
 
-REPO = Path(__file__).resolve().parents[1]
 SHARED_TRACES = REPO.parent / "shared" / "traces"
 
 # The tests' session cache (advisor.importers.cache) is their own, not the user's
@@ -61,18 +61,6 @@ def shared_trace(name: str) -> Path:
     return path
 
 
-def synth_trace(path: Path, events: int) -> Path:
-    """A synthetic training-loop trace of about ``events`` events (benchmarks/synth.py):
-    steps, a loader, ops that launch kernels, flow events."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("synth", REPO / "benchmarks" / "synth.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.generate(path, events)
-    return path
-
-
 @pytest.fixture(autouse=True)
 def _cache_on(monkeypatch):
     """Each test starts with the cache on: a command run in-process (advisor.cli.main) with
@@ -89,15 +77,6 @@ def processes(monkeypatch):
         monkeypatch.setenv("ADVISOR_PROCESSES", str(count))
 
     return allow
-
-
-def write_trace(path: Path, events: list[dict], **top) -> Path:
-    document = {"schemaVersion": 1, **top, "traceEvents": events}
-    data = json.dumps(document).encode()
-    if path.suffix == ".gz":
-        data = gzip.compress(data)
-    path.write_bytes(data)
-    return path
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import synth_trace
+from builders import synth_trace
 
 from advisor.errors import TraceError
 from advisor.importers import ahead, cache, loader

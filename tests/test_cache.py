@@ -8,7 +8,8 @@ import os
 import subprocess
 import sys
 
-from conftest import REPO, write_trace
+from builders import write_trace
+from conftest import REPO
 
 from advisor.importers import cache, load, loader
 from advisor.step import build_step_model

@@ -13,7 +13,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, synth_trace, write_trace
+from builders import synth_trace, write_trace
+from conftest import REPO
 
 from advisor.importers import cache, load
 

@@ -190,7 +190,7 @@ def test_the_job_s_own_pace_leads_where_both_runs_have_unrecorded_steps():
 def _copies_session(copies_per_step: int):
     """Two 20 ms steps, each a matmul of 8 ms on the GPU and ``copies_per_step`` device-to-
     device copies of 0.1 ms each, launched by aten::copy_."""
-    from test_tables import Trace
+    from builders import Trace
 
     t = Trace()
     for number, base in ((1, 0.0), (2, 20.0)):

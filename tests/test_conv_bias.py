@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from conftest import shared_trace
-from test_tables import Trace
+from builders import Trace
 
 from advisor.importers import load
 from advisor.rules import RuleContext, builtin_specs, run_rules

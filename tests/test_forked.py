@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import synth_trace
+from builders import synth_trace
 
 from advisor.importers.forked import Forked, processes_allowed
 

@@ -4,7 +4,7 @@ the operator right before their copy to the GPU, on hand-made sessions with know
 from __future__ import annotations
 
 import pytest
-from test_tables import Trace
+from builders import Trace
 
 from advisor.rules import run_rules
 from advisor.tables import compute_tables

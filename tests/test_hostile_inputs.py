@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, write_trace
+from builders import write_trace
+from conftest import REPO
 
 
 def _steps(n: int = 4, name: str = "aten::mm") -> list[dict]:

@@ -92,7 +92,7 @@ def test_sub_microsecond_times_are_exact_not_rounded(make_trace):
 
 
 def test_old_schema_categories_and_gzip(tmp_path):
-    from conftest import write_trace
+    from builders import write_trace
 
     events = [
         {"ph": "X", "cat": "Operator", "name": "ProfilerStep#5", "pid": 9, "tid": "9", "ts": 1000, "dur": 100},

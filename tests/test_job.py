@@ -11,7 +11,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from conftest import REPO, shared_trace, write_trace
+from builders import write_trace
+from conftest import REPO, shared_trace
 
 from advisor.errors import UsageError
 from advisor.job import job_sources, order_ranks, rank_from_name, summarise_job, summarise_rank

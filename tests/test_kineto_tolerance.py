@@ -587,7 +587,7 @@ def _steps_trace(steps: int = 3) -> list[dict]:
      lambda s: (s.meta.distributed.rank, s.meta.distributed.world_size) == (0, 1)),
 ], ids=["device id as text", "device id not a number", "device id null", "device list not a list", "rank as text", "rank negative"])
 def test_a_damaged_metadata_field_loses_that_field_not_the_trace(tmp_path, top, check):
-    from conftest import write_trace
+    from builders import write_trace
 
     session = load(write_trace(tmp_path / "t.json", _steps_trace(), **top))
     assert check(session)
@@ -595,7 +595,7 @@ def test_a_damaged_metadata_field_loses_that_field_not_the_trace(tmp_path, top, 
 
 
 def test_a_step_recorded_twice_gives_every_table(tmp_path):
-    from conftest import write_trace
+    from builders import write_trace
 
     from advisor.rules import run_rules
     from advisor.tables import compute_tables

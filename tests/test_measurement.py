@@ -322,7 +322,7 @@ def loader_session(*, share: float, steps: int = 15, gpu_busy_ms: float | None =
     the rest. With ``gpu_busy_ms``, where loading ends the host launches a kernel that runs
     that long, queued behind the one before (a GPU-bound step when it is longer than the
     host's)."""
-    from test_tables import Trace
+    from builders import Trace
 
     t = Trace()
     for i in range(steps):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import shared_trace
-from test_tables import Trace
+from builders import Trace
 
 from advisor.importers import load
 from advisor.rules import run_rules

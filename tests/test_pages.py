@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from conftest import synth_trace
+from builders import synth_trace
 
 from advisor.importers import loader, pages
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import synth_trace
+from builders import synth_trace
 
 from advisor.importers import kineto, parts
 from advisor.importers.kineto import open_trace, read_events

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import synth_trace
+from builders import synth_trace
 
 from advisor.importers.loader import load_kineto
 from advisor.session import attribute as attribution

@@ -11,7 +11,8 @@ import sys
 import textwrap
 
 import pytest
-from conftest import REPO, synth_trace
+from builders import synth_trace
+from conftest import REPO
 
 from advisor.cli import FAIL_ON_EXIT, main
 from advisor.cli.report_cache import PLUGIN_GROUP

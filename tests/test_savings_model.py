@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_tables import Trace
+from builders import Trace
 
 from advisor.importers import load
 from advisor.rules import run_rules

@@ -117,7 +117,7 @@ def test_every_real_trace_holds_the_step_model_s_invariants(trace):
 def _every_fourth_step_validates():
     """16 recorded steps of 10 ms, every fourth 40 ms (a validation pass): periodic steps
     found among the recorded ones, which the steady steps' mean leaves out."""
-    from test_tables import Trace
+    from builders import Trace
 
     t, base = Trace(), 0.0
     for number in range(1, 17):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_tables import Trace
+from builders import Trace
 
 from advisor.step import build_step_model
 from advisor.tables import compute_tables

@@ -186,10 +186,8 @@ class HostCollector:
         finally:
             base.deactivate()
             self.steps.close()
-            if self.recorder.recording():
-                self.recorder.close()  # fills the result on the way
-            else:
-                self._fill_result()
+            self.recorder.close()  # the last part's trace written, with the facts so far
+            self._fill_result()  # and the result complete: every part, every step
             if self._run_delay is not None:
                 self._run_delay.close()
         return self.result
