@@ -17,6 +17,7 @@ rank; run two sizes and compare.
     python benchmarks/ranks.py                              # 64 ranks x 200 k events, then 8 ranks x 2 M
     python benchmarks/ranks.py --config 8x200000 --config 8x2000000
     python benchmarks/ranks.py --config 16x100000 --no-dask
+    python benchmarks/ranks.py --config 1000x20000 --modes one,dask     # no pool runs
 """
 
 from __future__ import annotations
@@ -30,7 +31,13 @@ import tempfile
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The advisor package of this checkout, wherever (or whether) it is installed: the Dask
+# scheduler (in this process) unpickles the task graph, and the cluster's worker processes
+# and the driver import advisor too; none of them runs with the checkout as its working path.
+sys.path.insert(0, str(ROOT))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 from synth import generate
 
 # Runs in a fresh process: summarise and diagnose the job, then say the peaks.
@@ -57,7 +64,7 @@ def run(folder: Path, workers: int, dask: str | None = None, *, pool: bool = Tru
     # would otherwise serve after the first read.
     done = subprocess.run([sys.executable, "-c", _DRIVER, str(folder), str(workers), dask or "",
                            "pool" if pool else "in-process"], check=False, capture_output=True, text=True,
-                          env={**os.environ, "ADVISOR_NO_CACHE": "1"})
+                          env={**os.environ, "ADVISOR_NO_CACHE": "1"}, cwd=ROOT)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"ranks: the driver exited {done.returncode}: {done.stderr[-600:]}")
@@ -66,14 +73,23 @@ def run(folder: Path, workers: int, dask: str | None = None, *, pool: bool = Tru
     return out
 
 
-def measure(ranks: int, events: int, root: Path, dask: bool) -> list[tuple[str, dict]]:
+MODES = ("one", "pool1", "pool2", "dask")
+
+
+def measure(ranks: int, events: int, root: Path, dask: bool, modes: tuple[str, ...] = MODES) -> list[tuple[str, dict]]:
     folder = root / f"job-{ranks}x{events}"
     folder.mkdir()
     written = generate(folder / "rank-0.json.gz", events)
     for r in range(1, ranks):
         (folder / f"rank-{r}.json.gz").symlink_to(folder / "rank-0.json.gz")
-    rows = [("one process", run(folder, 1, pool=False)), ("1 worker", run(folder, 1)), ("2 workers", run(folder, 2))]
-    if dask:
+    rows = []
+    if "one" in modes:
+        rows.append(("one process", run(folder, 1, pool=False)))
+    if "pool1" in modes:
+        rows.append(("1 worker", run(folder, 1)))
+    if "pool2" in modes:
+        rows.append(("2 workers", run(folder, 2)))
+    if dask and "dask" in modes:
         from distributed import LocalCluster
 
         os.environ["ADVISOR_NO_CACHE"] = "1"  # the cluster's workers read afresh too
@@ -81,12 +97,13 @@ def measure(ranks: int, events: int, root: Path, dask: bool) -> list[tuple[str, 
             rows.append(("Dask, 2 workers", run(folder, 1, cluster.scheduler_address)))
     size = (folder / "rank-0.json.gz").stat().st_size
     print(f"\n{ranks} ranks x {written:,} events ({size / 2**20:.1f} MiB gzipped per rank), {os.cpu_count()} cores")
-    print(f"{'how':18} {'seconds':>8} {'s/rank':>7} {'parent peak MiB':>16} {'worker peaks MiB':>28}")
+    print(f"{'how':18} {'seconds':>8} {'s/rank':>7} {'parent peak MiB':>16} {'worker peaks MiB':>28} {'ranks':>6} "
+          f"{'findings':>8}")
     for name, out in rows:
         workers = sorted(v / 2**20 for v in out["workers"].values()) if name != "one process" else []
         shown = ", ".join(f"{w:.0f}" for w in workers) or "-"
         print(f"{name:18} {out['seconds']:8.1f} {out['seconds'] / ranks:7.2f} {out['parent_kib'] / 1024:16.0f} "
-              f"{shown:>28}")
+              f"{shown:>28} {out['ranks']:6} {len(out['findings']):8}  {', '.join(out['findings'])}", flush=True)
     return rows
 
 
@@ -95,11 +112,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", action="append", metavar="RANKSxEVENTS",
                         help="ranks x events per rank (repeatable; default 64x200000 and 8x2000000)")
     parser.add_argument("--no-dask", action="store_true", help="leave out the LocalCluster run")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help=f"which runs, comma-separated, of {', '.join(MODES)} (default: all)")
     args = parser.parse_args(argv)
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        parser.error(f"--modes: unknown {', '.join(unknown)} (choose from {', '.join(MODES)})")
     configs = [tuple(int(x) for x in c.lower().split("x")) for c in (args.config or ["64x200000", "8x2000000"])]
     with tempfile.TemporaryDirectory() as folder:
         for ranks, events in configs:
-            measure(ranks, events, Path(folder), dask=not args.no_dask)
+            measure(ranks, events, Path(folder), dask=not args.no_dask, modes=modes)
     return 0
 
 
