@@ -91,7 +91,7 @@ def summarise_job(sources: list[Path], *, choice: RuleChoice | None = None, work
 
 def _on_dask(address: str, sources: list[str], saves: list[str | None], choice, gpu, say) -> list[RankSummary]:
     try:
-        from distributed import Client
+        from distributed import Client, as_completed
     except ImportError:
         raise UsageError("--dask needs Dask distributed: pip install 'advisor[dask]'") from None
     try:
@@ -100,9 +100,19 @@ def _on_dask(address: str, sources: list[str], saves: list[str | None], choice, 
         raise UsageError(f"--dask {address}: cannot reach the scheduler ({exc})") from None
     try:
         say(f"sending {len(sources)} ranks to the Dask cluster at {address}")
-        futures = [client.submit(summarise_rank, source, choice=choice, save_to=save, gpu=gpu, pure=False)
-                   for source, save in zip(sources, saves)]
-        return list(client.gather(futures))
+        submitted = [client.submit(summarise_rank, source, choice=choice, save_to=save, gpu=gpu, pure=False)
+                     for source, save in zip(sources, saves)]
+        where = {future.key: i for i, future in enumerate(submitted)}
+        results: list[RankSummary | None] = [None] * len(submitted)
+        # Each summary taken as it arrives and its future let go (no list holds them), so the
+        # cluster keeps only the ranks not yet collected, not every result until the last.
+        arriving = as_completed(submitted, with_results=True)
+        del submitted
+        for done, (future, summary) in enumerate(arriving, 1):
+            results[where[future.key]] = summary
+            if done % 100 == 0 or done == len(results):
+                say(f"read {done} of {len(results)} ranks")
+        return [r for r in results if r is not None]
     finally:
         client.close()
 
