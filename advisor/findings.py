@@ -66,6 +66,34 @@ class Evidence(BaseModel):
     note: str = ""
 
 
+class Verification(BaseModel):
+    """The finding's fix applied by ``advisor verify`` and measured: the script run again
+    with the fix and without it, unprofiled, over the same steps, alternately."""
+
+    applied: str = Field(description="The fix advisor applied from outside the script, in words "
+                                     "(e.g. 'DataLoader num_workers=2, persistent_workers=True').")
+    before_ms_per_step: float = Field(ge=0, description="Mean step without the fix, ms (mean of the runs' means).")
+    after_ms_per_step: float = Field(ge=0, description="Mean step with the fix, ms (mean of the runs' means).")
+    before_spread_ms: float = Field(default=0.0, ge=0, description="Standard deviation of the runs' mean step "
+                                                                    "without the fix, ms.")
+    after_spread_ms: float = Field(default=0.0, ge=0, description="The same with the fix, ms.")
+    measured_saving_ms_per_step: float = Field(description="before - after, averaged over the pairs of runs "
+                                                           "(negative: the fix made the step slower).")
+    inside_range: bool = Field(description="Whether the measured saving lies inside the finding's predicted "
+                                           "range (its point estimate where no range was given).")
+    clear_of_noise: bool = Field(description="Whether the difference stood clear of the run-to-run noise before "
+                                             "the trials stopped (else the time budget ran out first).")
+    trials: int = Field(ge=0, description="Pairs of runs (one without the fix, one with it).")
+    steps_timed: int = Field(ge=0, description="Steps timed in each run (after its warm-up steps).")
+
+
+class NotVerified(BaseModel):
+    """Why ``advisor verify`` did not measure a finding's fix."""
+
+    reason: str = Field(description="One line: the fix needs an edit advisor cannot make from outside, a GPU, "
+                                    "an opt-in (--try), or the trials failed.")
+
+
 class Finding(BaseModel):
     rule: str = Field(description="The id of the rule that produced it.")
     title: str
@@ -79,6 +107,10 @@ class Finding(BaseModel):
         default_factory=list, description="Symptoms this finding is the cause of, nested here instead of ranked beside it."
     )
     metrics: dict[str, Any] = Field(default_factory=dict, description="The figures the rule computed.")
+    verification: Verification | None = Field(default=None, title="Verification", description="The fix applied and measured by "
+                                                                        "`advisor verify` (null: not verified).")
+    not_verified: NotVerified | None = Field(default=None, title="Not verified", description="Why `advisor verify` did not measure this "
+                                                                       "finding's fix (null: verified, or not asked).")
     # The fix as a change to the step model's graph (advisor.step.whatif.Fix), where the
     # rule made one: the engine replays every finding's fix at once for the combined
     # estimate. Not part of the report.

@@ -36,6 +36,7 @@ from pathlib import Path
 from advisor._version import __version__
 from advisor.cli.doctor import add_doctor_parser, doctor_command
 from advisor.cli.job import add_job_options
+from advisor.cli.verify import VERIFY_HELP, add_verify_options, check_verify, verified
 from advisor.cli.rules import (
     add_rule_options,
     add_rules_parser,
@@ -111,7 +112,27 @@ def build_parser() -> argparse.ArgumentParser:
     _add_collection(diagnose)
     add_job_options(diagnose)
     _add_cache(diagnose)
+    add_verify_options(diagnose, flag=True)
     _add_target(diagnose, with_script_args=True)
+
+    verify = sub.add_parser("verify", help="diagnose a script, then apply each finding's fix and measure it",
+                            description="Diagnose a training script, then, for each finding whose fix advisor can "
+                                        "apply from outside the script, run the script again with the fix and "
+                                        "without it, alternately, and report the measured saving beside the "
+                                        "predicted one. " + VERIFY_HELP)
+    verify.add_argument("--format", "-f", default="terminal", choices=["terminal", "json", "markdown", "html"],
+                        help="report format (default: terminal)")
+    verify.add_argument("-o", "--output", type=Path, help="write the report to this file instead of stdout")
+    verify.add_argument("--fail-on", choices=SEVERITIES, metavar="SEVERITY",
+                        help=f"exit {FAIL_ON_EXIT} if a finding is at or above SEVERITY")
+    verify.add_argument("--save", type=Path, metavar="DIR",
+                        help="save the diagnosed session to DIR so `advisor diagnose DIR` renders it again")
+    add_rule_options(verify)
+    _add_collection(verify)
+    add_job_options(verify)
+    _add_cache(verify)
+    add_verify_options(verify, flag=False)
+    _add_target(verify, with_script_args=True)
 
     summary = sub.add_parser("summary", help="print the summary tables of a profile")
     summary.add_argument("--table", "-t", action="append", metavar="NAME",
@@ -399,10 +420,13 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
     # The read starts first, so that looking for a kept report (a digest of the trace's
     # head and tail, of advisor's code and of the plugins installed) does not delay it;
     # where one is found, main stops the read.
+    verifying = args.command == "verify" or getattr(args, "verify", False)
+    if verifying:
+        check_verify(args)
     _read_target_ahead(args, imports=False)
     # The report of this trace, rules and options where an earlier run kept it: written
     # from the file, nothing read or run again.
-    record = ReportCache.for_args(args)
+    record = None if verifying else ReportCache.for_args(args)
     if record is not None:
         if args.output is not None:
             _check_output(args.output)
@@ -464,6 +488,12 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
         session = diagnosis.session
         report = diagnosis.report
         findings = diagnosis.findings
+        if verifying:
+            findings = verified(args, diagnosis, chosen, _say)
+            if findings is None:  # --dry-run: the trials listed
+                kept.done()
+                return 0
+            report = report.model_copy(update={"findings": findings})
     from advisor.cli.progress import progress_bar
     from advisor.reports import render
 
@@ -875,7 +905,7 @@ def _leave(code: int) -> None:
 def _command(parser: argparse.ArgumentParser, args: argparse.Namespace, kept) -> int:
     """Run the command; each failure as one line and its exit code."""
     try:
-        if args.command == "diagnose":
+        if args.command in ("diagnose", "verify"):
             return _diagnose(args, kept)
         if args.command == "summary":
             return _summary(args, kept)

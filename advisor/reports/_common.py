@@ -260,3 +260,19 @@ def combined_text(report: Report) -> str:
             + (f" (the step counting {combined.includes})" if combined.includes else "")
             + "; time the fixes share is counted once.")
 
+
+
+def verification_line(finding: Any) -> str:
+    """What `advisor verify` measured of the finding's fix, or why it did not, in one line
+    ('' where verify was not asked)."""
+    v = finding.verification
+    if v is not None:
+        verdict = "inside the predicted range" if v.inside_range else "outside the predicted range"
+        noise = "" if v.clear_of_noise else "; not yet clear of the run-to-run noise (a larger --budget)"
+        return (f"Verified: {v.applied} saved {v.measured_saving_ms_per_step:.3g} ms/step measured "
+                f"({v.before_ms_per_step:.3g} ± {v.before_spread_ms:.2g} -> {v.after_ms_per_step:.3g} ± "
+                f"{v.after_spread_ms:.2g} ms over {v.trials} pair{'s' if v.trials != 1 else ''} of runs, "
+                f"{v.steps_timed} steps each), {verdict}{noise}.")
+    if finding.not_verified is not None:
+        return f"Not verified: {finding.not_verified.reason}."
+    return ""

@@ -23,6 +23,7 @@ from typing import Any
 
 from advisor.findings import Evidence, Finding
 from advisor.reports._common import (
+    verification_line,
     cell_text,
     combined_text,
     command_text,
@@ -256,6 +257,9 @@ def _finding(label: str, finding: Finding, anchors: Anchors, *, symptom: bool = 
         body.append(f'<p class="basis">How the saving is estimated: {esc(finding.saving.basis)}</p>')
     if finding.saving.remains:
         body.append(f'<p class="basis">After the fix: {esc(finding.saving.remains)}</p>')
+    checked = verification_line(finding)
+    if checked:
+        body.append(f'<p class="basis">{esc(checked)}</p>')
     if finding.evidence:
         items = "".join(_evidence(ev, anchors) for ev in finding.evidence)
         body.append(f'<div><b>Evidence</b><ul class="evidence">{items}</ul></div>')

@@ -11,6 +11,7 @@ import re
 
 from advisor.findings import Finding
 from advisor.reports._common import (
+    verification_line,
     COLLECTIVE_COLUMNS,
     RANK_COLUMNS,
     cell_text,
@@ -93,6 +94,9 @@ def _finding(label: str, finding: Finding, indent: str, *, symptom: bool = False
         lines += [f"{inner}**Recommendation:** {_md_prose(finding.recommendation)}", ""]
     if finding.saving.remains:
         lines += [f"{inner}*After the fix:* {_md_prose(finding.saving.remains)}", ""]
+    checked = verification_line(finding)
+    if checked:
+        lines += [f"{inner}{_md_prose(checked)}", ""]
     if finding.evidence:
         lines.append(f"{inner}Evidence:")
         lines.append("")

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from advisor.findings import Finding, Severity
 from advisor.reports._common import (
+    verification_line,
     COLLECTIVE_COLUMNS,
     RANK_COLUMNS,
     cell_text,
@@ -96,6 +97,9 @@ def _finding(label: str, finding: Finding, *, symptom: bool = False) -> Renderab
         body.append(rec)
     if finding.saving.remains:
         body.append(Text(f"After the fix: {finding.saving.remains}", style="dim"))
+    checked = verification_line(finding)
+    if checked:
+        body.append(Text(checked, style="bold" if finding.verification is not None else "dim"))
     if finding.evidence:
         body.append(Text("Evidence:", style="bold"))
         for ev in finding.evidence:

@@ -369,6 +369,12 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
                       + " Keep persistent_workers=True so workers are not restarted each epoch.")
             if v.workers > workers:
                 metrics["advice"] = f"num_workers={v.workers}"
+    # The settings of the fix, for `advisor verify` to apply (rules/builtin.yaml: verify).
+    if m.loader is not None and v.advice == "batched indexing":
+        metrics["fix_batched_index"] = True
+    elif m.loader is not None and (v.advice.startswith("num_workers=") or
+                                   str(metrics.get("advice", "")).startswith("num_workers=")):
+        metrics["fix_num_workers"] = v.workers
     return Finding(
         rule=ctx.spec.id,
         title=ctx.spec.title,

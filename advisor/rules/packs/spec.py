@@ -120,6 +120,27 @@ class Escalation(_Strict):
     when: str = Field(title="Condition", description="Expression over the row, like the rule's condition.")
 
 
+FIX_NAMES = ("dataloader", "batched_index", "optimizer", "zero_grad_set_to_none", "tf32", "cudnn_benchmark",
+             "amp", "compile")
+
+
+class VerifyFix(_Strict):
+    """A fix ``advisor verify`` can apply from outside the script, for this rule's findings."""
+
+    apply: Literal[FIX_NAMES] = Field(  # type: ignore[valid-type]
+        title="Fix", description="One of advisor's built-in fixes (advisor/verify/fixes.py): dataloader "
+                                 "(num_workers, pin_memory, persistent_workers, prefetch_factor, torch_threads), "
+                                 "batched_index, optimizer (foreach, fused), zero_grad_set_to_none, tf32, "
+                                 "cudnn_benchmark, amp, compile.")
+    with_: dict[Name, str | Number | bool] = Field(
+        default_factory=dict, alias="with", title="With",
+        description="The fix's settings: a value, or '{metric}' for a figure of the finding's metrics "
+                    "('{metric?}': left out where the finding has none).")
+    requires: list[Name] = Field(default_factory=list, title="Requires",
+                                 description="Metrics the finding must have for this fix to apply "
+                                             "(else the next fix listed is tried).")
+
+
 class RuleSpec(_Strict):
     """One rule: what it flags, how severe, its thresholds and documentation and, for a
     data rule, the condition, message, recommendation, saving and evidence."""
@@ -148,6 +169,12 @@ class RuleSpec(_Strict):
                                     "come before all others whatever their saving.")
     docs: RuleDocs = Field(title="Documentation", description="What it does, why it matters, an example "
                                                               "and what to do instead.")
+    verify: list[VerifyFix] = Field(default_factory=list, title="Verify",
+                                    description="Fixes `advisor verify` can apply from outside the script, in "
+                                                "order: the first whose settings resolve is applied.")
+    not_verifiable: str = Field(default="", title="Not verifiable",
+                                description="Why this rule's fix cannot be applied from outside the script "
+                                            "(it needs an edit), said by `advisor verify`.")
     # -- data rules ---------------------------------------------------------------------
     table: str | None = Field(default=None, title="Table",
                               description="Data rule: the table whose rows the condition is evaluated on.")

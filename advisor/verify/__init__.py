@@ -1,0 +1,7 @@
+"""``advisor verify``: run the advice and measure it.
+
+    fixes   the fixes advisor can apply from outside a script, and how a rule's pack names them
+    trial   one run of the script, a fix applied or none, its steps timed (a process of its own)
+    run     the trials for each finding, alternating with runs without the fix, until the
+            difference is clear of the noise or the budget is spent
+"""

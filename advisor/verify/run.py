@@ -1,0 +1,197 @@
+"""``advisor verify``: each finding's fix applied to the script and measured.
+
+After the diagnosis, for each finding (top first, up to ``max_fixes``) whose rule declares a
+fix advisor can apply from outside the script (advisor.verify.fixes), the script runs again
+in a process of its own, unprofiled, with the fix and without it, alternately, over the
+same steps (advisor.verify.trial). Pairs of runs go on until the difference between them
+stands clear of the run-to-run noise (a t-test on the pairs' differences at 95 %) or the
+time budget is spent. The finding then carries what was measured (Finding.verification);
+one that could not be measured says why (Finding.not_verified). Findings are ranked by the
+measured saving where one exists, else by the predicted one.
+
+The script runs several more times: its side effects (files written, a checkpoint, a
+download) are the user's, which the command says before the first trial.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from advisor.findings import Finding, NotVerified, Verification
+from advisor.verify.fixes import FIXES, FixPlan, plan_fix
+
+__all__ = ["MAX_PAIRS", "Trial", "plan_trials", "rank_by_measured", "verify_findings"]
+
+MIN_PAIRS = 2
+MAX_PAIRS = 8
+# Two-sided 95 % points of Student's t by degrees of freedom (pairs - 1).
+_T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+
+
+@dataclass(frozen=True)
+class Trial:
+    """What verify does for one finding: the fix to apply, or why there is none."""
+
+    index: int  # the finding's place in the report's list
+    rule: str
+    fix: FixPlan | None
+    why_not: str = ""
+
+
+def plan_trials(findings: list[Finding], specs: dict[str, Any], *, gpu: bool, tries: set[str],
+                max_fixes: int) -> list[Trial]:
+    """For the first ``max_fixes`` findings: the fix each rule declares for it, where advisor
+    can apply it here (a GPU fix needs a GPU; amp and compile need --try)."""
+    trials = []
+    for index, finding in enumerate(findings[:max_fixes]):
+        spec = specs.get(finding.rule)
+        declared = list(getattr(spec, "verify", []) or [])
+        edit = getattr(spec, "not_verifiable", "") or "its fix needs an edit of the script"
+        allowed = [entry for entry in declared if not FIXES[entry.apply].opt_in or FIXES[entry.apply].opt_in in tries]
+        plan = plan_fix(allowed, finding.metrics)
+        if plan is None:
+            asked = sorted({FIXES[e.apply].opt_in for e in declared if FIXES[e.apply].opt_in} - tries)
+            why = f"not verifiable from outside the script: {edit}"
+            if asked and plan_fix(declared, finding.metrics) is not None:
+                why += f" (or opt in: {', '.join(f'--try {a}' for a in asked)}, which changes numerics or compiles)"
+            trials.append(Trial(index, finding.rule, None, why))
+        elif FIXES[plan.name].gpu_only and not gpu:
+            trials.append(Trial(index, finding.rule, None, f"{plan.describe()} needs a GPU, and torch sees none here"))
+        else:
+            trials.append(Trial(index, finding.rule, plan))
+    return trials
+
+
+def verify_findings(findings: list[Finding], trials: list[Trial], *, script: str, args: list[str],
+                    step_source: str | None, warmup: int, steps: int, budget_s: float,
+                    say: Callable[[str], None], run: Callable[[dict[str, Any], float], dict[str, Any]] | None = None
+                    ) -> list[Finding]:
+    """The findings with what the trials measured (or why not), in the report's order.
+    ``run(plan, timeout_s)`` runs one trial (default: a process of its own)."""
+    run = run or run_trial
+    out = list(findings)
+    measurable = [t for t in trials if t.fix is not None]
+    deadline = time.monotonic() + budget_s
+    for trial in trials:
+        if trial.fix is None:
+            out[trial.index] = out[trial.index].model_copy(update={"not_verified": NotVerified(reason=trial.why_not)})
+    for k, trial in enumerate(measurable):
+        # Each fix gets an equal share of what is left of the budget.
+        share = (deadline - time.monotonic()) / (len(measurable) - k)
+        finding = out[trial.index]
+        try:
+            verification = _measure(trial, finding, script=script, args=args, step_source=step_source,
+                                    warmup=warmup, steps=steps, until=time.monotonic() + share, say=say, run=run,
+                                    label=f"fix {k + 1} of {len(measurable)}")
+        except TrialFailed as failed:
+            out[trial.index] = finding.model_copy(update={"not_verified": NotVerified(reason=str(failed))})
+            continue
+        out[trial.index] = finding.model_copy(update={"verification": verification})
+    return out
+
+
+class TrialFailed(Exception):
+    """A trial run failed or timed nothing: said as the finding's reason."""
+
+
+def _measure(trial: Trial, finding: Finding, *, script: str, args: list[str], step_source: str | None,
+             warmup: int, steps: int, until: float, say: Callable[[str], None],
+             run: Callable[[dict[str, Any], float], dict[str, Any]], label: str) -> Verification:
+    fix = trial.fix
+    assert fix is not None
+    workers = int(fix.settings.get("num_workers", 0) or 0) if fix.name == "dataloader" else 0
+    if workers:
+        # Workers prefetch two batches each: the steps that drain that queue are warm-up too,
+        # and a step's time is the mean over at least a round of the workers.
+        warmup, steps = max(warmup, 2 * workers + 1), max(steps, 2 * workers)
+    base = {"script": script, "args": list(args), "step_source": step_source, "warmup": warmup, "steps": steps}
+    before: list[float] = []
+    after: list[float] = []
+    timed = steps
+    while len(before) < MAX_PAIRS:
+        left = until - time.monotonic()
+        if before and left <= 0:
+            break
+        say(f"verify {label}: {trial.rule} ({fix.describe()}): trial {len(before) + 1} of at most {MAX_PAIRS}, "
+            f"{max(left, 0):.0f} s of its budget left")
+        timeout = max(left, 60.0)
+        # Alternate which runs first, so a drift of the machine falls on both alike.
+        order = [("before", []), ("after", [fix.as_data()])]
+        if len(before) % 2:
+            order.reverse()
+        means = {}
+        for side, fixes in order:
+            result = run({**base, "fixes": fixes}, timeout)
+            durations = result.get("durations_ns") or []
+            if not durations:
+                raise TrialFailed(f"the trial {'with' if fixes else 'without'} the fix timed no step "
+                                  f"({result.get('error') or result.get('ended', 'no steps')})")
+            timed = min(timed, len(durations))
+            means[side] = statistics.fmean(durations) / 1e6
+        before.append(means["before"])
+        after.append(means["after"])
+        if len(before) >= MIN_PAIRS and _clear(before, after):
+            break
+    differences = [b - a for b, a in zip(before, after)]
+    measured = statistics.fmean(differences)
+    saving = finding.saving
+    low = saving.low_ms_per_step if saving.low_ms_per_step is not None else saving.ms_per_step
+    high = saving.high_ms_per_step if saving.high_ms_per_step is not None else saving.ms_per_step
+    return Verification(
+        applied=fix.describe(),
+        before_ms_per_step=statistics.fmean(before), after_ms_per_step=statistics.fmean(after),
+        before_spread_ms=statistics.stdev(before) if len(before) > 1 else 0.0,
+        after_spread_ms=statistics.stdev(after) if len(after) > 1 else 0.0,
+        measured_saving_ms_per_step=measured,
+        inside_range=low - 1e-9 <= measured <= high + 1e-9,
+        clear_of_noise=_clear(before, after),
+        trials=len(before), steps_timed=timed)
+
+
+def _clear(before: list[float], after: list[float]) -> bool:
+    """Whether the pairs' mean difference stands clear of their spread (t-test, 95 %)."""
+    differences = [b - a for b, a in zip(before, after)]
+    n = len(differences)
+    if n < 2:
+        return False
+    mean, spread = statistics.fmean(differences), statistics.stdev(differences)
+    if spread == 0:
+        return mean != 0
+    return abs(mean) > _T95.get(n - 1, 2.2) * spread / math.sqrt(n)
+
+
+def run_trial(plan: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """One trial in a process of its own (advisor.verify.trial); its step times."""
+    with tempfile.TemporaryDirectory(prefix="advisor-verify-") as folder:
+        plan_path, out = Path(folder) / "plan.json", Path(folder) / "out.json"
+        plan_path.write_text(json.dumps({**plan, "out": str(out)}))
+        try:
+            done = subprocess.run([sys.executable, "-m", "advisor.verify.trial", str(plan_path)],
+                                  capture_output=True, text=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            return {"durations_ns": [], "error": f"it ran past {timeout_s:.0f} s"}
+        if not out.is_file():
+            last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+            return {"durations_ns": [], "error": f"the script failed: {last}"}
+        return json.loads(out.read_text())
+
+
+def rank_by_measured(findings: list[Finding], leads: set[str]) -> list[Finding]:
+    """Findings about the profile itself first, then by the measured saving where one was
+    measured, else the predicted one."""
+    def key(finding: Finding) -> tuple[int, float]:
+        saved = (finding.verification.measured_saving_ms_per_step if finding.verification is not None
+                 else finding.saving.ms_per_step)
+        return (0 if finding.rule in leads else 1, -saved)
+
+    return sorted(findings, key=key)
