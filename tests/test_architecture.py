@@ -25,7 +25,7 @@ PACKAGE = REPO / "advisor"
 # The rooms of the house, in the order of the flow, and the few modules every room may
 # use. A new top-level module has to be one of these, or go into a room.
 ROOMS = ("collect", "importers", "session", "knowledge", "step", "tables", "rules", "reports", "profiler", "doctor", "job",
-         "cli")
+         "verify", "cli")
 FOUNDATIONS = ("__init__", "__main__", "_lazy", "_version", "errors", "findings", "paths",
                "units")
 # The one module that assembles the flow (step model, tables, rules, report) for every door.

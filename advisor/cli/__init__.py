@@ -2,6 +2,7 @@
 
     advisor diagnose TARGET [script args...]   run a script, or read a trace or saved session,
                                                 and report ranked findings
+    advisor verify SCRIPT [script args...]     diagnose, then apply each finding's fix and measure it
     advisor summary TARGET [--table NAME]      print the summary tables
     advisor rules list | show ID               the rules and their documentation
     advisor rules validate PACK | new ID       check a rule pack; start a new rule
@@ -20,7 +21,8 @@ reports): ``rules`` holds the `advisor rules` commands and the --rules / --confi
 what a run collected, kept on disk until its report is written, and --save's claim on its
 folder, ``report_cache`` a trace's report kept for the next diagnose of the same trace
 with the same rules and options, and ``scaffold`` `advisor rules new ID` (a pack, a case and
-a test to start a rule from).
+a test to start a rule from), ``verify`` the options of `advisor verify` and the step from
+a diagnosis to its findings verified (advisor.verify runs the trials).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from advisor.units import (
     MISSING,
     format_bytes,
     format_cell,
+    format_ms,
     format_ns,
     format_number,
     format_percent,
@@ -269,10 +270,17 @@ def verification_line(finding: Any) -> str:
     if v is not None:
         verdict = "inside the predicted range" if v.inside_range else "outside the predicted range"
         noise = "" if v.clear_of_noise else "; not yet clear of the run-to-run noise (a larger --budget)"
-        return (f"Verified: {v.applied} saved {v.measured_saving_ms_per_step:.3g} ms/step measured "
-                f"({v.before_ms_per_step:.3g} ± {v.before_spread_ms:.2g} -> {v.after_ms_per_step:.3g} ± "
-                f"{v.after_spread_ms:.2g} ms over {v.trials} pair{'s' if v.trials != 1 else ''} of runs, "
-                f"{v.steps_timed} steps each), {verdict}{noise}.")
+        return (f"Verified: {v.applied} saved {format_ms(v.measured_saving_ms_per_step)}/step measured "
+                f"({format_ms(v.before_ms_per_step)} ± {format_ms(v.before_spread_ms)} -> "
+                f"{format_ms(v.after_ms_per_step)} ± {format_ms(v.after_spread_ms)} over {v.trials} "
+                f"pair{'s' if v.trials != 1 else ''} of runs, {v.steps_timed} steps each), {verdict}{noise}.")
     if finding.not_verified is not None:
         return f"Not verified: {finding.not_verified.reason}."
     return ""
+
+
+def findings_heading(findings: list[Any]) -> str:
+    """The findings' heading: by the measured saving where `advisor verify` measured one."""
+    if any(f.verification is not None for f in findings):
+        return "Findings, ranked by measured saving where verified, else by estimated saving"
+    return "Findings, ranked by estimated saving"

@@ -23,6 +23,7 @@ from typing import Any
 
 from advisor.findings import Evidence, Finding
 from advisor.reports._common import (
+    findings_heading,
     verification_line,
     cell_text,
     combined_text,
@@ -273,7 +274,7 @@ def _finding(label: str, finding: Finding, anchors: Anchors, *, symptom: bool = 
 
 
 def _findings(report: Report, anchors: Anchors) -> str:
-    out = ['<section id="findings"><h2>Findings, ranked by estimated saving</h2>']
+    out = [f'<section id="findings"><h2>{esc(findings_heading(report.findings))}</h2>']
     if not report.findings:
         out.append('<p class="card">No findings: no rule found anything to improve in this profile.</p>')
     for i, finding in enumerate(report.findings, 1):

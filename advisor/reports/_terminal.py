@@ -17,6 +17,7 @@ from rich.text import Text
 
 from advisor.findings import Finding, Severity
 from advisor.reports._common import (
+    findings_heading,
     verification_line,
     COLLECTIVE_COLUMNS,
     RANK_COLUMNS,
@@ -115,7 +116,7 @@ def _finding(label: str, finding: Finding, *, symptom: bool = False) -> Renderab
 def _findings(report: Report) -> list[RenderableType]:
     if not report.findings:
         return [Text("No findings: no rule found anything to improve in this profile.", style="bold green")]
-    out: list[RenderableType] = [Text("Findings, ranked by estimated saving", style="bold underline")]
+    out: list[RenderableType] = [Text(findings_heading(report.findings), style="bold underline")]
     for i, finding in enumerate(report.findings, 1):
         out.append(_finding(str(i), finding))
         out.append(Text(""))
