@@ -143,7 +143,11 @@ _PROBE = textwrap.dedent("""
         opt.step()
         opt.zero_grad(set_to_none=False)
         batches.append([x.tolist(), y.tolist()])
-    json.dump({"workers": loader.num_workers, "foreach": opt.defaults.get("foreach"),
+    try:
+        autocast = torch.is_autocast_enabled("cpu")
+    except TypeError:  # torch before 2.4
+        autocast = torch.is_autocast_cpu_enabled()
+    json.dump({"autocast": autocast, "workers": loader.num_workers, "foreach": opt.defaults.get("foreach"),
                "grad": model.weight.grad is None, "batches": batches, "threads": torch.get_num_threads()},
               open(sys.argv[1], "w"))
 """)
@@ -177,6 +181,8 @@ def test_the_fixes_reach_what_the_script_makes(tmp_path):
     assert seen["workers"] == 2 and seen["threads"] == 1
     assert seen["foreach"] is True and seen["grad"] is True
     assert seen["batches"] == plain["batches"]  # the same data, made elsewhere
+    assert plain["autocast"] is False
+    assert _trial(tmp_path, [{"name": "amp"}])[0]["autocast"] is True  # --try amp: the whole script autocast
     batched, _ = _trial(tmp_path, [{"name": "batched_index"}])
     assert batched["batches"] == plain["batches"]  # indexed a batch at a time, the same batches
 
