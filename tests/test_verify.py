@@ -289,3 +289,11 @@ def test_a_dry_run_lists_the_trials_and_runs_none(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "advisor verify would run" in done.stdout and "dataloader-starvation: DataLoader num_workers=" in done.stdout
     assert "side effects" not in done.stderr
+
+
+def test_diagnose_verify_is_the_same_command(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "advisor", "diagnose", "--verify", "--dry-run", "--max-fixes", "1",
+                           str(REPO / "examples" / "starved_loader.py"), "--steps", "8"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "1. dataloader-starvation: DataLoader num_workers=" in done.stdout
