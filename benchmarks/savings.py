@@ -11,6 +11,9 @@ Every before/after pair the project has, each a real change an engineer would ma
                    times its own steps (the mean after two warm-up steps, which leaves out
                    start-up and the workers' start). Runs alternate before/after and the
                    median of --repeat differences is kept.
+                   Where advisor verify applies the fix itself (DataLoader workers, batched
+                   indexing, foreach, set_to_none), the pair is measured by `advisor verify`,
+                   the command a user runs, unless --by-hand asks for the fixed twin.
                    The GPU pairs (pageable vs pinned copies, single-tensor vs foreach
                    optimizer, zeroed vs dropped gradients, host-made vs device-made tensors,
                    convolution bias before batch norm) run only where torch sees a GPU.
@@ -73,6 +76,7 @@ class ScriptPair:
     repeat_factor: int = 1  # more runs where a step is short and noisy
     gpu: bool = False  # the problem exists only on a GPU: skipped where torch sees none
     ranks: int = 0  # a job: run under torchrun with this many ranks (advisor diagnose torchrun ...)
+    verify: bool = False  # advisor verify applies this fix itself: measured by `advisor verify`
 
 
 def _workers(finding: dict) -> list[str]:
@@ -97,12 +101,12 @@ def _less_often(finding: dict) -> list[str]:
 
 
 SCRIPT_PAIRS = (
-    ScriptPair("starved_loader", "starved_loader.py", "dataloader-starvation", _workers, 100),
-    ScriptPair("tokenize_dataset", "tokenize_dataset.py", "dataloader-starvation", _workers, 30),
+    ScriptPair("starved_loader", "starved_loader.py", "dataloader-starvation", _workers, 100, verify=True),
+    ScriptPair("tokenize_dataset", "tokenize_dataset.py", "dataloader-starvation", _workers, 30, verify=True),
     ScriptPair("char_features", "char_features.py", "dataloader-starvation", _workers_and_threads, 60,
-               repeat_factor=2),
+               repeat_factor=2, verify=True),
     ScriptPair("in_memory_loop", "in_memory_loop.py", "dataloader-starvation", lambda f: ["--batched"], 2000,
-               repeat_factor=3),
+               repeat_factor=3, verify=True),
     ScriptPair("augment_loop", "augment_loop.py", "host-bound", lambda f: ["--vectorized"], 60),
     ScriptPair("per_sample_loop", "per_sample_loop.py", "per-sample-model-calls", lambda f: ["--batched"], 100),
     ScriptPair("per_sample_inference", "per_sample_inference.py", "per-sample-model-calls", lambda f: ["--batched"],
@@ -116,9 +120,9 @@ SCRIPT_PAIRS = (
     # GPU pairs: the fixed twins of the GPU cases.
     ScriptPair("pageable_copies", "pageable_copies.py", "sync-memcpy-stall", lambda f: ["--pinned"], 60, gpu=True),
     ScriptPair("per_parameter_optimizer", "per_parameter_optimizer.py", "optimizer-not-fused",
-               lambda f: ["--foreach"], 100, gpu=True),
+               lambda f: ["--foreach"], 100, gpu=True, verify=True),
     ScriptPair("zeroed_gradients", "per_parameter_optimizer.py", "grad-zeroing-memsets",
-               lambda f: ["--set-to-none"], 100, gpu=True),
+               lambda f: ["--set-to-none"], 100, gpu=True, verify=True),
     ScriptPair("host_made_tensors", "host_made_tensors.py", "cpu-tensor-copied-each-step", lambda f: ["--fixed"], 100,
                gpu=True),
     ScriptPair("conv_bias_bn", "conv_bias_bn.py", "conv-bias-before-batchnorm", lambda f: ["--fixed"], 100, gpu=True),
@@ -235,6 +239,37 @@ def per_step_ms(argv: list[str], steps: int, timeout_s: float, ranks: int = 0, c
         raise RuntimeError(f"{' '.join(argv)} exited {done.returncode} without its step time: "
                            f"{(done.stderr or done.stdout).strip()[-300:]}")
     return float(match["ms"])
+
+
+def run_verified_pair(pair: ScriptPair, budget_s: float, timeout_s: float) -> Result:
+    """A pair whose fix advisor applies itself: predicted and measured by `advisor verify`,
+    the command a user runs (its trials alternate runs with and without the fix)."""
+    result = Result(pair.name, "verify", rule=pair.rule)
+    if pair.gpu and not gpu_available():
+        result.failed = "skipped: a GPU pair, and torch sees no GPU here"
+        return result
+    trial_steps = max(5, pair.steps // 4)
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            out = Path(folder) / "report.json"
+            done = subprocess.run([sys.executable, "-m", "advisor", "verify", "--format", "json", "-o", str(out),
+                                   "--budget", str(budget_s), "--trial-steps", str(trial_steps),
+                                   str(EXAMPLES / pair.script), pair.count_flag, str(pair.steps), *pair.args],
+                                  check=False, capture_output=True, text=True, cwd=REPO, timeout=timeout_s + budget_s,
+                                  env={**os.environ, "ADVISOR_NO_PROGRESS": "1"})
+            if not out.is_file():
+                raise RuntimeError(f"advisor verify exited {done.returncode}: {done.stderr.strip()[-300:]}")
+            report = json.loads(out.read_text())
+        [finding] = take_prediction(result, report, pair.rule)
+        checked = finding.get("verification")
+        if checked is None:
+            raise RuntimeError(f"not verified: {(finding.get('not_verified') or {}).get('reason', '?')}")
+        result.fix = checked["applied"]
+        result.before_ms, result.after_ms = checked["before_ms_per_step"], checked["after_ms_per_step"]
+        result.measured = [checked["measured_saving_ms_per_step"]]
+    except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+        result.failed = str(exc).splitlines()[0][:200]
+    return result
 
 
 def run_script_pair(pair: ScriptPair, repeat: int, timeout_s: float) -> Result:
@@ -358,13 +393,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", nargs="*", help="only these pairs (script names, 'trace', 'published')")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per command")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--by-hand", action="store_true",
+                        help="measure every script pair by running its fixed twin, also those advisor verify can "
+                             "measure itself")
+    parser.add_argument("--budget", type=float, default=240.0, help="advisor verify's --budget for a pair it measures")
     args = parser.parse_args(argv)
     wanted = set(args.pairs or [])
     results = []
     for pair in SCRIPT_PAIRS:
         if not wanted or pair.name in wanted:
             print(f"savings: {pair.name} ...", file=sys.stderr, flush=True)
-            results.append(run_script_pair(pair, args.repeat, args.timeout))
+            results.append(run_verified_pair(pair, args.budget, args.timeout) if pair.verify and not args.by_hand
+                           else run_script_pair(pair, args.repeat, args.timeout))
     if not wanted or "trace" in wanted:
         results.append(run_trace_pair(args.timeout))
     if not wanted or "published" in wanted:
