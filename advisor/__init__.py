@@ -13,10 +13,15 @@ In code, as with paddle.profiler or torch.profiler:
     findings = prof.diagnose()
 
 ``advisor.RecordEvent(name)`` / ``advisor.region(name)`` mark the user's own ranges.
+
+In a notebook, ``advisor.diagnose("trace.json.gz")`` returns a Diagnosis that shows its
+findings and charts inline, with ``.findings``, ``.tables`` and ``.to_json()``
+(advisor.api.notebook).
 """
 
 from __future__ import annotations
 
+from advisor._lazy import lazy_exports
 from advisor.profiler import (
     Profiler,
     ProfilerState,
@@ -31,14 +36,19 @@ from advisor.profiler.events import RecordEvent, region
 __version__ = "0.1.0"
 
 __all__ = [
+    "Diagnosis",
     "Profiler",
     "ProfilerState",
     "ProfilerTarget",
     "RecordEvent",
     "SortedKeys",
     "__version__",
+    "diagnose",
     "export_timeline",
     "make_scheduler",
     "region",
     "save_session",
 ]
+# Lazily: `import advisor` must not load pandas for a user who only profiles.
+_EXPORTS = {"diagnose": "api.notebook", "Diagnosis": "api.notebook"}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -172,3 +172,28 @@ def test_a_kernel_named_with_script_is_only_text(opened):
 
 def test_nothing_is_fetched(opened):
     assert opened.execute_script("return performance.getEntriesByType('resource').length") == 0
+
+
+def test_the_notebook_cell_shows_findings_and_charts_and_leaves_the_notebook_alone(browser, tmp_path):
+    """advisor.diagnose(...)'s _repr_html_, set in a page as a notebook sets an output cell:
+    the findings and charts show without any script, and the page's own styles stay."""
+    from advisor.api.notebook import Diagnosis
+
+    report = sample_report()
+    cell = Diagnosis(report)._repr_html_()
+    assert "<script" not in cell.lower()
+    page = tmp_path / "notebook.html"
+    page.write_text('<!DOCTYPE html><html><head><meta charset="utf-8"><style>body { background: rgb(1, 2, 3); }'
+                    "h2 { color: rgb(4, 5, 6); }</style></head><body><h2 id='theirs'>A notebook heading</h2>"
+                    f'<div class="output">{cell}</div></body></html>', encoding="utf-8")
+    browser.get(page.as_uri())
+    css = browser.execute_script
+    assert css("return getComputedStyle(document.body).backgroundColor") == "rgb(1, 2, 3)"
+    assert css("return getComputedStyle(document.getElementById('theirs')).color") == "rgb(4, 5, 6)"
+    findings = css("return Array.from(document.querySelectorAll('.advisor-report .finding'))"
+                   ".filter(e => e.offsetHeight > 0).length")
+    assert findings == len(report.findings) + sum(len(f.explains) for f in report.findings)
+    assert report.findings[0].title in css("return document.querySelector('.advisor-report').innerText")
+    charts = css("return Array.from(document.querySelectorAll('.advisor-report svg'))"
+                 ".filter(e => e.getBoundingClientRect().width > 100).length")
+    assert charts >= 2

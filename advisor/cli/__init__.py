@@ -9,6 +9,7 @@
     advisor timeline TARGET -o trace.json      the session as a Chrome / Perfetto trace, findings marked
     advisor compare BEFORE AFTER               two profiles side by side: what moved, which findings went
     advisor doctor [--gpu-checks]              can this machine collect; does the collector work on its GPU
+    advisor mcp                                advisor's analyses as MCP tools, for coding agents (stdio)
 
 Options for advisor come before TARGET; everything after a script's path is the script's
 own (as with `python train.py args`). Bad input gets one line on stderr and a non-zero
@@ -135,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cache(verify)
     add_verify_options(verify, flag=False)
     _add_target(verify, with_script_args=True)
+
+    sub.add_parser("mcp", help="serve advisor's analyses to coding agents over the Model Context Protocol (stdio)",
+                   description="A Model Context Protocol server on stdin/stdout with the tools diagnose, summary, "
+                               "compare, explain and verify (which runs the user's script). Needs "
+                               "pip install 'advisor[mcp]'. Register it with an agent client as the command "
+                               "`advisor mcp`.")
 
     summary = sub.add_parser("summary", help="print the summary tables of a profile")
     summary.add_argument("--table", "-t", action="append", metavar="NAME",
@@ -638,6 +645,18 @@ def _timeline(args: argparse.Namespace, kept) -> int:
     return exit_code if exit_code is not None else 0
 
 
+def _mcp() -> int:
+    """`advisor mcp`: the Model Context Protocol server, until the client closes it."""
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        raise UsageError("advisor mcp needs the MCP SDK: pip install 'advisor[mcp]'") from None
+    from advisor.api.mcp_server import serve
+
+    serve()
+    return 0
+
+
 def _compare(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise UsageError("--top must be at least 1")
@@ -921,6 +940,8 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace, kept) ->
             return _compare(args)
         if args.command == "doctor":
             return doctor_command(args)
+        if args.command == "mcp":
+            return _mcp()
     # Each failure is one line; where a run had collected a profile, the line says where it is.
     except AdvisorError as exc:
         print(f"advisor: {exc}{kept.note()}", file=sys.stderr)

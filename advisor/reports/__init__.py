@@ -10,6 +10,7 @@ steps (the mean step among them) come in as they are stated (advisor.diagnosis b
     render(report, "json", Path("report.json"))     # valid against report.schema.json
     text = render_markdown(report)                  # for a pull-request comment
     html = render_html(report)                      # one self-contained page, charts and all
+    cell = render_html_fragment(report)             # findings and charts for a notebook, no script
 
 ``report`` holds the Report, a pydantic model (no pandas), ``build`` assembles one from a
 session, its tables and findings, and ``schema`` holds the JSON Schema the JSON
@@ -33,6 +34,7 @@ _EXPORTS = {
     "FORMATS": "_render",
     "render": "_render",
     "render_html": "_html",
+    "render_html_fragment": "_html",
     "render_json": "_json",
     "render_markdown": "_markdown",
     "render_terminal": "_terminal",
@@ -53,6 +55,7 @@ __all__ = [
     "build_report",
     "render",
     "render_html",
+    "render_html_fragment",
     "render_json",
     "render_markdown",
     "render_terminal",

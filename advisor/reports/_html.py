@@ -745,3 +745,55 @@ def render_html(report: Report, *, progress: Progress | None = None) -> str:
     ]
     return "\n".join(document) + "\n"
 
+
+
+NOTEBOOK_SCOPE = "advisor-report"
+
+
+def render_html_fragment(report: Report) -> str:
+    """The report's header, findings and charts as one ``<div>`` for a notebook cell: its
+    styles scoped to that div (the notebook's own page is left as it is), no script, no
+    tables (``Diagnosis.tables`` holds them as DataFrames)."""
+    anchors = Anchors.of(report)
+    parts = [_header(report, anchors), _job(report, anchors), _findings(report, anchors)]
+    charts = [chart(report, anchors) for chart in (CHARTS if report.job is None else ())]
+    if charts:
+        parts.append('<section id="charts"><h2>Charts</h2><div class="charts">' + "".join(charts)
+                     + "</div></section>")
+    return (f'<div class="{NOTEBOOK_SCOPE}"><style>{scoped_css(CSS, "." + NOTEBOOK_SCOPE)}</style><main>'
+            + "".join(parts) + "</main></div>")
+
+
+def scoped_css(css: str, scope: str) -> str:
+    """``css`` with every rule limited to the elements under ``scope``: ``:root``, ``html``
+    and ``body`` become the scope itself, other selectors are prefixed; @media blocks are
+    scoped inside."""
+    out: list[str] = []
+    i, n = 0, len(css)
+    while i < n:
+        brace = css.find("{", i)
+        if brace < 0:
+            break
+        head = css[i:brace].strip()
+        depth, j = 1, brace + 1
+        while j < n and depth:
+            depth += {"{": 1, "}": -1}.get(css[j], 0)
+            j += 1
+        body = css[brace + 1:j - 1]
+        if head.startswith("@media"):
+            out.append(f"{head} {{{scoped_css(body, scope)}}}")
+        elif head.startswith("@"):
+            out.append(f"{head} {{{body}}}")
+        else:
+            selectors = []
+            for selector in head.split(","):
+                selector = selector.strip()
+                if selector in (":root", "html", "body"):
+                    selectors.append(scope)
+                elif selector.startswith(("body ", "html ")):
+                    selectors.append(f"{scope} {selector.split(' ', 1)[1]}")
+                else:
+                    selectors.append(f"{scope} {selector}")
+            out.append(f"{', '.join(selectors)} {{{body}}}")
+        i = j
+    return "\n".join(out)
