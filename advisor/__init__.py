@@ -21,7 +21,7 @@ findings and charts inline, with ``.findings``, ``.tables`` and ``.to_json()``
 
 from __future__ import annotations
 
-from advisor._lazy import lazy_exports
+from advisor._lazy import lazy_exports as _lazy_exports
 from advisor.profiler import (
     Profiler,
     ProfilerState,
@@ -51,4 +51,4 @@ __all__ = [
 ]
 # Lazily: `import advisor` must not load pandas for a user who only profiles.
 _EXPORTS = {"diagnose": "api.notebook", "Diagnosis": "api.notebook"}
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS)
