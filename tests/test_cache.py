@@ -40,6 +40,14 @@ def test_the_second_load_of_a_trace_reads_the_cache_not_the_trace(tmp_path, cach
     assert second.events.equals(first.events) and second.meta.source == first.meta.source
 
 
+def test_a_cached_session_names_the_path_it_was_reached_by(tmp_path, cache_dir, monkeypatch):
+    trace = write_trace(tmp_path / "t.json", events(5))
+    assert load(trace).meta.source == str(trace)
+    monkeypatch.chdir(tmp_path)
+    again = load("t.json")  # the same file, spelled from here: served from the cache
+    assert again.cache_entry is not None and again.meta.source == "t.json"
+
+
 def test_a_changed_trace_is_read_again(tmp_path, cache_dir):
     trace = write_trace(tmp_path / "t.json", events(5))
     assert (load(trace).events["name"] == "aten::mm").sum() == 5

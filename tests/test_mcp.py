@@ -88,6 +88,7 @@ def test_diagnose_a_real_trace_then_page_its_tables_and_compare():
     assert top["rule"] == "dataloader-starvation" and top["saving"]["ms_per_step"] > 0 and top["evidence"]
     text = got["diagnosed"].content[0].text
     assert "1. HIGH dataloader-starvation" in text
+    assert report["tables"] == {} and "operator" in text.split("Tables (page through one with summary): ")[1]
     first, second = got["first"].structured_content, got["second"].structured_content
     assert len(first["rows"]) == 5 and first["next_offset"] == 5 and first["total_rows"] > 10
     assert second["offset"] == 5 and first["rows"][0] != second["rows"][0]

@@ -267,7 +267,7 @@ def test_verify_measures_the_starved_loaders_fix_inside_its_range(tmp_path):
                            str(out), str(REPO / "examples" / "starved_loader.py"), "--steps", "40"],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "its side effects are yours" in done.stderr
+    assert "verify now runs the script again" in done.stderr and done.stderr.count("runs the script again") == 1
     report = json.loads(out.read_text())
     import jsonschema
 
@@ -297,3 +297,14 @@ def test_diagnose_verify_is_the_same_command(tmp_path):
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "1. dataloader-starvation: DataLoader num_workers=" in done.stdout
+
+
+def test_a_fix_that_made_the_step_slower_is_said_so():
+    from advisor.findings import Verification
+    from advisor.reports._common import verification_line
+
+    slower = _finding("loader").model_copy(update={"verification": Verification(
+        applied="DataLoader num_workers=1", before_ms_per_step=37.2, after_ms_per_step=41.3,
+        measured_saving_ms_per_step=-4.1, inside_range=False, clear_of_noise=True, trials=8, steps_timed=20)})
+    line = verification_line(slower)
+    assert "made the step 4.10 ms SLOWER" in line and "does not pay" in line and "saved" not in line

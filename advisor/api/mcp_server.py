@@ -106,12 +106,14 @@ def build_server() -> Any:
                  gpu: str | None = None) -> Annotated[CallToolResult, Report]:
         """Diagnose a profile: a trace file (.json / .json.gz), a saved session folder or a folder of
         rank traces. Returns the ranked findings with savings (ms per step, a range), evidence and the
-        report's notes as the JSON report. rules: paths of rule packs of your own; gpu: judge against
+        report's notes as the JSON report, its summary tables left out (the text names them; the
+        summary tool pages through one). rules: paths of rule packs of your own; gpu: judge against
         this GPU (A100, h100-sxm, ...). Runs no code."""
         done = _errors_as_tool_errors(lambda: kept.get(target, rules, gpu))
-        text = _summary_text(done.report) + "".join(f"\nadvisor: {line}" for line in done.said)
+        text = (_summary_text(done.report) + "".join(f"\nadvisor: {line}" for line in done.said)
+                + f"\nTables (page through one with summary): {', '.join(done.report.tables)}")
         return CallToolResult(content=[TextContent(type="text", text=text)],
-                              structured_content=json.loads(done.report.model_dump_json()))
+                              structured_content=_without_tables(done.report))
 
     @server.tool(annotations=reads)
     def summary(target: str, table: str, sort: str | None = None, descending: bool = True, offset: int = 0,
@@ -146,6 +148,12 @@ def build_server() -> Any:
                                                       TextContent))
 
     return server
+
+
+def _without_tables(report: Any) -> dict[str, Any]:
+    """The JSON report without its tables (most of its size; the summary tool pages them;
+    the text names them). Still valid against the report's schema."""
+    return json.loads(report.model_copy(update={"tables": {}}).model_dump_json())
 
 
 def _page(done: Diagnosed, table: str, sort: str | None, descending: bool, offset: int,
@@ -210,16 +218,20 @@ def _verify(script: str, args: list[str], budget_s: float, max_fixes: int, resul
                                "--budget", str(budget_s), "--max-fixes", str(max_fixes), script, *args],
                               capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
                               env=_no_progress())
-        if not out.is_file():
-            last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-            raise UsageError(last.removeprefix("advisor: "))
+        if not out.is_file():  # the script's own last words too: an agent sees no terminal
+            lines = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
+            said = " | ".join(line.strip() for line in lines[-4:] if line.strip())
+            raise UsageError(said.removeprefix("advisor: "))
         report = Report.model_validate_json(out.read_text())
     text = _summary_text(report)
     for finding in report.findings:
         v = finding.verification
         if v is not None:
             text += (f"\n{finding.rule}: verified, {v.applied} saved {v.measured_saving_ms_per_step:.3g} ms/step "
-                     f"measured ({'inside' if v.inside_range else 'outside'} the predicted range)")
+                     f"measured ({'inside' if v.inside_range else 'outside'} the predicted range"
+                     f"{'' if v.clear_of_noise else ', not clear of the noise'})")
+        elif finding.not_verified is not None:
+            text += f"\n{finding.rule}: not verified: {finding.not_verified.reason}"
     return result_type(content=[text_type(type="text", text=text)],
                        structured_content=json.loads(report.model_dump_json()))
 

@@ -135,7 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_job_options(verify)
     _add_cache(verify)
     add_verify_options(verify, flag=False)
-    _add_target(verify, with_script_args=True)
+    verify.add_argument("target", help="a training script (.py): verify runs it, as python would")
+    verify.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments passed to the script, as python "
+                                                                      "would")
 
     sub.add_parser("mcp", help="serve advisor's analyses to coding agents over the Model Context Protocol (stdio)",
                    description="A Model Context Protocol server on stdin/stdout with the tools diagnose, summary, "

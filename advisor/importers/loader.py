@@ -63,6 +63,8 @@ def load(path: str | Path, *, progress: Callable[[int, int], None] | None = None
         return session
     found = cache.cached(target)
     if found is not None:
+        # The entry is the file's, whatever path reached it: the source is the one given now.
+        found.meta = found.meta.model_copy(update={"source": str(target)})
         if ahead is not None:  # kept by another command since the read began
             ahead.stop()
         if progress is not None:

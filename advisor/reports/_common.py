@@ -270,6 +270,12 @@ def verification_line(finding: Any) -> str:
     if v is not None:
         verdict = "inside the predicted range" if v.inside_range else "outside the predicted range"
         noise = "" if v.clear_of_noise else "; not yet clear of the run-to-run noise (a larger --budget)"
+        if v.measured_saving_ms_per_step < 0:
+            return (f"Verified: {v.applied} made the step {format_ms(-v.measured_saving_ms_per_step)} SLOWER "
+                    f"({format_ms(v.before_ms_per_step)} ± {format_ms(v.before_spread_ms)} -> "
+                    f"{format_ms(v.after_ms_per_step)} ± {format_ms(v.after_spread_ms)} over {v.trials} "
+                    f"pair{'s' if v.trials != 1 else ''} of runs, {v.steps_timed} steps each){noise}: on this "
+                    "machine the fix as applied does not pay; the predicted saving does not hold.")
         return (f"Verified: {v.applied} saved {format_ms(v.measured_saving_ms_per_step)}/step measured "
                 f"({format_ms(v.before_ms_per_step)} ± {format_ms(v.before_spread_ms)} -> "
                 f"{format_ms(v.after_ms_per_step)} ± {format_ms(v.after_spread_ms)} over {v.trials} "

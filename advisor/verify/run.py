@@ -30,9 +30,12 @@ from typing import Any
 from advisor.findings import Finding, NotVerified, Verification
 from advisor.verify.fixes import FIXES, FixPlan, plan_fix
 
-__all__ = ["MAX_PAIRS", "Trial", "plan_trials", "rank_by_measured", "verify_findings"]
+__all__ = ["DEFAULT_TRIAL_STEPS", "MAX_PAIRS", "Trial", "plan_trials", "rank_by_measured", "verify_findings"]
 
-MIN_PAIRS = 2
+MIN_PAIRS = 3
+# Steps timed per trial run where --trial-steps does not say: a step's time varies (workers
+# deliver in bursts), and the mean of a few is not the mean of the run.
+DEFAULT_TRIAL_STEPS = 20
 MAX_PAIRS = 8
 # Two-sided 95 % points of Student's t by degrees of freedom (pairs - 1).
 _T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
