@@ -153,6 +153,31 @@ def test_pageable_uploads_are_told_from_pinned_ones_and_read_backs():
     assert not _pageable_upload((_Tensor("cuda"), "cuda"), {})
 
 
+def test_a_pageable_upload_from_the_users_line_is_counted_and_others_pass_through():
+    """The upload wrapper (installed where torch sees a GPU), here around a stand-in
+    ``Tensor.to`` while a collector with a listening GPU collector runs."""
+    import sys
+
+    from advisor.collect import torch_hooks
+    from advisor.collect.hooks.uploads import _wrap_upload
+
+    calls = []
+    upload = _wrap_upload(lambda *args, **kwargs: calls.append(args) or "copied", method="to")
+    collector = torch_hooks.HostCollector(torch, profiler=False, listener=StandIn())
+    collector.start()
+    try:
+        line = sys._getframe().f_lineno + 1
+        assert upload(_Tensor(), "cuda") == "copied"
+        upload(_Tensor(pinned=True), "cuda")  # pinned: not a host-blocking copy
+        upload(_Tensor(), "cpu")  # not an upload
+    finally:
+        result = collector.stop()
+    assert len(calls) == 3
+    [site] = result.host_syncs
+    assert (site["call"], site["line"], site["calls"]) == ("pageable copy to device", line, 1)
+    assert site["file"] == __file__
+
+
 def test_sync_ranges_with_spaces_in_the_call_name_still_give_their_line(tmp_path):
     from advisor.session.attribute import SYNC_RANGE
 

@@ -136,10 +136,12 @@ class Steps:
         patches.on_undo(optim_mod.register_optimizer_step_pre_hook(_optimizer_pre_hook).remove)
         patches.on_undo(optim_mod.register_optimizer_step_post_hook(_optimizer_post_hook).remove)
         patches.patch(dataloader_mod._BaseDataLoaderIter, "__next__", _wrap_next)
-        patches.patch(torch.Tensor, "backward", _wrap_backward)
-        patches.patch(torch.autograd, "backward", _wrap_backward)
-        patches.patch(torch.optim.Optimizer, "zero_grad", _wrap_zero_grad)
-        patches.patch(torch.nn.Module, "zero_grad", _wrap_zero_grad)
+        backward = functools.partial(_wrap_phase, phase=BACKWARD)
+        zero_grad = functools.partial(_wrap_phase, phase=OPTIMIZATION)
+        patches.patch(torch.Tensor, "backward", backward)
+        patches.patch(torch.autograd, "backward", backward)
+        patches.patch(torch.optim.Optimizer, "zero_grad", zero_grad)
+        patches.patch(torch.nn.Module, "zero_grad", zero_grad)
         # torch.compile(module) warns that global module hooks (ours) fire once more for the
         # OptimizedModule wrapper; only the outermost call counts here, and the warning is
         # about advisor, not the user's code.
@@ -461,23 +463,15 @@ def _wrap_next(original: Any) -> Any:
     return __next__
 
 
-def _wrap_backward(original: Any) -> Any:
+def _wrap_phase(original: Any, *, phase: str) -> Any:
+    """A call that is a phase of the step (``backward``: Backward; ``zero_grad``:
+    Optimization), marked as such where no phase is open."""
+
     @functools.wraps(original)
-    def backward(*args: Any, **kwargs: Any) -> Any:
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
         collector = base.acting()
         if collector is None:
             return original(*args, **kwargs)
-        return collector.steps.wrapped_phase(BACKWARD, lambda: original(*args, **kwargs), sys._getframe())
+        return collector.steps.wrapped_phase(phase, lambda: original(*args, **kwargs), sys._getframe())
 
-    return backward
-
-
-def _wrap_zero_grad(original: Any) -> Any:
-    @functools.wraps(original)
-    def zero_grad(*args: Any, **kwargs: Any) -> Any:
-        collector = base.acting()
-        if collector is None:
-            return original(*args, **kwargs)
-        return collector.steps.wrapped_phase(OPTIMIZATION, lambda: original(*args, **kwargs), sys._getframe())
-
-    return zero_grad
+    return wrapped

@@ -149,9 +149,14 @@ def copies_to_host(args: tuple, kwargs: dict) -> bool:
     return False
 
 
-def _wrap_host_sync(original: Any, *, call: str, method: str) -> Any:
+def wrap_counted(original: Any, *, call: str, applies: Callable[[tuple, dict], bool],
+                 target: Callable[[tuple], Any]) -> Any:
+    """``original`` counted as a host-blocking call ``call`` of the user's line where
+    ``applies(args, kwargs)``: timed, noted per source line and marked by a range; passed
+    through as it is outside the window, from library code and where it does not apply."""
+
     @functools.wraps(original)
-    def host_sync(*args: Any, **kwargs: Any) -> Any:
+    def counted(*args: Any, **kwargs: Any) -> Any:
         # Outside the window nothing records: a per-sample loop's int(t) would pay the
         # wrapper's few microseconds for a count no table reads. The cheapest test first.
         active = base.ACTIVE
@@ -161,7 +166,7 @@ def _wrap_host_sync(original: Any, *, call: str, method: str) -> Any:
         if collector is None:
             return original(*args, **kwargs)
         caller = sys._getframe(1)
-        if collector.is_library_frame(caller) or (method == "to" and not copies_to_host(args, kwargs)):
+        if collector.is_library_frame(caller) or not applies(args, kwargs):
             return original(*args, **kwargs)
         start = time.perf_counter_ns()
         try:
@@ -171,7 +176,25 @@ def _wrap_host_sync(original: Any, *, call: str, method: str) -> Any:
             with collector.syncs.range(call, caller):
                 return original(*args, **kwargs)
         finally:
-            target = args[0] if method and args else None
-            collector.syncs.note(call, target, caller, time.perf_counter_ns() - start)
+            collector.syncs.note(call, target(args), caller, time.perf_counter_ns() - start)
 
-    return host_sync
+    return counted
+
+
+def _always(args: tuple, kwargs: dict) -> bool:
+    return True
+
+
+def _first(args: tuple) -> Any:
+    return args[0] if args else None
+
+
+def _none(args: tuple) -> Any:
+    return None
+
+
+def _wrap_host_sync(original: Any, *, call: str, method: str) -> Any:
+    """A Tensor method that reads its data on the host (``.to`` only towards the CPU), or a
+    ``synchronize`` (``method`` empty: no tensor to note the device of)."""
+    return wrap_counted(original, call=call, applies=copies_to_host if method == "to" else _always,
+                        target=_first if method else _none)

@@ -9,12 +9,11 @@ from the user's line, is counted like ``.item()`` (advisor.collect.hooks.syncs) 
 from __future__ import annotations
 
 import functools
-import sys
-import time
 from typing import Any
 
 from advisor.collect.hooks import base
 from advisor.collect.hooks.collection import HostCollection
+from advisor.collect.hooks.syncs import wrap_counted
 
 
 class Uploads:
@@ -59,25 +58,9 @@ def _wrap_upload(original: Any, *, method: str) -> Any:
     host-blocking calls of the user's line; everything else passes through. (``.to`` towards
     the CPU is the read-back HOST_SYNC_METHODS covers; this wrapper sits outside it.)"""
 
-    @functools.wraps(original)
-    def upload(*args: Any, **kwargs: Any) -> Any:
-        active = base.ACTIVE
-        if active is None or not active.recorder.records_now():
-            return original(*args, **kwargs)
-        collector = base.acting()
-        if collector is None:
-            return original(*args, **kwargs)
-        caller = sys._getframe(1)
-        if collector.is_library_frame(caller):
-            return original(*args, **kwargs)
-        if not (pageable_upload(args, kwargs) or (method == "cuda" and pageable_upload((args[0], "cuda"), {}))):
-            return original(*args, **kwargs)
-        start = time.perf_counter_ns()
-        try:
-            with collector.syncs.range("pageable copy to device", caller):
-                return original(*args, **kwargs)
-        finally:
-            collector.syncs.note("pageable copy to device", args[0] if args else None, caller,
-                                  time.perf_counter_ns() - start)
+    def applies(args: tuple, kwargs: dict) -> bool:
+        return pageable_upload(args, kwargs) or (method == "cuda" and bool(args)
+                                                 and pageable_upload((args[0], "cuda"), {}))
 
-    return upload
+    return wrap_counted(original, call="pageable copy to device", applies=applies,
+                        target=lambda args: args[0] if args else None)
