@@ -79,16 +79,10 @@ def diagnose_target(target: str | Path, *, rules: list[str] | None = None, gpu: 
 
 def _job(path: Path, sources: list[Path], chosen: Any, gpu: str | None, said: list[str]) -> Diagnosed:
     from advisor.job import RuleChoice, diagnose_job, order_ranks, summarise_job
-    from advisor.reports.build import build_job_report
-    from advisor.tables import JOB_TABLE_DOCS
 
-    choice = RuleChoice(specs=list(chosen.specs), disabled=frozenset(chosen.disabled),
-                        enabled=frozenset(chosen.enabled), preview=bool(chosen.preview))
+    choice = RuleChoice.of(chosen)
     summaries = summarise_job(sources, choice=choice, gpu=gpu, say=lambda line: None)
     job = order_ranks(summaries, source=str(path))
     diagnosis = diagnose_job(job, choice, sources_kept=True)
     said.extend(str(error) for error in diagnosis.errors)
-    report = build_job_report(diagnosis.summary, diagnosis.tables, diagnosis.findings, diagnosis.job,
-                              rank_tables=diagnosis.rank_tables, table_docs=JOB_TABLE_DOCS,
-                              skipped=diagnosis.skipped)
-    return Diagnosed(report, dict(diagnosis.tables), said)
+    return Diagnosed(diagnosis.report(), dict(diagnosis.tables), said)

@@ -24,19 +24,12 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
                              "(tcp://host:8786); its workers open the trace files, so the paths must be theirs too")
 
 
-def choice_from(chosen):
-    from advisor.job import RuleChoice
-
-    return RuleChoice(specs=list(chosen.specs), disabled=frozenset(chosen.disabled),
-                      enabled=frozenset(chosen.enabled), preview=bool(chosen.preview))
-
-
 def read_job(args: argparse.Namespace, sources: list[Path], chosen, *, say, launch=None):
     """The diagnosed job for ``sources`` (one per rank), saved where --save asks. After a
     launch (advisor.job.launch) the ranks saved themselves and ``launch`` says how each
     ended; a saved job's manifest says the same."""
     from advisor.cli.keep import check_save_dir
-    from advisor.job import diagnose_job, order_ranks, summarise_job
+    from advisor.job import RuleChoice, diagnose_job, order_ranks, summarise_job
     from advisor.job.inputs import is_job_dir, read_manifest, write_manifest
 
     if args.workers is not None and args.workers < 1:
@@ -56,7 +49,7 @@ def read_job(args: argparse.Namespace, sources: list[Path], chosen, *, say, laun
         from advisor.knowledge.hardware import gpu_profile
 
         gpu = gpu_profile(args.gpu).id
-    choice = choice_from(chosen)
+    choice = RuleChoice.of(chosen)
     summaries = summarise_job(sources, choice=choice, workers=args.workers, dask_address=args.dask,
                               save_dir=copy_to, gpu=gpu, say=say)
     job = order_ranks(summaries, source=" ".join(launch.command) if launch is not None and launch.command
@@ -82,11 +75,7 @@ def read_job(args: argparse.Namespace, sources: list[Path], chosen, *, say, laun
 
 
 def job_report(diagnosis):
-    from advisor.reports.build import build_job_report
-    from advisor.tables import JOB_TABLE_DOCS
-
+    """The job's report, its rules' errors said on stderr."""
     for error in diagnosis.errors:
         print(f"advisor: {error}", file=sys.stderr)
-    return build_job_report(diagnosis.summary, diagnosis.tables, diagnosis.findings, diagnosis.job,
-                            rank_tables=diagnosis.rank_tables, table_docs=JOB_TABLE_DOCS,
-                            skipped=diagnosis.skipped)
+    return diagnosis.report()

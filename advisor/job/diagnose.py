@@ -23,7 +23,7 @@ from advisor.findings import Finding
 from advisor.job.run import Job
 from advisor.job.summarise import RuleChoice
 from advisor.reports.report import JobRank as JobRankEntry
-from advisor.reports.report import JobSummary, SessionSummary, StepSummary, Table
+from advisor.reports.report import JobSummary, Report, SessionSummary, StepSummary, Table
 from advisor.tables.job import RankRow, job_tables
 
 __all__ = ["JobDiagnosis", "diagnose_job", "diagnose_saved_job", "merge_findings"]
@@ -38,6 +38,14 @@ class JobDiagnosis:
     job: JobSummary
     errors: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+
+    def report(self) -> Report:
+        """The job's report: its summary, cross-rank and cited rank tables, findings."""
+        from advisor.reports.build import build_job_report
+        from advisor.tables import JOB_TABLE_DOCS
+
+        return build_job_report(self.summary, self.tables, self.findings, self.job, rank_tables=self.rank_tables,
+                                table_docs=JOB_TABLE_DOCS, skipped=self.skipped)
 
 
 def rank_table_name(rank: int, table: str) -> str:

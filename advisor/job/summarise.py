@@ -30,6 +30,12 @@ class RuleChoice:
     enabled: frozenset[str] = frozenset()
     preview: bool = False
 
+    @classmethod
+    def of(cls, selection: Any) -> RuleChoice:
+        """The choice a rule pack selection (advisor.rules.packs) made."""
+        return cls(specs=list(selection.specs), disabled=frozenset(selection.disabled),
+                   enabled=frozenset(selection.enabled), preview=bool(selection.preview))
+
 
 @dataclass
 class RankSummary:
