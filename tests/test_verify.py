@@ -147,7 +147,8 @@ _PROBE = textwrap.dedent("""
         autocast = torch.is_autocast_enabled("cpu")
     except TypeError:  # torch before 2.4
         autocast = torch.is_autocast_cpu_enabled()
-    json.dump({"autocast": autocast, "workers": loader.num_workers, "foreach": opt.defaults.get("foreach"),
+    json.dump({"autocast": autocast, "workers": loader.num_workers, "persistent": loader.persistent_workers,
+               "dataset": type(loader.dataset).__name__, "foreach": opt.defaults.get("foreach"),
                "grad": model.weight.grad is None, "batches": batches, "threads": torch.get_num_threads()},
               open(sys.argv[1], "w"))
 """)
@@ -178,12 +179,13 @@ def test_the_fixes_reach_what_the_script_makes(tmp_path):
                                                                     "torch_threads": 1}},
                                 {"name": "optimizer", "settings": {"foreach": True}},
                                 {"name": "zero_grad_set_to_none"}])
-    assert seen["workers"] == 2 and seen["threads"] == 1
+    assert seen["workers"] == 2 and seen["threads"] == 1 and seen["persistent"] is True
     assert seen["foreach"] is True and seen["grad"] is True
     assert seen["batches"] == plain["batches"]  # the same data, made elsewhere
     assert plain["autocast"] is False
     assert _trial(tmp_path, [{"name": "amp"}])[0]["autocast"] is True  # --try amp: the whole script autocast
     batched, _ = _trial(tmp_path, [{"name": "batched_index"}])
+    assert plain["dataset"] == "TensorDataset" and batched["dataset"] == "BatchedTensors"
     assert batched["batches"] == plain["batches"]  # indexed a batch at a time, the same batches
 
 
@@ -308,3 +310,10 @@ def test_a_fix_that_made_the_step_slower_is_said_so():
         measured_saving_ms_per_step=-4.1, inside_range=False, clear_of_noise=True, trials=8, steps_timed=20)})
     line = verification_line(slower)
     assert "made the step 4.10 ms SLOWER" in line and "does not pay" in line and "saved" not in line
+
+
+def test_a_dataloader_fix_is_timed_after_its_workers_prefetched_batches():
+    assert FixPlan("dataloader", {"num_workers": 8}).trial_steps(2, 20) == (17, 20)
+    assert FixPlan("dataloader", {"num_workers": 16}).trial_steps(2, 20) == (33, 32)
+    assert FixPlan("dataloader", {"pin_memory": True}).trial_steps(2, 20) == (2, 20)
+    assert FixPlan("tf32").describe().endswith("(changes numerics)")

@@ -71,7 +71,15 @@ class FixPlan:
             "compile": "torch.compile of the model's forward",
         }[self.name]
         settings = ", ".join(f"{k}={v}" for k, v in self.settings.items())
-        return f"{words} {settings}".strip()
+        numerics = " (changes numerics)" if FIXES[self.name].numerics else ""
+        return f"{words} {settings}".strip() + numerics
+
+    def trial_steps(self, warmup: int, steps: int) -> tuple[int, int]:
+        """The warm-up and timed steps a trial of this fix needs, at least those asked: a
+        DataLoader's N workers prefetch two batches each, so the steps that drain that queue
+        are warm-up too, and a step's time is the mean over at least a round of them."""
+        workers = int(self.settings.get("num_workers", 0) or 0) if self.name == "dataloader" else 0
+        return (max(warmup, 2 * workers + 1), max(steps, 2 * workers)) if workers else (warmup, steps)
 
     def as_data(self) -> dict[str, Any]:
         return {"name": self.name, "settings": dict(self.settings)}
@@ -199,6 +207,7 @@ def _zero_grad_set_to_none(torch: Any, settings: dict[str, Any]) -> None:
         original = owner.zero_grad
 
         def zero_grad(self: Any, set_to_none: bool = True, *, _original: Any = original) -> Any:
+            del set_to_none  # the script's choice is what this fix replaces
             return _original(self, set_to_none=True)
 
         owner.zero_grad = zero_grad

@@ -112,11 +112,7 @@ def _measure(trial: Trial, finding: Finding, *, script: str, args: list[str], st
              run: Callable[[dict[str, Any], float], dict[str, Any]], label: str) -> Verification:
     fix = trial.fix
     assert fix is not None
-    workers = int(fix.settings.get("num_workers", 0) or 0) if fix.name == "dataloader" else 0
-    if workers:
-        # Workers prefetch two batches each: the steps that drain that queue are warm-up too,
-        # and a step's time is the mean over at least a round of the workers.
-        warmup, steps = max(warmup, 2 * workers + 1), max(steps, 2 * workers)
+    warmup, steps = fix.trial_steps(warmup, steps)
     base = {"script": script, "args": list(args), "step_source": step_source, "warmup": warmup, "steps": steps}
     before: list[float] = []
     after: list[float] = []
