@@ -20,6 +20,10 @@ SHARED_TRACES = REPO.parent / "shared" / "traces"
 _CACHE = tempfile.mkdtemp(prefix="advisor-test-cache-")
 os.environ["ADVISOR_CACHE_DIR"] = _CACHE
 os.environ.pop("ADVISOR_NO_CACHE", None)
+# The native op recorder (advisor.collect.native) is built once for the whole run, into a
+# folder of the tests' own.
+_NATIVE = tempfile.mkdtemp(prefix="advisor-test-native-")
+os.environ["ADVISOR_NATIVE_DIR"] = _NATIVE
 
 
 # A shell starts background jobs with Ctrl-C ignored, and processes inherit that; the tests
@@ -51,6 +55,7 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_unconfigure(config):
     shutil.rmtree(_CACHE, ignore_errors=True)
+    shutil.rmtree(_NATIVE, ignore_errors=True)
 
 
 def shared_trace(name: str) -> Path:

@@ -21,7 +21,8 @@ import pytest
 
 from advisor.collect import cupti as cc
 from advisor.collect import cupti_records as rec
-from advisor.collect.cupti_host import HostTimeline, OpRecorder, describe_inputs
+from advisor.collect.cupti_host import HostTimeline
+from advisor.collect.op_recorder import PythonOpRecorder, describe_inputs
 from advisor.errors import UsageError
 from advisor.session import EVENT_COLUMNS, Session, SessionMeta, text
 
@@ -136,6 +137,17 @@ class ReplayCupti:
     def activity_push_external_correlation_id(self, kind, op_id):
         self.external_stack.append((kind, op_id))
         self.external_log.append(("push", op_id))
+
+    def c_functions(self) -> tuple[int, int]:
+        """C functions that push and pop through this stand-in, for the native op recorder
+        (which calls libcupti's through their addresses)."""
+        import ctypes
+
+        push_type = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_uint64)
+        pop_type = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64))
+        self._c_push = push_type(lambda kind, op_id: self.activity_push_external_correlation_id(kind, op_id) or 0)
+        self._c_pop = pop_type(lambda kind, last: self.activity_pop_external_correlation_id(kind) or 0)
+        return (ctypes.cast(self._c_push, ctypes.c_void_p).value, ctypes.cast(self._c_pop, ctypes.c_void_p).value)
 
     def activity_pop_external_correlation_id(self, kind):
         popped_kind, op_id = self.external_stack.pop()
@@ -531,8 +543,9 @@ def test_the_collector_records_torch_ops_itself_while_recording():
     torch = pytest.importorskip("torch")
     stream = json.loads(STREAM.read_text())
     api = ReplayCupti(stream, FakeClock(stream["host_clock_start_ns"]))
-    collector = cc.CuptiCollector(api, window=cc.StepWindow(1, 2), torch=torch)
+    collector = cc.CuptiCollector(api, window=cc.StepWindow(1, 2), torch=torch, external_functions=api.c_functions())
     collector.start()
+    api.external_log.clear()  # the calibration burst's pushes
     a = torch.ones(2, 2)
     a @ a  # step 0: warm-up, not recorded
     collector.step_started(1)
@@ -543,8 +556,13 @@ def test_the_collector_records_torch_ops_itself_while_recording():
     a @ a  # after the window
     capture = collector.stop()
     ops = rows(capture.events, "op")
-    assert list(ops["name"].astype(str)) == ["aten::mm"] and list(ops["step"]) == [1]
-    assert api.external_stack == [] and [w for w, _ in api.external_log] == ["push", "pop"]
+    names = list(ops["name"].astype(str))
+    # The native recorder sees ops as torch.profiler does: matmul, and the mm inside it.
+    assert {"aten::matmul", "aten::mm"} <= set(names) and set(ops["step"]) == {1}
+    assert capture.collector.cost.op_recorder == "native" and capture.collector.cost.ops_recorded == len(ops)
+    assert capture.collector.cost.per_op_ns is not None
+    assert api.external_stack == []
+    assert sorted(op for what, op in api.external_log if what == "push") == sorted(ops["external_id"])
 
 
 @pytest.mark.parametrize("given, expected", [
@@ -639,16 +657,15 @@ def test_start_collector_on_this_machine_falls_back_with_a_reason():
 # -- the op recorder on CPU torch --------------------------------------------------------------
 
 
-def test_op_recorder_records_shapes_dtypes_and_brackets_external_ids():
+def test_python_op_recorder_records_shapes_dtypes_and_brackets_external_ids():
     torch = pytest.importorskip("torch")
-    timeline = HostTimeline(pid=1, thread_id=lambda: 7)
     stack, log = [], []
 
     def push(op_id):
         stack.append(op_id)
         log.append(op_id)
 
-    recorder = OpRecorder(torch, timeline, push=push, pop=stack.pop)
+    recorder = PythonOpRecorder(torch, push=push, pop=stack.pop, pid=1, thread_id=lambda: 7)
     a, b = torch.ones(4, 8), torch.ones(8, 16)
     h = torch.ones(3, dtype=torch.bfloat16)
     recorder.start()
@@ -659,15 +676,15 @@ def test_op_recorder_records_shapes_dtypes_and_brackets_external_ids():
     finally:
         recorder.stop()
     torch.mm(a, b)  # after stop: not recorded
-    ops = [r for r in timeline.rows if r[1] == "op"]
-    by_name = {r[0]: r for r in ops}
+    ops = recorder.frame(lambda t: t)
+    by_name = {str(r.name): r for r in ops.itertuples()}
     assert {"aten::mm", "aten::add", "aten::cat"} <= set(by_name)
-    assert by_name["aten::mm"][6:] == ("[[4,8],[8,16]]", '["float","float"]')
-    assert json.loads(by_name["aten::add"][7])[:2] == ["c10::BFloat16", "c10::BFloat16"]
-    assert json.loads(by_name["aten::cat"][7])[0] == "TensorList"
-    assert stack == [] and sorted(log) == sorted(r[5] for r in ops)
-    assert all(r[4] == 7 and r[3] >= r[2] for r in ops)
-    assert sum(1 for r in ops if r[0] == "aten::mm") == 1
+    assert (by_name["aten::mm"].input_dims, by_name["aten::mm"].input_types) == ("[[4,8],[8,16]]", '["float","float"]')
+    assert json.loads(by_name["aten::add"].input_types)[:2] == ["c10::BFloat16", "c10::BFloat16"]
+    assert json.loads(by_name["aten::cat"].input_types)[0] == "TensorList"
+    assert stack == [] and sorted(log) == sorted(ops["external_id"])
+    assert (ops["tid"] == 7).all() and (ops["end_ns"] >= ops["start_ns"]).all()
+    assert (ops["name"].astype(str) == "aten::mm").sum() == 1
 
 
 def test_describe_inputs_spells_like_kineto():

@@ -153,9 +153,16 @@ def test_pageable_uploads_are_told_from_pinned_ones_and_read_backs():
     assert not _pageable_upload((_Tensor("cuda"), "cuda"), {})
 
 
-def test_a_pageable_upload_from_the_users_line_is_counted_and_others_pass_through():
+class _UnaskedTensor(_Tensor):
+    def is_pinned(self):
+        raise AssertionError("is_pinned() asked while the GPU collector records")
+
+
+def test_uploads_from_the_users_line_get_their_range_and_no_call_asks_is_pinned():
     """The upload wrapper (installed where torch sees a GPU), here around a stand-in
-    ``Tensor.to`` while a collector with a listening GPU collector runs."""
+    ``Tensor.to`` while a collector with a listening GPU collector runs: every upload from
+    the user's line gets a range naming the line (the copy record says whether it was
+    pageable), none asks is_pinned(), and none is counted as a host-blocking call here."""
     import sys
 
     from advisor.collect import torch_hooks
@@ -163,19 +170,43 @@ def test_a_pageable_upload_from_the_users_line_is_counted_and_others_pass_throug
 
     calls = []
     upload = _wrap_upload(lambda *args, **kwargs: calls.append(args) or "copied", method="to")
-    collector = torch_hooks.HostCollector(torch, profiler=False, listener=StandIn())
+    listener = StandIn()
+    collector = torch_hooks.HostCollector(torch, profiler=False, listener=listener)
     collector.start()
     try:
         line = sys._getframe().f_lineno + 1
-        assert upload(_Tensor(), "cuda") == "copied"
-        upload(_Tensor(pinned=True), "cuda")  # pinned: not a host-blocking copy
-        upload(_Tensor(), "cpu")  # not an upload
+        assert upload(_UnaskedTensor(), "cuda") == "copied"
+        upload(_UnaskedTensor(pinned=True), "cuda")
+        upload(_UnaskedTensor(), "cpu")  # not an upload
     finally:
         result = collector.stop()
     assert len(calls) == 3
+    opened = [c[1] for c in listener.calls if c[0] == "opened"]
+    assert opened == [f"advisor::sync copy to device @ {__file__}({line}): "
+                      "test_uploads_from_the_users_line_get_their_range_and_no_call_asks_is_pinned",
+                      f"advisor::sync copy to device @ {__file__}({line + 1}): "
+                      "test_uploads_from_the_users_line_get_their_range_and_no_call_asks_is_pinned"]
+    assert result.host_syncs == []
+
+
+def test_without_a_gpu_collector_a_pageable_upload_is_counted_and_a_pinned_one_is_not():
+    """torch.profiler records (a GPU it cannot trace): is_pinned() tells the uploads apart."""
+    import sys
+
+    from advisor.collect import torch_hooks
+    from advisor.collect.hooks.uploads import _wrap_upload
+
+    upload = _wrap_upload(lambda *args, **kwargs: "copied", method="to")
+    collector = torch_hooks.HostCollector(torch, profiler=True, window=None)
+    collector.start()
+    try:
+        line = sys._getframe().f_lineno + 1
+        upload(_Tensor(), "cuda")
+        upload(_Tensor(pinned=True), "cuda")
+    finally:
+        result = collector.stop()
     [site] = result.host_syncs
     assert (site["call"], site["line"], site["calls"]) == ("pageable copy to device", line, 1)
-    assert site["file"] == __file__
 
 
 def test_sync_ranges_with_spaces_in_the_call_name_still_give_their_line(tmp_path):

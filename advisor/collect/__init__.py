@@ -7,10 +7,15 @@
     hooks/          one module per thing the hooks find without changing the script:
                     recorder (torch.profiler's window and parts), steps (steps and
                     phases), loaders, syncs (host-blocking source lines), uploads,
-                    children (processes the script starts)
+                    children (processes the script starts), compiles (torch.compile's
+                    compilations)
     cupti           the built-in GPU collector (NVIDIA's cupti-python, ``advisor[cuda]``)
     cupti_records   CUPTI activity records to event rows, without importing CUPTI
-    cupti_host      the host ranges and ops recorded beside the CUPTI collector
+    cupti_host      advisor's ranges recorded beside the CUPTI collector
+    op_recorder     every op the script runs, while the CUPTI collector records: native
+                    (torch's RecordFunction callbacks in C++) or, failing that, Python
+    native/         the native op recorder's C++ source, built against the running torch
+                    on first use and loaded with ctypes
     sampler         process and machine CPU use and RSS, sampled with psutil
     stacks          the main thread's and the DataLoader workers' Python stacks, sampled:
                     where host time goes in the user's own code

@@ -33,6 +33,7 @@ from advisor.session import (
     concat_events,
     empty_events,
     insert_unrelated,
+    text,
 )
 
 # A main thread that waited for a core this share of its run was measured on a busy machine.
@@ -199,6 +200,10 @@ def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace,
     busy = _busy_machine(facts.get("cpu_wait") or {})
     if busy:
         notes.append(busy)
+    compiled = compile_note(facts.get("compiles") or [], capture.events if capture is not None
+                            else session.events if session is not None else empty_events())
+    if compiled:
+        notes.append(compiled)
 
     if capture is not None:
         base_time_ns = capture.base_time_ns
@@ -257,6 +262,36 @@ def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace,
         timed_steps=timed,
     )
     return CollectedRun(session=Session(meta, events), exit_code=run.exit_code, run=run)
+
+
+def compile_note(compiles: list[dict[str, Any]], events: pd.DataFrame) -> str | None:
+    """One line on torch.compile in the run: which steps compiled and for how long, and
+    which recorded steps ran compiled code (the ``Torch-Compiled Region`` ranges Dynamo
+    opens around compiled frames). None where nothing compiled or ran compiled."""
+    if len(events):
+        names = pd.Series(text(events["name"]))
+        regions = events.loc[names.str.startswith("Torch-Compiled Region").to_numpy()]
+    else:
+        regions = events
+    ran = sorted({int(s) for s in regions["step"].to_numpy() if s >= 0}) if len(regions) else []
+    if not compiles and not ran:
+        return None
+    parts = []
+    if compiles:
+        total_s = sum(c.get("duration_ns", 0) for c in compiles) / 1e9
+        steps = sorted({c["step"] for c in compiles if c.get("step") is not None})
+        before = sum(1 for c in compiles if c.get("step") is None)
+        where = []
+        if before:
+            where.append(f"{before} before the first step")
+        if steps:
+            where.append(f"in step{'s' if len(steps) > 1 else ''} {', '.join(str(n) for n in steps)}")
+        parts.append(f"torch.compile compiled {len(compiles)} time{'s' if len(compiles) > 1 else ''} "
+                     f"({total_s:.2f} s in all; {'; '.join(where)}): a one-off cost, not a cost of every step")
+    if ran:
+        parts.append(f"compiled code ran in recorded step{'s' if len(ran) > 1 else ''} "
+                     f"{', '.join(str(n) for n in ran)}")
+    return "; ".join(parts)
 
 
 def _read_parts(paths: list[Path]) -> Session:

@@ -13,10 +13,12 @@ How a GPU activity reaches its step, phase and op (see also advisor.collect.cupt
 
 1. launch: each kernel, copy, set and sync record carries the *correlation id* of the
    runtime or driver call that issued it; advisor.session.attribute links them (``launch``).
-2. op: :class:`~advisor.collect.cupti_host.OpRecorder` pushes each ATen op's id as an
-   *external correlation id*; CUPTI ties every API call made inside the op to it, and the
-   rows get ``external_id``, which advisor.session.attribute maps to the op (``parent_op``) with
-   its input shapes and dtypes.
+2. op: the op recorder (advisor.collect.op_recorder: torch's RecordFunction callbacks in
+   C++, else a Python dispatch mode) pushes each op's id as an *external correlation id*;
+   CUPTI ties every API call made inside the op to it, and the rows get ``external_id``,
+   which advisor.session.attribute maps to the op (``parent_op``) with its input shapes and
+   dtypes. Where no id could be pushed, the innermost op on the call's thread whose time
+   contains it is its op.
 3. step and phase: advisor's hooks report their ranges (``ProfilerStep#N``,
    ``advisor::Forward``...) to the collector, which records them on the host timeline;
    advisor.session.attribute gives every host row the step and phase it falls in by time and
@@ -63,9 +65,10 @@ import numpy as np
 import pandas as pd
 
 from advisor.collect import cupti_records as rec
-from advisor.collect.cupti_host import HostTimeline, OpRecorder
+from advisor.collect import op_recorder
+from advisor.collect.cupti_host import HostTimeline
 from advisor.collect.steps import StepWindow
-from advisor.session import CollectorInfo, DeviceInfo, concat_events, text
+from advisor.session import CollectorCost, CollectorInfo, DeviceInfo, concat_events, text
 from advisor.session.attribute import attribute
 
 INSTALL_HINT = "pip install 'advisor[cuda]'"
@@ -79,7 +82,16 @@ ALWAYS_KINDS = (rec.KIND_DEVICE, rec.KIND_CONTEXT, rec.KIND_OVERHEAD)
 # Calls torch makes by the thousand that launch nothing; not recording them keeps
 # CUPTI's overhead and the record count down (torch's own CUPTI monitor does the same).
 QUIET_RUNTIME_CBIDS = (10, 11, 16, 17, 134, 136, 317, 324)
-QUIET_DRIVER_CBIDS = (304, 677)
+QUIET_DRIVER_CBIDS = (304, 677, 392, 719)  # cuCtxGetCurrent, cuGetProcAddress_v2, cuDevicePrimaryCtxGetState, cuKernelGetName
+# The driver calls a table or rule reads (launches that bypass the runtime, as Triton's and
+# CUDA graphs' do; copies, sets and waits; event ordering across streams; module loads set
+# apart as start-up): every other driver call is left unrecorded where cupti-python names
+# them. torch and its libraries make thousands of others a step (cuDevicePrimaryCtxGetState,
+# cuKernelGetName) that no finding needs.
+DRIVER_CALLS_KEPT = ("cuLaunch", "cuGraphLaunch", "cuMemcpy", "cuMemset", "cuStreamSynchronize", "cuCtxSynchronize",
+                     "cuEventSynchronize", "cuEventRecord", "cuStreamWaitEvent", "cuStreamWaitValue", "cuModuleLoad",
+                     "cuLibraryLoad", "cuModuleGetFunction", "cuLibraryGetKernel", "cuInit", "cuCtxCreate",
+                     "cuDevicePrimaryCtxRetain", "cuMemFree", "cuMemAlloc", "cuMemHost")
 
 # cupti-python releases on PyPI (major -> minors), each requiring nvidia-cuda-cupti of
 # its own minor or later; torch's CUDA wheels pin theirs, so the release to install is
@@ -135,6 +147,24 @@ def version_mismatch(torch_cuda: str | None, cupti_version: str | None) -> str |
         return None
     return (f"cupti-python {cupti_version} is for CUDA {cupti_major} but torch is built with CUDA "
             f"{torch_cuda}: {install_hint(torch_cuda)}")
+
+
+def cupti_function_address(name: str) -> int | None:
+    """The address of libcupti's C function ``name`` in this process (the library
+    cupti-python loaded), for the native op recorder to call with no Python in between;
+    None where no libcupti is loaded or it lacks the function."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libcupti.so" in line and "/" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            function = getattr(ctypes.CDLL(path), name)
+        except (OSError, AttributeError):
+            continue
+        return ctypes.cast(function, ctypes.c_void_p).value
+    return None
 
 
 def torch_profiler_active(torch: Any) -> bool:
@@ -204,8 +234,12 @@ class CuptiCollector:
     before the script, report the hooks' events while it runs (:meth:`step_started`,
     :meth:`range_opened` / :meth:`range_closed`), ``stop()`` after it.
 
-    ``ops`` is where ops come from (default: an OpRecorder on ``torch``); ``clock``,
+    ``ops`` is where ops come from (default: made at ``start()`` by
+    advisor.collect.op_recorder, the native recorder where it can be built); ``clock``,
     ``pid`` and ``thread_id`` are the host's, replaceable for replaying a recording.
+    ``external_functions``: the addresses of the C functions that push and pop an external
+    correlation id (default: libcupti's own, found in the process). ``say(line)`` hears of a
+    first build of the native recorder.
     """
 
     def __init__(
@@ -221,6 +255,9 @@ class CuptiCollector:
         clock: Callable[[], int] = time.time_ns,
         pid: int | None = None,
         thread_id: Callable[[], int] | None = None,
+        native_ops: bool = True,
+        external_functions: tuple[int, int] | None = None,
+        say: Callable[[str], None] | None = None,
     ):
         self.api = api
         self.window = window
@@ -243,10 +280,14 @@ class CuptiCollector:
         self._partial_steps: set[int] = set()
         self._capture: CuptiCapture | None = None
         self._external_kind = rec.EXTERNAL_KIND_CUSTOM2
-        # The op source: anything with start() and stop(), active only while recording.
+        # The op source: anything with start() and stop(), active only while recording
+        # (and, for advisor.collect.op_recorder's, frame() and facts()); made at start().
         self._ops: Any = ops
-        if ops is None and record_ops and torch is not None:
-            self._ops = OpRecorder(torch, self.timeline, push=self.push_external, pop=self.pop_external)
+        self._make_ops = ops is None and record_ops and torch is not None
+        self._native_ops = native_ops
+        self._external_functions = external_functions
+        self._say = say
+        self.op_cost: dict[str, float] | None = None
 
     # -- CUPTI's callbacks (run on CUPTI's thread or inside a flush) ----------------------
 
@@ -280,8 +321,31 @@ class CuptiCollector:
         self._measure_clock()
         self.base_time_ns = self.clock()
         self._enable(ALWAYS_KINDS)
+        if self._make_ops:
+            self._start_op_recorder()
         if self.window is None:
             self._open_window(None)
+
+    def _start_op_recorder(self) -> None:
+        """Make the op recorder (native where it can be built) and measure what it costs an
+        op here, before the script runs."""
+        push, pop = self._external_functions or (cupti_function_address("cuptiActivityPushExternalCorrelationId"),
+                                                 cupti_function_address("cuptiActivityPopExternalCorrelationId"))
+        if push is None or pop is None:
+            self.notes.append("libcupti's external correlation functions were not found: ops are tied to their "
+                              "kernels by time on their thread, not by id")
+            push = pop = None
+        self._ops, why = op_recorder.make_op_recorder(
+            self.torch, push_address=push, pop_address=pop, external_kind=self._external_kind,
+            push=self.push_external, pop=self.pop_external, native=self._native_ops, say=self._say)
+        if why is not None:
+            self.notes.append(f"ops were recorded by a Python dispatch mode ({why}): each op cost some tens of "
+                              "microseconds more than unrecorded, and torch.compile'd code ran eager while it "
+                              "recorded")
+        try:
+            self.op_cost = op_recorder.calibrate(self.torch, self._ops)
+        except Exception as exc:  # the measurement is a figure, not a reason to lose the run
+            self.notes.append(f"what recording costs an op could not be measured ({_one_line(exc)})")
 
     def _measure_clock(self) -> None:
         best: tuple[int, int] | None = None
@@ -312,7 +376,7 @@ class CuptiCollector:
 
     def _quieten(self, kind: int) -> None:
         calls = {rec.KIND_RUNTIME: (QUIET_RUNTIME_CBIDS, "activity_enable_runtime_api"),
-                 rec.KIND_DRIVER: (QUIET_DRIVER_CBIDS, "activity_enable_driver_api")}.get(kind)
+                 rec.KIND_DRIVER: (self._quiet_driver_cbids(), "activity_enable_driver_api")}.get(kind)
         if calls is None:
             return
         cbids, function = calls
@@ -321,6 +385,20 @@ class CuptiCollector:
                 getattr(self.api, function)(cbid, 0)
             except Exception:  # an id this CUPTI does not know; recording it is harmless
                 pass
+
+    def _quiet_driver_cbids(self) -> tuple[int, ...]:
+        """The driver calls not to record: all but DRIVER_CALLS_KEPT where cupti-python names
+        the driver's callback ids, else the few known to come by the thousand."""
+        names = getattr(self.api, "DriverApiTraceCbid", None)
+        try:
+            members = [(str(m.name), int(m)) for m in names] if names is not None else []
+        except Exception:
+            members = []
+        if not members:
+            return QUIET_DRIVER_CBIDS
+        return tuple(cbid for name, cbid in members
+                     if cbid > 0 and not name.removeprefix("CUPTI_DRIVER_TRACE_CBID_").startswith(DRIVER_CALLS_KEPT)
+                     and name not in ("INVALID", "SIZE", "FORCE_INT"))
 
     def _disable(self, kinds: tuple[int, ...]) -> None:
         for kind in kinds:
@@ -372,6 +450,11 @@ class CuptiCollector:
         left out of the steps, as the Kineto importer leaves out the host collector's."""
         if partial:
             self._partial_steps.add(number)
+
+    def records_now(self) -> bool:
+        """Whether the window's steps are being recorded this instant (the hooks skip the
+        work of marking a range or a call where nothing would keep it)."""
+        return self.state == RECORDING
 
     def range_opened(self, name: str) -> int | None:
         """One of advisor's ranges opens: a token for :meth:`range_closed`, or None while
@@ -438,6 +521,14 @@ class CuptiCollector:
 
     # -- the result ----------------------------------------------------------------------------
 
+    def _cost(self) -> CollectorCost:
+        facts = self._ops.facts() if hasattr(self._ops, "facts") else {}
+        calibrated = self.op_cost or {}
+        return CollectorCost(op_recorder=facts.get("op_recorder", "stand-in" if self._ops is not None else ""),
+                             ops_recorded=int(facts.get("ops_recorded", 0)), ops_dropped=int(facts.get("ops_dropped", 0)),
+                             per_op_ns=calibrated.get("cost_ns_per_op"), plain_ns_per_op=calibrated.get("plain_ns_per_op"),
+                             spread_ns_per_op=calibrated.get("spread_ns_per_op"))
+
     def _to_session_ns(self, cupti_ns: np.ndarray) -> np.ndarray:
         return cupti_ns - self.clock_offset_ns - self.base_time_ns
 
@@ -446,7 +537,11 @@ class CuptiCollector:
         built = rec.build_events(self.store, to_session_ns=self._to_session_ns, api_lookup=lookup,
                                  launched_only=self.window is not None)
         still_open = self.timeline.close_all()
-        host = self.timeline.frame(lambda t: t - self.base_time_ns)
+        to_session = lambda t: t - self.base_time_ns  # noqa: E731
+        host = self.timeline.frame(to_session)
+        ops_frame = getattr(self._ops, "frame", None)
+        if ops_frame is not None:
+            host = concat_events([host, ops_frame(to_session)])
         if self._partial_steps and len(host):
             cut = {f"ProfilerStep#{n}" for n in self._partial_steps}
             host = host[~host["name"].astype(str).isin(cut).to_numpy()]
@@ -469,12 +564,12 @@ class CuptiCollector:
             if self.recorded_steps:
                 notes.append(f"steps {self.window} were asked for; steps {_ranges(self.recorded_steps)} were recorded "
                              "(earlier steps are warm-up and later ones were not recorded)")
-            cut_short = sorted(self._partial_steps & set(self.recorded_steps))
-            if cut_short:
-                notes.append(f"step {_ranges(cut_short)} was cut short and is not counted as a step")
             else:
                 notes.append(f"no step in {self.window} ran, so the GPU was not recorded; "
                              "--steps all records the whole run")
+            cut_short = sorted(self._partial_steps & set(self.recorded_steps))
+            if cut_short:
+                notes.append(f"step {_ranges(cut_short)} was cut short and is not counted as a step")
         if self.dropped:
             notes.append(f"CUPTI dropped {self.dropped} activity records (its buffers were full)")
         if self.store.over_cap:
@@ -502,6 +597,7 @@ class CuptiCollector:
             dropped_records=int(self.dropped + self.store.over_cap),
             overhead_ns=overhead_ns,
             notes=notes,
+            cost=self._cost(),
         )
         return CuptiCapture(
             events=events,

@@ -27,6 +27,7 @@ from typing import Any
 from advisor.collect.cores import RunDelay
 from advisor.collect.hooks import base
 from advisor.collect.hooks.children import Children
+from advisor.collect.hooks.compiles import Compiles
 from advisor.collect.hooks.collection import HostCollection
 from advisor.collect.hooks.loaders import Loaders
 from advisor.collect.hooks.recorder import Recorder
@@ -71,7 +72,16 @@ def library_roots(torch: Any = None) -> list[str]:
     roots.add(advisor_dir)
     if torch is not None:
         roots.add(os.path.dirname(os.path.abspath(torch.__file__)))
+    # A code object's file name is the path it was imported by, links and all: both spellings.
+    roots |= {os.path.realpath(root) for root in roots} | {os.path.abspath(root) for root in roots}
     return sorted(root.rstrip(os.sep) + os.sep for root in roots)
+
+
+def _cuda_available(torch: Any) -> bool:
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
 
 
 class HostCollector:
@@ -111,9 +121,11 @@ class HostCollector:
         self._run_delay: RunDelay | None = None
         self._began_ns = 0
         self._began_delay: int | None = None
-        self._library_dirs = tuple(
-            os.path.dirname(os.path.abspath(f)) + os.sep for f in (torch.__file__, __file__)
-        )
+        # Every installed library's code is not the user's: a host-blocking call made inside
+        # torchvision or transformers is counted at the user's line that called into it.
+        self._library_dirs = tuple(library_roots(torch))
+        # Where the job runs on a GPU, reading a CPU tensor waits for nothing: not a sync.
+        self.on_gpu = _cuda_available(torch)
         self.recorder = Recorder(torch, profiler=profiler, listener=listener, record_shapes=record_shapes,
                                  with_stack=with_stack, window=window, event_budget=event_budget,
                                  parts_dir=parts_dir, manual=step_source == "manual", warmup=warmup,
@@ -124,8 +136,9 @@ class HostCollector:
         self.syncs = SyncSites(torch, self.recorder, self.steps.open_step)
         self.uploads = Uploads(torch)
         self.children = Children(self.steps.open_step, ranks)
+        self.compiles = Compiles(torch, self.recorder, self.steps.open_step)
         self._concerns: list[base.Hooks] = [self.recorder, self.steps, self.loaders, self.syncs, self.uploads,
-                                            self.children]
+                                            self.children, self.compiles]
         self._patches = base.Patches()
 
     @property

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from advisor.session.layout import SESSION_FORMAT
 
-__all__ = ["CollectionGap", "CollectorInfo", "DeviceInfo", "DistributedInfo", "SessionMeta", "TimedStep"]
+__all__ = ["CollectionGap", "CollectorCost", "CollectorInfo", "DeviceInfo", "DistributedInfo", "SessionMeta", "TimedStep"]
 
 
 class DeviceInfo(BaseModel):
@@ -59,6 +59,21 @@ class TimedStep(BaseModel):
                                                "duration_ns that the job without advisor does not spend.")
 
 
+class CollectorCost(BaseModel):
+    """What the collector itself cost the job, as measured in the run: the diagnosis reasons
+    at the job's own pace, so what recording added must be known, not guessed."""
+
+    op_recorder: str = Field(default="", description="How ops were recorded: 'native' (torch's RecordFunction "
+                                                     "callbacks in C++), 'python' (a dispatch mode), '' (none).")
+    ops_recorded: int = 0
+    ops_dropped: int = Field(default=0, description="Ops past the recorder's bound, counted and not kept.")
+    per_op_ns: float | None = Field(default=None, description="What recording added to one cheap op, calibrated "
+                                                              "in the run (a burst with the recorder off and on).")
+    plain_ns_per_op: float | None = Field(default=None, description="The same op unrecorded, in that burst.")
+    spread_ns_per_op: float | None = Field(default=None, description="The unrecorded bursts' spread: the noise "
+                                                                     "the per-op cost is measured against.")
+
+
 class CollectorInfo(BaseModel):
     """What produced the session and what it could not measure."""
 
@@ -71,6 +86,8 @@ class CollectorInfo(BaseModel):
     notes: list[str] = Field(default_factory=list, description="One line each: what was not measured and why.")
     gaps: list[CollectionGap] = Field(default_factory=list, description="What the collection missed, structured: "
                                                                         "the profile-incomplete rule reads them.")
+    cost: CollectorCost | None = Field(default=None, description="What the collector cost the job, measured in "
+                                                                 "the run (advisor's own collectors).")
 
 
 class DistributedInfo(BaseModel):

@@ -11,6 +11,7 @@ into the run's :class:`~advisor.collect.hooks.collection.HostCollection`.
 ``syncs``     host-blocking calls (``.item()``, ``.cpu()``, ``synchronize``) per source line
 ``uploads``   copies to a GPU from pageable memory, counted as host-blocking calls
 ``children``  processes the script starts, and the ranks torch.multiprocessing.spawn starts
+``compiles``  torch.compile's compilations: when, in which step, how long
 
 The collector that composes them is advisor.collect.torch_hooks.HostCollector; the wrappers
 find it through :func:`advisor.collect.hooks.base.acting`.

@@ -46,6 +46,9 @@ class HostCollection:
     library_roots: list[str] = field(default_factory=list)
     """Folders of installed code (the standard library, site-packages, torch, advisor): a
     stack frame outside them is the user's."""
+    compiles: list[dict[str, Any]] = field(default_factory=list)
+    """torch.compile's compilations (advisor.collect.hooks.compiles): compile_id, trigger,
+    step (None before the first), start_ns and duration_ns on time.time_ns()."""
     cpu_wait: dict[str, Any] = field(default_factory=dict)
     """The script's main thread from the collector's start: ``wall_ns`` and ``run_delay_ns``
     (the time it was ready to run but waited for a core; empty where not measured)."""
@@ -67,4 +70,5 @@ class HostCollection:
             "children": list(self.children),
             "library_roots": list(self.library_roots),
             "cpu_wait": dict(self.cpu_wait),
+            "compiles": list(self.compiles),
         }

@@ -5,8 +5,8 @@ where one runs, owns CUPTI, and then no profiler runs at all: ``profiler=False``
 window of steps the profiler is prepared at start, records from the window's first step and
 stops at its end; without one the whole run is recorded in parts of ``PART_STEPS`` steps
 until an event budget is spent. Each range (a step, a phase, a host-blocking call) is a
-``record_function`` range where something records, and the listening GPU collector hears of
-it too.
+``record_function`` range while torch.profiler records; where the GPU collector records
+instead, the collector alone hears of it (no record_function: nothing else listens).
 
 Why not ``prof.step()``: in torch 2.x a profiler made without a ``schedule`` does not record
 steps at all (``record_steps`` is False), and one made with a schedule opens
@@ -141,9 +141,12 @@ class Recorder:
         return self.state == "recording"
 
     def records_now(self) -> bool:
-        """Whether anything records this instant: torch's profiler inside the window, or a
-        GPU collector listening for ranges."""
-        return self.state == "recording" or self.listener is not None
+        """Whether anything records this instant: torch's profiler inside the window, or the
+        listening GPU collector inside its own."""
+        if self.state == "recording":
+            return True
+        listener = self.listener
+        return listener is not None and getattr(listener, "records_now", _always)()
 
     def close(self) -> None:
         """The run is over: finish a recording still running."""
@@ -259,8 +262,10 @@ class Recorder:
     def enter(self, name: str) -> Any:
         """An entered record_function range named ``name`` (exit it with ``__exit__``)."""
         # A range only torch.profiler would see costs microseconds for nothing where it is
-        # not recording (the steps outside the window) and no GPU collector listens.
-        if self.state != "recording" and self.listener is None and self.use_profiler:
+        # not recording (the steps outside the window). Where the GPU collector records
+        # instead, no profiler runs: the collector hears of the range (``opened``) and keeps
+        # it on its own timeline, so a record_function would be an op of its own for nothing.
+        if not self.use_profiler or self.state != "recording":
             return NO_RANGE
         handle = self._torch.autograd.profiler.record_function(name)
         handle.__enter__()
@@ -288,6 +293,10 @@ class Recorder:
         for name in ("_prepare_profiler", "_enable_profiler"):
             if hasattr(autograd_profiler, name):
                 patches.patch(autograd_profiler, name, _wrap_profiler_start)
+
+
+def _always() -> bool:
+    return True
 
 
 def _wrap_profiler_start(original: Any) -> Any:

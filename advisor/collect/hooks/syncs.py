@@ -149,11 +149,14 @@ def copies_to_host(args: tuple, kwargs: dict) -> bool:
     return False
 
 
-def wrap_counted(original: Any, *, call: str, applies: Callable[[tuple, dict], bool],
-                 target: Callable[[tuple], Any]) -> Any:
+def wrap_counted(original: Any, *, call: str | Callable[[], str], applies: Callable[[tuple, dict], bool],
+                 target: Callable[[tuple], Any], counted_here: Callable[[], bool] | None = None) -> Any:
     """``original`` counted as a host-blocking call ``call`` of the user's line where
     ``applies(args, kwargs)``: timed, noted per source line and marked by a range; passed
-    through as it is outside the window, from library code and where it does not apply."""
+    through as it is outside the window, from library code, where it does not apply, and
+    for a CPU tensor where the job runs on a GPU (reading a host tensor waits for nothing).
+    ``call`` may be a function naming the call as the run stands; ``counted_here()`` False:
+    only the range is kept, the call is not noted (what it was is read from the records)."""
 
     @functools.wraps(original)
     def counted(*args: Any, **kwargs: Any) -> Any:
@@ -165,18 +168,23 @@ def wrap_counted(original: Any, *, call: str, applies: Callable[[tuple, dict], b
         collector = base.acting()
         if collector is None:
             return original(*args, **kwargs)
+        value = target(args)
+        if collector.on_gpu and getattr(value, "is_cpu", False) is True:
+            return original(*args, **kwargs)
         caller = sys._getframe(1)
         if collector.is_library_frame(caller) or not applies(args, kwargs):
             return original(*args, **kwargs)
+        name = call if isinstance(call, str) else call()
         start = time.perf_counter_ns()
         try:
             # The range carries the calling line into the trace: the importer gives the
             # ops inside it (aten::item, aten::_local_scalar_dense...) this line as their
             # call stack, since torch's Python frames only know where functions begin.
-            with collector.syncs.range(call, caller):
+            with collector.syncs.range(name, caller):
                 return original(*args, **kwargs)
         finally:
-            collector.syncs.note(call, target(args), caller, time.perf_counter_ns() - start)
+            if counted_here is None or counted_here():
+                collector.syncs.note(name, value, caller, time.perf_counter_ns() - start)
 
     return counted
 
