@@ -316,6 +316,28 @@ def test_a_script_that_fails_before_its_first_step_is_one_line_with_its_exit_cod
     assert last.startswith(f"advisor: {script} ended before its first step (exit code {code}: {said}")
 
 
+STEPLESS_THEN_EXIT_3 = """
+import sys, time, torch
+w, x = torch.randn(128, 128), torch.randn(32, 128)
+began = time.perf_counter()
+while time.perf_counter() - began < 0.4:  # the script's model, run without steps
+    y = (x @ w).relu()
+print(float(y.sum()))
+sys.exit(3)
+"""
+
+
+def test_a_script_without_steps_that_ran_its_model_and_exits_3_gets_its_report_and_code_3(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(STEPLESS_THEN_EXIT_3)
+    out = tmp_path / "report.json"
+    done = advisor("diagnose", "--format", "json", "-o", str(out), str(script), cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert "ended before its first step" not in done.stderr
+    report = json.loads(out.read_text())
+    assert report["session"]["exit_code"] == 3
+
+
 def test_an_option_after_the_script_that_the_script_refuses_is_said(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("import argparse\nargparse.ArgumentParser().parse_args()\n")

@@ -231,7 +231,27 @@ def _check_it_ran(session, exit_code: int | None, script: Path) -> None:
         return
     if session.events["kind"].isin(("op", "step", "kernel", "memcpy", "memset")).any():
         return
+    if _ran_its_own_code(session.events):
+        return
     raise _ended_before_first_step(script, exit_code, error)
+
+
+# Sampled stacks of the script's own work (outside imports) that show it ran more than its
+# set-up: at the sampler's 16 ms, about 50 ms of work. An argparse exit or an import error
+# spends its time importing.
+OWN_WORK_SAMPLES = 3
+
+
+def _ran_its_own_code(events) -> bool:
+    """Whether the main thread's sampled stacks show the script working outside imports (a
+    script with no steps records no op outside a window, but it ran its model)."""
+    from advisor.session import text
+
+    stacks = events[(events["kind"] == "stack").to_numpy()]
+    if len(stacks) < OWN_WORK_SAMPLES:
+        return False
+    own = [stack for stack in text(stacks["call_stack"]) if stack and "importlib._bootstrap" not in stack]
+    return len(own) >= OWN_WORK_SAMPLES
 
 
 def _collected(args: argparse.Namespace, kept, *, spawned_ranks: bool = False):
