@@ -41,6 +41,16 @@ exporting, reading back and attributing the events).
     python benchmarks/collector_overhead.py --part scripts --repeat 3
     python benchmarks/collector_overhead.py --part loop --window 3:23 --repeat 3 --json out.json
 
+Ops (``--part ops``): what recording costs one op, in one process, rounds interleaved so
+noise hits every row alike: a loop of small ops (an in-place add on a small tensor, a
+matmul of two 8x8 matrices, a view) run plain, under advisor's native op recorder (the one
+the CUPTI collector uses: torch's RecordFunction callbacks in C++), under its Python
+fallback (a dispatch mode), and under torch.profiler with CPU activities and
+record_shapes. The table gives the median ns per op and the cost added over plain; the
+goal is advisor's added cost per op at most torch.profiler's. No GPU is needed.
+
+    python benchmarks/collector_overhead.py --part ops --rounds 9
+
 The loop is advisor.doctor.loop (``python -m advisor.doctor.loop --help``), the one
 `advisor doctor --gpu-checks` runs.
 """
@@ -350,11 +360,79 @@ def bench_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=int, default=1, help="runs per row; step times are pooled")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per run")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
-    parser.add_argument("--part", choices=["scripts", "loop", "all"], default="all",
-                        help="the example scripts, the CNN loop under each collector, or both (default)")
+    parser.add_argument("--part", choices=["scripts", "loop", "ops", "all"], default="all",
+                        help="the example scripts, the CNN loop under each collector, the per-op cost of each "
+                             "recorder, or all (default)")
+    parser.add_argument("--rounds", type=int, default=7, help="--part ops: rounds, interleaved")
+    parser.add_argument("--op-iterations", type=int, default=2000, help="--part ops: iterations a round")
     parser.add_argument("--scripts", type=lambda text: [s for s in text.split(",") if s], default=None,
                         metavar="NAME,...", help=f"only these scripts (of {', '.join(n for n, _ in SCRIPTS)})")
     return parser
+
+
+OP_ROWS = ("plain", "advisor native", "advisor python", "torch.profiler")
+
+
+def run_ops(args: argparse.Namespace) -> tuple[str, dict, bool]:
+    """Per-op cost of each recorder (see the module docstring)."""
+    import torch
+
+    from advisor.collect import op_recorder
+    from advisor.collect.hooks.recorder import quiet_kineto
+
+    torch.set_num_threads(1)
+    a, b, t = torch.ones(8, 8), torch.ones(8, 8), torch.zeros(64)
+    ops_per_iteration = 3
+
+    def work(n: int) -> int:
+        began = time.perf_counter_ns()
+        for _ in range(n):
+            t.add_(1)
+            torch.mm(a, b)
+            t.view(8, 8)
+        return time.perf_counter_ns() - began
+
+    native, why = op_recorder.make_op_recorder(torch)
+    python_recorder = op_recorder.PythonOpRecorder(torch)
+
+    def under(row: str, n: int) -> int:
+        if row == "plain":
+            return work(n)
+        if row == "torch.profiler":  # its start and stop are outside the timed loop, as the recorders'
+            with quiet_kineto(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                                        record_shapes=True):
+                return work(n)
+        recorder = native if row == "advisor native" else python_recorder
+        recorder.start()
+        try:
+            return work(n)
+        finally:
+            recorder.stop()
+            recorder.discard()
+
+    rows = [r for r in OP_ROWS if not (r == "advisor native" and isinstance(native, op_recorder.PythonOpRecorder))]
+    per_op: dict[str, list[float]] = {r: [] for r in rows}
+    work(200)  # warm every path once
+    for _ in range(args.rounds):
+        for row in rows:
+            per_op[row].append(under(row, args.op_iterations) / (args.op_iterations * ops_per_iteration))
+    plain = statistics.median(per_op["plain"])
+    lines = [f"Per-op cost of recording: {args.op_iterations} iterations of 3 small ops (add_, mm 8x8, view), "
+             f"{args.rounds} rounds interleaved, median ns per op; one process, one thread"]
+    lines.append(f"{'row':<16} {'ns/op':>9} {'added':>9} {'x plain':>8}")
+    data = {"rounds": args.rounds, "iterations": args.op_iterations, "rows": {}}
+    for row in rows:
+        median = statistics.median(per_op[row])
+        lines.append(f"{row:<16} {median:9.0f} {median - plain:9.0f} {median / plain:8.2f}")
+        data["rows"][row] = {"median_ns_per_op": median, "added_ns_per_op": median - plain, "samples": per_op[row]}
+    if "advisor native" not in rows:
+        lines.append(f"advisor native: not run ({why})")
+    else:
+        native_added = data["rows"]["advisor native"]["added_ns_per_op"]
+        profiler_added = data["rows"]["torch.profiler"]["added_ns_per_op"]
+        lines.append(f"advisor's native recorder adds {native_added / max(profiler_added, 1e-9):.2f}x what "
+                     "torch.profiler (record_shapes) adds an op (goal: at most 1x)")
+    return "\n".join(lines), data, False
 
 
 def cuda_available() -> bool:
@@ -406,6 +484,12 @@ def main(argv: list[str] | None = None) -> int:
         failed |= bad
     if args.part in ("loop", "all"):
         text, out["loop"], bad = run_loop(args, parser)
+        if args.part == "all":
+            print()
+        print(text)
+        failed |= bad
+    if args.part in ("ops", "all"):
+        text, out["ops"], bad = run_ops(args)
         if args.part == "all":
             print()
         print(text)
