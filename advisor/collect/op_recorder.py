@@ -52,6 +52,7 @@ DTYPE_NAMES = {
 }
 # RecordFunction scopes (at::RecordScope): USER_SCOPE ranges are annotations, as Kineto files them.
 USER_SCOPE = 7
+COMPILED_REGION = "Torch-Compiled Region"
 MAX_ROWS = 20_000_000  # a bound on memory (~50 bytes a row); rows past it are counted, not kept
 
 
@@ -120,9 +121,12 @@ class NativeOpRecorder:
         dims = np.asarray([d for d, _ in described], dtype=object)
         types = np.asarray([t for _, t in described], dtype=object)
         inputs = np.where(rows["inputs"] >= 0, rows["inputs"], len(strings))
+        # A compiled region (Dynamo's range around a compiled frame) is the op the user's
+        # code called: the Triton kernels it launches, which no ATen op wraps, are its own.
+        is_compiled_region = np.asarray([s.startswith(COMPILED_REGION) for s in strings] + [False])
         raw = pd.DataFrame({
             "name": pd.Categorical(table[rows["name"]]),
-            "kind": np.where(rows["scope"] == USER_SCOPE, "annotation", "op"),
+            "kind": np.where((rows["scope"] == USER_SCOPE) & ~is_compiled_region[rows["name"]], "annotation", "op"),
             "start": rows["start"], "end": rows["end"], "tid": rows["tid"], "external_id": rows["op_id"],
             "input_dims": pd.Categorical(dims[inputs]), "input_types": pd.Categorical(types[inputs]),
         })
