@@ -287,6 +287,51 @@ def write_case_yaml(path: Path, content: dict[str, Any], header: list[str]) -> N
     path.write_text(text)
 
 
+def recorded_by_an_older_collector(session: Path) -> bool:
+    """Whether a case's GPU session was recorded before the collector measured its own cost
+    (the native op recorder, advisor.collect.op_recorder): such a recording is the
+    collector's first, whose Python op recorder cost the job several times what it costs
+    now, and is recorded again where a GPU is at hand."""
+    import json
+
+    try:
+        meta = json.loads((session / "session.json").read_text())
+    except (OSError, ValueError):
+        return True
+    collector = meta.get("collector") or {}
+    cost = collector.get("cost") or {}
+    return collector.get("name") == "cupti" and cost.get("op_recorder") != "native"
+
+
+def rerecord(ctx: Context, spec: CaseSpec, folder: Path) -> tuple[bool, str]:
+    """Record a reviewed case's session again (its case.yaml untouched) and say what of the
+    reviewed expectations the new recording meets; the old session is kept where it fails."""
+    import yaml
+
+    from advisor.importers import load
+
+    argv = shlex.split(spec.command)
+    kept = folder / "session.previous"
+    shutil.rmtree(kept, ignore_errors=True)
+    (folder / "session").rename(kept)
+    done = run_child(ctx, [sys.executable, "-m", "advisor", *argv[1:]], label=f"{spec.name} (again)")
+    if done is None or done.returncode != 0 or not (folder / "session").is_dir():
+        shutil.rmtree(folder / "session", ignore_errors=True)
+        kept.rename(folder / "session")
+        return False, f"{spec.name}: FAILED to record again ({failure_line(done) if done else 'dry run'}); kept the old"
+    shutil.rmtree(kept, ignore_errors=True)
+    content = yaml.safe_load((folder / "case.yaml").read_text())
+    fired, problems = evaluate_case(load(folder / "session"), content)
+    known = set((content.get("known_wrong") or {}))
+    said = f"{spec.name}: recorded again ({session_size(folder / 'session') / 1e6:.2f} MB); fired " + (
+        ", ".join(f"{r} ({f.severity.value}, {f.saving.ms_per_step:.3f} ms/step)" for r, f in fired.items()) or "nothing")
+    if problems:
+        said += "; NOT MET: " + "; ".join(problems)
+    if known:
+        said += f"; known_wrong in case.yaml: {', '.join(sorted(known))} (remove those now met)"
+    return not problems or all(any(k in p for k in known) for p in problems), said
+
+
 def session_size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.iterdir()) if folder.is_dir() else 0
 
@@ -309,11 +354,21 @@ def draft_cases(ctx: Context) -> tuple[bool, list[str], dict[str, Any]]:
             lines.append(f"{spec.name}: skipped, {spec.script} has no --device option, so it never uses the GPU; "
                          "give it one (default cuda when available) to record it here")
             continue
-        if (folder / "case.yaml").exists() and not ctx.overwrite:
+        reviewed = (folder / "case.yaml").exists() and not ctx.overwrite
+        if reviewed and not recorded_by_an_older_collector(folder / "session"):
             lines.append(f"{spec.name}: skipped, case.yaml exists (python cases/record.py {spec.name} records it "
                          "again; --overwrite replaces it)")
             continue
         argv = shlex.split(spec.command)
+        if reviewed:  # the collector changed since: record anew, judged by the reviewed case.yaml, kept as it is
+            if ctx.dry_run:
+                run_child(ctx, [sys.executable, "-m", "advisor", *argv[1:]], label=f"{spec.name} (again)")
+                continue
+            ok, line = rerecord(ctx, spec, folder)
+            lines.append(line)
+            failed |= not ok
+            data[spec.name] = {"rerecorded": True, "ok": ok}
+            continue
         if ctx.dry_run:
             run_child(ctx, [sys.executable, "-m", "advisor", *argv[1:]], label=spec.name)
             continue
