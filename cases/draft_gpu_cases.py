@@ -19,6 +19,7 @@ of advisor: `advisor doctor --gpu-checks` checks the collector on a user's GPU.
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import shutil
 import subprocess
@@ -85,7 +86,7 @@ class CaseSpec:
 
 CASES = (
     CaseSpec(
-        "gpu_starved_loader", "examples/starved_loader.py", ("--steps", "10"),
+        "gpu_starved_loader", "examples/starved_loader.py", ("--steps", "12"),
         "A small model fed by a Dataset that sleeps 2 ms per sample, read in the main process "
         "(num_workers=0), 32 samples a batch, on a GPU: each step waits about 64 ms on input while "
         "the GPU idles. The advisor must name the data loader, with the idle GPU under it.",
@@ -94,20 +95,20 @@ CASES = (
                  "why": "2 ms x 32 samples of sleep per batch against well under 10 ms of compute."},),
     ),
     CaseSpec(
-        "gpu_host_sync", "examples/host_sync.py", ("--steps", "10"),
+        "gpu_host_sync", "examples/host_sync.py", ("--steps", "12"),
         "A small CNN on a GPU whose loop reads values back to the host every step (loss.item(), "
         "logits.argmax(dim=1).cpu() and int(... .sum())), each draining the GPU's queue. The advisor "
         "must point at those three lines.",
-        must=("sync-memcpy-stall",), must_not=("dataloader-starvation",),
+        must=("sync-memcpy-stall",), must_not=("dataloader-starvation", "host-bound"),
         # On a GPU all three wait: .item(), the .cpu() copy, and int() of a tensor.
         source_lines=("running_loss += loss.item()", "argmax(dim=1).cpu()", "int((predictions"),
     ),
     CaseSpec(
-        "gpu_pageable_copies", "examples/pageable_copies.py", ("--steps", "10"),
+        "gpu_pageable_copies", "examples/pageable_copies.py", ("--steps", "12"),
         "Each step copies a 7 MB batch from pageable host memory with .to(device) (DataLoader without "
         "pin_memory, no non_blocking); the host waits for each copy and the model is cheap, so the "
         "copies are most of the step. The advisor must flag the pageable copies.",
-        must=("sync-memcpy-stall",), must_not=("dataloader-starvation",), source_lines=("# planted:",),
+        must=("sync-memcpy-stall",), must_not=("dataloader-starvation", "host-bound"), source_lines=("# planted:",),
         expect=({"table": "memory", "row": "Memcpy HtoD (Pageable -> Device)", "column": "calls", "at_least": 10,
                  "why": "two pageable copies (images, labels) per step, five recorded steps."},
                 {"table": "memory", "row": "Memcpy HtoD (Pageable -> Device)", "column": "host_blocking",
@@ -115,56 +116,55 @@ CASES = (
     ),
     CaseSpec(
         "gpu_pageable_copies_pinned", "examples/pageable_copies.py",
-        ("--steps", "10", "--pinned", "--num-workers", "2"),
+        ("--steps", "12", "--pinned", "--num-workers", "2"),
         "The fixed twin of gpu_pageable_copies: DataLoader(pin_memory=True, num_workers=2) and "
         ".to(device, non_blocking=True); the pinning runs in the loader's pin-memory thread. No "
         "copy blocks the host, so the copy finding must be gone, and the loader must not take "
         "its place.",
-        must_not=("sync-memcpy-stall", "dataloader-starvation"),
-        expect=({"table": "memory", "row": "Memcpy HtoD (Pinned -> Device)", "column": "calls", "at_least": 10,
-                 "why": "two pinned copies (images, labels) per step, five recorded steps."},),
+        must_not=("sync-memcpy-stall", "dataloader-starvation", "host-bound"),
+        expect=({"table": "memory", "row": "Memcpy HtoD (Pinned -> Device)", "column": "calls", "at_least": 8,
+                 "why": "two pinned copies (images, labels) per step, at least four steady steps."},),
     ),
     CaseSpec(
-        "gpu_odd_gemm", "examples/odd_gemm.py", ("--steps", "10"),
+        "gpu_odd_gemm", "examples/odd_gemm.py", ("--steps", "12"),
         "An fp16 MLP on a GPU whose GEMMs have no size a multiple of 8 (batch 60, layers 1000 -> 1023 "
         "-> 1030 -> 10). The advisor must name the misaligned layers and their padded sizes.",
-        must=("tensor-core-misalignment", "below-roofline"), must_not=("dataloader-starvation", "sync-memcpy-stall"),
+        must=("tensor-core-misalignment",), must_not=("sync-memcpy-stall", "host-bound"),
     ),
     CaseSpec(
-        "gpu_aligned_gemm", "examples/aligned_gemm.py", ("--steps", "10"),
+        "gpu_aligned_gemm", "examples/aligned_gemm.py", ("--steps", "12"),
         "The fixed twin of gpu_odd_gemm: every GEMM size padded to a multiple of 8 (batch 64, layers "
         "1000 -> 1024 -> 1032 -> 16). No GEMM may be reported as misaligned.",
-        must_not=("tensor-core-misalignment", "dataloader-starvation", "sync-memcpy-stall"),
+        must_not=("tensor-core-misalignment", "sync-memcpy-stall", "host-bound"),
     ),
     CaseSpec(
-        "gpu_small_batch", "examples/small_batch.py", ("--steps", "10"),
+        "gpu_small_batch", "examples/small_batch.py", ("--steps", "12"),
         "Twelve residual blocks trained 4 samples at a time on a GPU: a few hundred kernels a step, "
         "each shorter than its launch, so the GPU idles while the host launches. The advisor must "
         "name launch overhead as the cause, with low GPU utilisation under it and the idle time under "
         "'launching'.",
-        must=("launch-bound", "low-gpu-utilization"), must_not=("dataloader-starvation", "sync-memcpy-stall"),
-        expect=({"table": "gpu_idle", "row": "launching", "column": "share_of_idle", "at_least": 0.5,
-                 "why": "the host is launching kernels for most of the time the GPU idles."},),
+        must=("launch-bound", "low-gpu-utilization"),
+        must_not=("dataloader-starvation", "sync-memcpy-stall", "host-bound"),
     ),
     CaseSpec(
-        "gpu_per_parameter_optimizer", "examples/per_parameter_optimizer.py", ("--steps", "10"),
+        "gpu_per_parameter_optimizer", "examples/per_parameter_optimizer.py", ("--steps", "12"),
         "Thirty Linear + LayerNorm blocks (122 parameters) trained with SGD(foreach=False) and "
         "zero_grad(set_to_none=False) on a GPU: each step updates and zeroes the parameters one at a "
         "time, a few kernels each. The advisor must name both, from the optimizer table.",
-        must=("optimizer-not-fused", "grad-zeroing-memsets"), must_not=("dataloader-starvation",),
+        must=("optimizer-not-fused", "grad-zeroing-memsets"), must_not=("dataloader-starvation", "host-bound"),
         expect=({"table": "optimizer", "row": "Optimizer.step#SGD.step", "column": "ops_per_step", "at_least": 240,
                  "why": "single-tensor SGD with momentum and weight decay runs two or more operators per parameter."},
                 {"table": "optimizer", "row": "Optimizer.zero_grad#SGD.zero_grad", "column": "zero_ops_per_step",
                  "at_least": 122, "why": "one aten::zero_ per parameter."}),
     ),
     CaseSpec(
-        "gpu_per_parameter_optimizer_fixed", "examples/per_parameter_optimizer.py", ("--steps", "10", "--fixed"),
+        "gpu_per_parameter_optimizer_fixed", "examples/per_parameter_optimizer.py", ("--steps", "12", "--fixed"),
         "The fixed twin of gpu_per_parameter_optimizer: SGD(foreach=True) and zero_grad(set_to_none=True). "
         "Neither optimizer finding may fire.",
         must_not=("optimizer-not-fused", "grad-zeroing-memsets"),
     ),
     CaseSpec(
-        "gpu_host_made_tensors", "examples/host_made_tensors.py", ("--steps", "10"),
+        "gpu_host_made_tensors", "examples/host_made_tensors.py", ("--steps", "12"),
         "A denoising MLP on a GPU that draws its noise with torch.randn(shape).to(device) and its "
         "positions with torch.arange(n).to(device) every step: both made in host memory and copied "
         "from pageable memory. The advisor must name both lines.",
@@ -172,26 +172,26 @@ CASES = (
         source_lines=("# planted: made on the host", "# planted: the same positions"),
     ),
     CaseSpec(
-        "gpu_host_made_tensors_fixed", "examples/host_made_tensors.py", ("--steps", "10", "--fixed"),
+        "gpu_host_made_tensors_fixed", "examples/host_made_tensors.py", ("--steps", "12", "--fixed"),
         "The fixed twin of gpu_host_made_tensors: noise and positions made on the device. No copy "
         "finding may fire.",
         must_not=("cpu-tensor-copied-each-step", "sync-memcpy-stall"),
     ),
     CaseSpec(
-        "gpu_conv_bias_bn", "examples/conv_bias_bn.py", ("--steps", "10"),
+        "gpu_conv_bias_bn", "examples/conv_bias_bn.py", ("--steps", "12"),
         "A small CNN on a GPU whose three Conv2d layers keep bias=True before a BatchNorm2d each. The "
         "advisor must name them, with a time from the GPU's memory bandwidth.",
         must=("conv-bias-before-batchnorm",), must_not=("dataloader-starvation",),
     ),
     CaseSpec(
-        "gpu_allreduce_after_backward", "examples/allreduce_after_backward.py", ("--steps", "10"),
+        "gpu_allreduce_after_backward", "examples/allreduce_after_backward.py", ("--steps", "12"),
         "A 13-layer MLP on a GPU in a one-rank NCCL group that all-reduces each gradient by hand after "
         "backward: 26 collectives a step with no computation left to hide them. The advisor must name "
         "the communication that runs alone.",
         must=("communication-not-overlapped",), must_not=("dataloader-starvation",),
     ),
     CaseSpec(
-        "gpu_allreduce_after_backward_ddp", "examples/allreduce_after_backward.py", ("--steps", "10", "--ddp"),
+        "gpu_allreduce_after_backward_ddp", "examples/allreduce_after_backward.py", ("--steps", "12", "--ddp"),
         "The fixed twin of gpu_allreduce_after_backward: DistributedDataParallel all-reduces bucket by bucket "
         "during backward. On one rank DDP skips the collectives, so none may be reported as exposed.",
         must_not=("communication-not-overlapped",),
@@ -320,7 +320,12 @@ def rerecord(ctx: Context, spec: CaseSpec, folder: Path) -> tuple[bool, str]:
         kept.rename(folder / "session")
         return False, f"{spec.name}: FAILED to record again ({failure_line(done) if done else 'dry run'}); kept the old"
     shutil.rmtree(kept, ignore_errors=True)
-    content = yaml.safe_load((folder / "case.yaml").read_text())
+    case_yaml = folder / "case.yaml"
+    text = case_yaml.read_text()
+    # The command that recorded the session is the case's own (its steps may have changed).
+    text = re.sub(r"(?ms)^command:.*?(?=^\S)", lambda m: "command: >-\n  " + spec.command + "\n", text, count=1)
+    case_yaml.write_text(text)
+    content = yaml.safe_load(text)
     fired, problems = evaluate_case(load(folder / "session"), content)
     known = set((content.get("known_wrong") or {}))
     said = f"{spec.name}: recorded again ({session_size(folder / 'session') / 1e6:.2f} MB); fired " + (

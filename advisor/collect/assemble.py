@@ -230,6 +230,9 @@ def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace,
     # The step times are kept once, as meta.timed_steps: a second copy in the metadata would
     # double the saved session of a loop that runs thousands of steps.
     trace_metadata["advisor"] = {k: v for k, v in facts.items() if k != "step_times"}
+    pace = unrecorded_pace_note(timed)
+    if pace:
+        notes.append(pace)
     gaps += window_gaps(run.window, facts, timed, recorder="the CUPTI collector" if capture is not None
                         else "torch.profiler")
     gaps += child_gaps(facts.get("children") or [])
@@ -262,6 +265,30 @@ def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace,
         timed_steps=timed,
     )
     return CollectedRun(session=Session(meta, events), exit_code=run.exit_code, run=run)
+
+
+# Steps run after the window without the profiler that give the job's own pace: fewer and
+# the profiler's cost cannot be told from the steps' own spread.
+PACE_STEPS = 3
+
+
+def unrecorded_pace_note(timed: list[TimedStep]) -> str | None:
+    """A line where fewer than PACE_STEPS complete steps ran after the recorded ones (the
+    first after the window, which pays for stopping the profiler, not counted): the
+    diagnosis then knows the job's own pace from few steps, or from none."""
+    recorded = [t.step for t in timed if t.recorded]
+    if not recorded:
+        return None
+    after = [t for t in timed if t.step > max(recorded) + 1 and not t.partial and not t.recorded]
+    if len(after) >= PACE_STEPS:
+        return None
+    if not after:
+        return (f"no step ran without the profiler after the recorded ones (the first after them pays for "
+                f"stopping it; {PACE_STEPS} give the job's own pace): figures in ms are at the recorded pace, the "
+                "profiler's cost included; run a few more steps than --steps records")
+    return (f"only {len(after)} step{'s' if len(after) > 1 else ''} ran without the profiler after the recorded "
+            f"ones ({PACE_STEPS} give the job's own pace): the job's pace rests on few steps; run a few more steps "
+            "than --steps records")
 
 
 def compile_note(compiles: list[dict[str, Any]], events: pd.DataFrame) -> str | None:
