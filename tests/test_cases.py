@@ -46,7 +46,7 @@ MAX_CASE_BYTES = 1_500_000
 CASE_KEYS = {"description", "command", "must", "must_not", "known_wrong", "expect"}
 TABLE_TESTS = {"at_least", "at_most", "equals"}
 FINDING_TESTS = {"severity", "share_of_step_at_least", "ms_per_step_at_least", "source_line", "message_contains",
-                 "recommendation_contains", "recommendation_lacks", "leads"}
+                 "recommendation_contains", "recommendation_lacks", "leads", "at_most_severity"}
 
 
 def steady_of(session):
@@ -168,7 +168,10 @@ def test_case_is_well_formed(name):
         else:
             assert "finding" in expectation and len(FINDING_TESTS & set(expectation)) == 1, expectation
             assert expectation.get("leads", True) is True, "leads: true, or no leads at all"
-            assert expectation["finding"] in must, "a figure of a finding the case does not demand"
+            if "at_most_severity" in expectation:  # a rule that may fire, but no higher than this
+                assert expectation["finding"] not in must | must_not, expectation
+            else:
+                assert expectation["finding"] in must, "a figure of a finding the case does not demand"
     folder = profile_of(name)
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else folder.stat().st_size
     assert size < MAX_CASE_BYTES, f"{name} is {size} bytes: record fewer steps"
@@ -233,6 +236,13 @@ def test_expectation(name, index):
         return
     if "leads" in expectation:
         assert leading(name) == expectation["finding"], f"{leading(name)} leads: {why}"
+        return
+    if "at_most_severity" in expectation:
+        from advisor.findings import Severity
+
+        ceiling = Severity(expectation["at_most_severity"]).rank
+        above = [f for f in fired(name).get(expectation["finding"], []) if f.severity.rank > ceiling]
+        assert not above, f"{expectation['finding']} is {above[0].severity.value}: {why}" if above else why
         return
     findings = fired(name).get(expectation["finding"], [])
     assert findings, f"{expectation['finding']} did not fire"

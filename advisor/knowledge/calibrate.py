@@ -82,6 +82,8 @@ class DeviceCalibration(BaseModel):
     copy_bandwidth: float | None = Field(default=None, description="bytes/s, counting read + write.")
     triad_bandwidth: float | None = Field(default=None, description="bytes/s, counting two reads + one write.")
     array_bytes: int | None = Field(default=None, description="Size of each array in the bandwidth tests.")
+    host_copy_gbps: dict[str, float] = Field(default_factory=dict, description="A GPU's copies to and from the host, "
+                                             "GB/s: 'HtoD pinned', 'HtoD pageable', 'DtoH pinned', 'DtoH pageable'.")
     seconds: float = Field(default=0.0, description="Time the measurement took.")
     notes: list[str] = Field(default_factory=list)
 
@@ -289,9 +291,40 @@ def _calibrate_one(torch: Any, key: str, *, seconds: float, sizes: Sequence[int]
     entry.memory_bandwidth = max(copy, triad)
     entry.array_bytes = nbytes
     if entry.kind == "gpu":
+        try:
+            entry.host_copy_gbps = _host_copies(torch, device, HOST_COPY_BYTES)
+        except RuntimeError as exc:  # too little pinned memory, a device that refuses
+            entry.notes.append(f"copies to and from the host not measured: {' '.join(str(exc).split())[:160]}")
         _compare_with_datasheet(entry)
     entry.seconds = round(time.perf_counter() - started, 3)
     return entry
+
+
+HOST_COPY_BYTES = 64 << 20  # a copy this large runs at the link's rate, not its latency
+HOST_COPY_REPEATS = 5
+
+
+def _host_copies(torch: Any, device: Any, nbytes: int) -> dict[str, float]:
+    """The best of a few copies of ``nbytes`` each way between the host and ``device``, from
+    pinned and from pageable memory, GB/s (a pageable copy is staged by the driver through a
+    pinned buffer: what pinning a loop's batches gives it is the difference)."""
+    import time as clock
+
+    out: dict[str, float] = {}
+    on_device = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
+    for memory in ("pinned", "pageable"):
+        host = torch.empty(nbytes // 4, dtype=torch.float32, pin_memory=memory == "pinned")
+        for direction, copy in (("HtoD", lambda: on_device.copy_(host, non_blocking=True)),
+                                ("DtoH", lambda: host.copy_(on_device, non_blocking=True))):
+            best = float("inf")
+            for _ in range(HOST_COPY_REPEATS):
+                torch.cuda.synchronize(device)
+                began = clock.perf_counter()
+                copy()
+                torch.cuda.synchronize(device)
+                best = min(best, clock.perf_counter() - began)
+            out[f"{direction} {memory}"] = round(nbytes / best / 1e9, 2)
+    return out
 
 
 def _torch_device(torch: Any, key: str) -> Any:

@@ -79,7 +79,8 @@ PeakUnit = Literal[
     "fp64", "fp32", "fp16", "bf16",
     "fp64_tensor", "tf32_tensor", "fp16_tensor", "bf16_tensor", "fp8_tensor", "int8_tensor",
 ]
-FigureGroup = Literal["chip", "compute_capability", "memory", "peak"]
+FigureGroup = Literal["chip", "compute_capability", "memory", "peak", "host_link"]
+# The groups every profile sources; host_link is sourced where a profile gives one.
 FIGURE_GROUPS: tuple[str, ...] = ("chip", "compute_capability", "memory", "peak")
 
 Positive = Annotated[float, Field(gt=0)]
@@ -117,6 +118,14 @@ _FIGURE_FIELDS = {
 }
 
 
+class HostLink(_Strict):
+    """The GPU's link to the host, as its datasheet prints it: what a copy from pinned host
+    memory can reach at best, per direction."""
+
+    pcie: str = Field(pattern=r"^Gen[3-6] x(8|16)$", description="PCIe generation and lanes, e.g. 'Gen5 x16'.")
+    gbps: Positive = Field(description="Per direction, GB/s: half the datasheet's bidirectional figure.")
+
+
 class GpuProfile(_Strict):
     """One GPU model: its figures, the sources for each figure group, and the names that
     traces give it."""
@@ -133,9 +142,16 @@ class GpuProfile(_Strict):
     l2_mb: Positive
     boost_clock_mhz: Positive
     peak_tflops: dict[PeakUnit, Positive] = Field(description="Dense peak TFLOP/s (TOP/s for int8) per unit and dtype.")
+    host_link: HostLink | None = Field(default=None, description="The link to the host, where the datasheet gives it.")
     sources: dict[FigureGroup, Source]
     unverified: list[Unverified] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _host_link_sourced(self) -> GpuProfile:
+        if self.host_link is not None and "host_link" not in self.sources:
+            raise ValueError("host_link needs a source (sources: host_link: ...)")
+        return self
 
     @field_validator("sources")
     @classmethod

@@ -5,6 +5,8 @@
     registry    the Python checks by rule id, and RuleContext: what a check may read
     savings     a fix replayed on the step model's graph as a finding's saving, and the
                 floors worker processes and cores set
+    copy_rates  the rate a copy to or from the host reaches from pinned memory (the
+                session, advisor calibrate, or the GPU's PCIe link), for fixes that pin
     checks/     the built-in Python checks, one module per rule, named after its id
     packs/      rules as data: the YAML pack format, its validation, data-rule
                 evaluation, the built-in pack (rules/builtin.yaml), plugins and config

@@ -16,6 +16,8 @@ on which fixes are replayed:
     idle        the window's time by cause, each nanosecond once; host time by frame
     graph       the dependency graph of the steady steps: host order, launches, streams,
                 cross-stream waits, host waits on the device; its critical path
+    pace        the job's own pace: what the profiler cost each host node, taken off every
+                replay (from the steps run unprofiled, or a calibrated per-op cost)
     whatif      fixes as changes to that graph, replayed: a saving is the replayed
                 step's reduction
 """

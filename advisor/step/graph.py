@@ -80,6 +80,9 @@ class StepGraph:
     node_step: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each node's step (0-based)
     order: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # a topological order
     partition: Partition | None = None  # the window's time by cause the graph was built on
+    # Per node: the share of its recorded duration the job spends unprofiled (advisor.step.pace:
+    # the profiler's cost taken off the host). 1 where nothing is known or nothing changes.
+    pace_scale: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -311,11 +314,36 @@ class StepGraph:
         np.maximum.at(done, self.node_step, ends)
         return float(done[-1] - done[0]) / (self.steps - 1)
 
+    @property
+    def pace(self) -> np.ndarray:
+        """Each node's factor to the job's own pace (all ones where none was set)."""
+        return self.pace_scale if len(self.pace_scale) == len(self) else np.ones(len(self))
+
+    @property
+    def paced_duration(self) -> np.ndarray:
+        """Each node's duration at the job's own pace, ns."""
+        return self.duration * self.pace
+
     @cached_property
     def baseline(self) -> float:
-        """The unchanged graph's replayed step, ns (the measured one, up to dropped
-        dependencies)."""
+        """The unchanged graph's replayed step at the job's own pace, ns: the profiler's cost
+        off the host (advisor.step.pace); the measured step where none is known."""
+        _, ends, _ = self.replay(self.pace)
+        return self.step_time(ends)
+
+    @cached_property
+    def recorded_baseline(self) -> float:
+        """The unchanged graph replayed as recorded, ns: the measured step up to dropped
+        dependencies, the profiler's cost included."""
         _, ends, _ = self.replay()
+        return self.step_time(ends)
+
+    def host_floor(self) -> float:
+        """The step at the job's pace with every GPU duration set to 0, ns: what the host
+        alone allows."""
+        scale = self.pace.copy()
+        scale[self.kind == GPU] = 0.0
+        _, ends, _ = self.replay(scale)
         return self.step_time(ends)
 
     def held_ns(self) -> float:
@@ -345,9 +373,9 @@ class StepGraph:
         return (self.kind == HOST) & np.isin(self.state, codes)
 
     def critical_path(self) -> np.ndarray:
-        """The nodes on the replayed window's critical path, last first: from the node that
-        ends last, back along the dependency that set each one's start."""
-        _, ends, why = self.replay()
+        """The nodes on the replayed window's critical path at the job's pace, last first:
+        from the node that ends last, back along the dependency that set each one's start."""
+        _, ends, why = self.replay(self.pace)
         if not len(ends):
             return np.zeros(0, dtype=np.int64)
         path = []

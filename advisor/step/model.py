@@ -8,7 +8,9 @@ first use:
                 (advisor.step.timing; ``mean_step_ns``, ``recorded_step_ns``,
                 ``unrecorded_step_ns``)
     partition   the window's time by cause, each idle nanosecond once (advisor.step.idle)
-    graph       the dependency graph of the steady steps and its replay (advisor.step.graph)
+    graph       the dependency graph of the steady steps and its replay (advisor.step.graph),
+                its host at the job's own pace (``pace``: the profiler's cost taken off,
+                advisor.step.pace)
 
 Tables read the model through its ``facts``; rules read it through their context.
 """
@@ -28,6 +30,7 @@ from advisor.session import intervals as iv
 from advisor.session.attribute import name_matches
 from advisor.step.facts import Facts
 from advisor.step.idle import Partition, partition
+from advisor.step.pace import Pace, job_pace
 from advisor.step.steady import steady_session
 from advisor.step.timing import StepTimes, step_times
 from advisor.step.window import SteadyWindow, find_window
@@ -66,9 +69,22 @@ class StepModel:
 
     @cached_property
     def graph(self) -> StepGraph:
+        """The step graph, its host at the job's own pace (``pace``)."""
         from advisor.step.graph import StepGraph
 
-        return StepGraph.build(self.facts, self.partition)
+        graph = StepGraph.build(self.facts, self.partition)
+        graph.pace_scale = self.pace_of(graph).scale
+        return graph
+
+    @cached_property
+    def pace(self) -> Pace:
+        """What the profiler cost the host, per node of ``graph`` (advisor.step.pace)."""
+        return self.pace_of(self.graph)
+
+    def pace_of(self, graph: StepGraph) -> Pace:
+        if "_pace" not in self.__dict__:
+            self.__dict__["_pace"] = job_pace(self, graph)
+        return self.__dict__["_pace"]
 
     @cached_property
     def times(self) -> StepTimes:

@@ -1,6 +1,9 @@
 """Fixes as changes to the step graph, replayed: what a fix saves is the replayed step's
 reduction, never more than the time it changes.
 
+Every replay, the baseline included, runs at the job's own pace (advisor.step.pace: the
+profiler's cost taken off the host), and a fix's factors apply on top of it.
+
 On a GPU run a fix that leaves the GPU's own work as it is can give back at most the GPU
 idle time it reaches (``reachable_idle``: the idle partition's causes under the host
 states and spans it shortens, the waits it drops, the queued work it frees); the replay's
@@ -150,10 +153,13 @@ def what_if(graph: StepGraph, fix: Fix, *, base: Fix | None = None) -> WhatIf:
     the base's."""
     steps = max(graph.steps, 1)
     base = base if base is not None else fix.base
+    # Every replay runs at the job's own pace: the profiler's cost off the host.
+    pace = graph.pace
     if base is None or base.empty:
-        before, base_factor, base_keep = graph.baseline, np.ones(len(graph)), np.ones(len(graph), dtype=bool)
+        before, base_factor, base_keep = graph.baseline, pace, np.ones(len(graph), dtype=bool)
     else:
         base_factor, base_keep = scales(graph, base)
+        base_factor = base_factor * pace
         _, ends, _ = graph.replay(base_factor, keep_waits=base_keep)
         before = graph.step_time(ends)
     beside = fix.beside_ns * (1.0 - fix.beside_factor)
@@ -185,14 +191,17 @@ def what_if(graph: StepGraph, fix: Fix, *, base: Fix | None = None) -> WhatIf:
 
 def reachable_idle(graph: StepGraph, fix: Fix) -> float | None:
     """Per step, the GPU idle time ``fix`` can take away: the idle of the partition's causes
-    under the host states it shortens and in the host spans it shortens, of the waits it
-    drops and, where it frees the GPU, of work that waited queued; all of the idle time where
-    it speeds the rest of the host up too. None where no such bound holds: a CPU run (its
+    under the host states it shortens and in the host spans it shortens and, where it frees
+    the GPU, of work that waited queued; all of the idle time where it speeds the rest of the
+    host up too or drops waits (what a wait held back is the whole step's to reach). None where no such bound holds: a CPU run (its
     partition is of the step, not of idle time), or a fix that changes the GPU's own work."""
     part = graph.partition
     if part is None or not part.on_gpu or fix.gpu_rows:
         return None
-    if fix.rest_factor < 1.0:
+    # The host sped up anywhere, or its waits dropped: the time a wait held back can be any
+    # of the step's idle time (the work the host would have launched meanwhile), not only
+    # the idle booked under "blocking sync" while it waited.
+    if fix.rest_factor < 1.0 or fix.drop_waits or fix.wait_rows:
         return part.idle_ns / max(part.steps, 1)
     causes = {_STATE_CAUSE[state] for state, factor in fix.host_states.items() if factor < 1.0}
     if fix.drop_waits or fix.wait_rows:

@@ -163,12 +163,13 @@ def _slow_host(ctx: RuleContext) -> Finding | None:
     if not kernels or not step:
         return None
     graph = ctx.model.graph
-    host_model = float(graph.duration[graph.host_nodes("model", "launch")].sum()) / steps
+    host_model = float(graph.paced_duration[graph.host_nodes("model", "launch")].sum()) / steps  # at the job's pace
     per_kernel = host_model / kernels
-    typical = ctx.threshold("typical_host_per_kernel_us") * 1e3
+    typical, against = _ordinary_dispatch(ctx)
     # Per kernel says something only where there are many: a step of four kernels and one
     # long allocation is not a slow host.
-    if per_kernel <= ctx.threshold("slow_host_per_kernel_us") * 1e3 or kernels < ctx.threshold("min_kernels"):
+    slow = ctx.threshold("slow_host_per_kernel_us") * 1e3 * typical / (ctx.threshold("typical_host_per_kernel_us") * 1e3)
+    if per_kernel <= slow or kernels < ctx.threshold("min_kernels"):
         return None
     share = (in_model + in_calls) / step
     if share < ctx.threshold("host_share"):
@@ -192,8 +193,8 @@ def _slow_host(ctx: RuleContext) -> Finding | None:
         if inside is not None and len(inside) else ""
     message = (f"The GPU idles {ms(in_model + in_calls)} per step ({pct(share)} of the step) while the host works "
                f"inside the model, and each of its {kernels:.0f} kernels a step costs the host {ms(per_kernel)}, "
-               f"{per_kernel / typical:.0f} times an ordinary eager dispatch (about {ms(typical)}): the host is slow "
-               "at the model's operators, not merely launching many of them"
+               f"{per_kernel / typical:.0f} times an ordinary eager dispatch (about {ms(typical)}, {against}), at "
+               "the job's own pace: the host is slow at the model's operators, not merely launching many of them"
                + (f" (largest: {named})." if named else "."))
     recommendation = ("Find why the host is slow before shrinking the launches: other processes or ranks sharing its "
                       "cores (taskset, one rank per NUMA node, OMP_NUM_THREADS), hooks or profiling on every "
@@ -213,6 +214,22 @@ def _slow_host(ctx: RuleContext) -> Finding | None:
         metrics={"host_ns_per_step": in_model + in_calls, "share": share, "where": "inside the model",
                  "host_ns_per_kernel": per_kernel, "kernels": kernels},
     ).with_fix(fix)
+
+
+def _ordinary_dispatch(ctx: RuleContext) -> tuple[float, str]:
+    """What an ordinary eager dispatch costs the host per kernel on this machine, ns, and
+    what that is measured against: the pack's figure, scaled by how fast this machine
+    dispatched a cheap op in the run (the collector's calibration burst) against the pack's
+    reference machine, where the run measured it."""
+    typical = ctx.threshold("typical_host_per_kernel_us") * 1e3
+    cost = ctx.model.session.meta.collector.cost if ctx.model is not None else None
+    plain = cost.plain_ns_per_op if cost is not None else None
+    reference = ctx.threshold("reference_op_dispatch_us") * 1e3
+    if plain and plain > 0 and reference > 0:
+        factor = max(plain / reference, 1.0)
+        return typical * factor, (f"this machine dispatched a cheap op in {ms(plain)} in the run, "
+                                  f"{factor:.1f} times the reference's {ms(reference)}")
+    return typical, "the rule pack's figure; this run measured no dispatch"
 
 
 def _short(frame: str) -> str:

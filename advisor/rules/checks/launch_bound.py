@@ -71,7 +71,7 @@ def measure(ctx: RuleContext) -> Measure | None:
     row = "mean" if "mean" in balance.index else "window"
     kernels = float(value(balance, row, "kernels", 0.0) or 0.0)
     graph = ctx.model.graph
-    host_model = float(graph.duration[graph.host_nodes("model", "launch")].sum()) / steps
+    host_model = float(graph.paced_duration[graph.host_nodes("model", "launch")].sum()) / steps  # at the job's pace
     origin = ctx.table("gpu_origin")
     window_idle = float(idle[idle["in_window"].astype(bool)]["idle_ns"].sum()) / steps if "in_window" in idle else 0.0
     return Measure(in_calls, in_model, ctx.model.recorded_step_ns, kernels,

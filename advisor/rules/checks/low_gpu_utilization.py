@@ -3,7 +3,8 @@
 A symptom: the causes the step model's partition gives its idle time (the gpu_idle table)
 are other rules' findings (data loading, launch overhead, host work, waits on the device,
 work queued behind a dependency), and this finding is nested under the one that explains
-it. Its saving is the idle time itself: the upper bound were the GPU kept busy.
+it. Its saving is the idle time itself: the upper bound were the GPU kept busy, at the
+job's own pace where the profiler's cost on the host is known (advisor.step.pace).
 """
 
 from __future__ import annotations
@@ -54,6 +55,14 @@ def check(ctx: RuleContext) -> list[Finding]:
             continue
         idle_ns = float(row["window_ns"] - row["busy_ns"])
         per_step = idle_ns / steps
+        # At the job's own pace the host is faster than recorded and the GPU idles less: the
+        # profiler's cost comes off the idle time, the GPU's work stays.
+        at_pace = _idle_at_pace(ctx, per_step)
+        if at_pace is not None:
+            busy = float(row["busy_ns"]) / steps
+            utilization = busy / (busy + at_pace) if busy + at_pace > 0 else utilization
+            if not utilization < ctx.threshold("utilization"):
+                continue
         breakdown = []
         evidence = [
             row_evidence("device", device, key, "utilization", "busy share of the window"),
@@ -70,11 +79,17 @@ def check(ctx: RuleContext) -> list[Finding]:
                 if share >= MIN_SHOWN_SHARE:  # every cause stays in the evidence
                     breakdown.append(f"{LABELS.get(str(reason), str(reason))} {pct(share)}")
                 evidence.append(row_evidence("gpu_idle", idle, reason, "idle_ns", f"GPU idle: {reason}"))
-        message = (
-            f"{row.get('name', key)} is busy {pct(utilization)} of the {ms(row['window_ns'])} window "
-            + (f"and idle {ms(per_step)} per step." if ctx.step_count else f"and idle {ms(idle_ns)} of it (no steps "
-                                                                             "found).")
-        )
+        if at_pace is not None:
+            message = (f"{row.get('name', key)} is busy {pct(utilization)} of the step at the job's own pace and idle "
+                       f"{ms(at_pace)} per step ({ms(per_step)} as recorded, the profiler's cost on the host "
+                       "included).")
+        else:
+            message = (
+                f"{row.get('name', key)} is busy {pct(utilization)} of the {ms(row['window_ns'])} window "
+                + (f"and idle {ms(per_step)} per step." if ctx.step_count else f"and idle {ms(idle_ns)} of it (no "
+                                                                                 "steps found).")
+            )
+        per_step = at_pace if at_pace is not None else per_step
         if breakdown:
             message += " While it idles: " + ", ".join(breakdown) + "."
         advice = ADVICE.get(top_reason, "find what the host does between kernels (the timeline shows the gaps): "
@@ -94,3 +109,14 @@ def check(ctx: RuleContext) -> list[Finding]:
             )
         )
     return findings
+
+
+def _idle_at_pace(ctx: RuleContext, per_step: float) -> float | None:
+    """The GPU's idle time per step at the job's own pace: what the profiler cost the host
+    (the step graph replayed with it and without it) taken off the recorded idle; None where
+    the pace is the recorded one."""
+    model = ctx.model
+    if model is None or not model.pace.changes:
+        return None
+    graph = model.graph
+    return max(per_step - max(graph.recorded_baseline - graph.baseline, 0.0), 0.0)

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from advisor.findings import Evidence, Finding
 from advisor.rules.checks.common import ms, pct, row_evidence, saving, severity_by_share
 from advisor.rules.registry import RuleContext, register
+from advisor.rules.copy_rates import pinned_rate
 from advisor.rules.savings import replayed
+from advisor.session import intervals as iv
+from advisor.step.waits import PAGEABLE_COPY
 from advisor.step.whatif import Fix
 
 _SOURCE = re.compile(r"^(?P<file>.+):(?P<line>\d+)(?: (?P<function>.+))?$")
@@ -69,11 +74,19 @@ def check(ctx: RuleContext) -> list[Finding]:
         keys = set(zip(in_loop["name"].astype(str), in_loop["reason"].astype(str), in_loop["source"].astype(str)))
         mine = [key in keys for key in zip(calls["name"].astype(str), calls["reason"].astype(str),
                                           calls["source"].astype(str))]
-        fix = Fix("the waits removed", wait_rows=frozenset(int(r) for r in calls["row"].to_numpy()[mine]))
-        found = replayed(ctx, fix, "the step replayed with the host no longer waiting in these calls",
-                         low=None, high=Fix("every wait removed", drop_waits=True),
-                         remains="The step keeps the calls' own cost and the device's work; where the value is "
-                                 "needed on the host, one wait every N steps.")
+        waits = frozenset(int(r) for r in calls["row"].to_numpy()[mine])
+        pinned, rate_note = _pinned_copies(ctx, calls[np.asarray(mine, dtype=bool)])
+        fix = Fix("the waits removed" + (", the copies pinned" if pinned else ""), wait_rows=waits, gpu_rows=pinned)
+        basis = "the step replayed with the host no longer waiting in these calls"
+        if pinned:
+            basis += f" and its pageable copies at the pinned rate ({rate_note})"
+        found = replayed(ctx, fix, basis,
+                         low=Fix("the waits removed, the copies as they are", wait_rows=waits) if pinned else None,
+                         high=Fix("every wait removed", drop_waits=True, gpu_rows=pinned),
+                         remains="The step keeps the calls' own cost and the device's work"
+                                 + (", the copies at the pinned rate (pin once, or in the DataLoader's pin-memory "
+                                    "thread, not in the loop)" if pinned else "")
+                                 + "; where the value is needed on the host, one wait every N steps.")
         if found is not None:
             estimate = found[0]
         ev = row_evidence("gpu_idle", gpu_idle, "blocking sync", "idle_ns", "GPU idle while the host is blocked")
@@ -145,6 +158,36 @@ def check(ctx: RuleContext) -> list[Finding]:
             metrics={"blocked_ns_per_step": blocked_per_step, "blocked_share": share},
         ).with_fix(finding_fix)
     ]
+
+
+def _pinned_copies(ctx: RuleContext, calls) -> tuple[dict[int, float], str]:
+    """The pageable copies these calls make, each shrunk to the time its bytes take at the
+    pinned rate (advisor.rules.copy_rates): GPU row -> factor on its duration; and where the
+    rate comes from. Empty where the calls make no pageable copy or no rate is known."""
+    pageable = calls[calls["reason"].astype(str) == PAGEABLE_COPY]
+    if not len(pageable) or ctx.model is None:
+        return {}, ""
+    spans = iv.union((pageable["start_ns"].to_numpy(), pageable["end_ns"].to_numpy()))
+    rows = ctx.model.gpu_launched_in(spans)
+    ev = ctx.model.facts.events
+    factors: dict[int, float] = {}
+    sources = []
+    for direction in ("HtoD", "DtoH"):
+        side = "src_memory" if direction == "HtoD" else "dst_memory"
+        mine = [r for r in rows if str(ev["kind"].iat[r]) == "memcpy" and str(ev["copy_kind"].iat[r]) == direction
+                and str(ev[side].iat[r]) == "Pageable"]
+        if not mine:
+            continue
+        rate = pinned_rate(ctx, direction)
+        if rate is None:
+            continue
+        sources.append(rate.source)
+        for r in mine:
+            took = float(ev["end_ns"].iat[r] - ev["start_ns"].iat[r])
+            at_rate = float(ev["bytes"].iat[r]) / rate.gbps
+            if took > 0:
+                factors[int(r)] = min(at_rate / took, 1.0)
+    return factors, "; ".join(sources)
 
 
 def _count(n: int, noun: str) -> str:
