@@ -288,6 +288,7 @@ class CuptiCollector:
         self._external_functions = external_functions
         self._say = say
         self.op_cost: dict[str, float] | None = None
+        self.window_open_ns: int | None = None  # host clock, when the window's calls began to be recorded
 
     # -- CUPTI's callbacks (run on CUPTI's thread or inside a flush) ----------------------
 
@@ -410,6 +411,7 @@ class CuptiCollector:
                 self.enabled.remove(kind)
 
     def _open_window(self, step: int | None) -> None:
+        self.window_open_ns = self.clock()
         self._enable(GPU_KINDS + API_KINDS)
         if self._ops is not None:
             self._ops.start()
@@ -434,6 +436,10 @@ class CuptiCollector:
         window = self.window
         if window is None:
             return
+        if self.state == IDLE and number == window.start - 1:
+            # The GPU kinds a step early: the work this step queues and the window's first
+            # waits wait for is recorded (in flight when the window opens), its launch not.
+            self._enable(GPU_KINDS)
         if self.state == IDLE and number in window:
             self._open_window(number)
         elif self.state == RECORDING:
@@ -534,8 +540,10 @@ class CuptiCollector:
 
     def _build(self) -> CuptiCapture:
         lookup = getattr(self.api, "get_callback_name", None)
+        opened = self.window_open_ns
         built = rec.build_events(self.store, to_session_ns=self._to_session_ns, api_lookup=lookup,
-                                 launched_only=self.window is not None)
+                                 launched_only=self.window is not None,
+                                 window_open=opened + self.clock_offset_ns if opened is not None else None)
         still_open = self.timeline.close_all()
         to_session = lambda t: t - self.base_time_ns  # noqa: E731
         host = self.timeline.frame(to_session)

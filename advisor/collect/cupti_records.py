@@ -468,12 +468,25 @@ class Built:
     outside_window: int = 0
 
 
+def _in_flight(frame: pd.DataFrame, launched: np.ndarray, window_open: int) -> np.ndarray:
+    """GPU rows launched before the window that it waits behind: unlaunched, ending after
+    the window opened, and starting before the first launched row of their stream."""
+    start = frame["start"].to_numpy(dtype="int64")
+    end = frame["end"].to_numpy(dtype="int64")
+    stream = frame["device_id"].astype("int64").to_numpy() * 1_000_003 + frame["stream_id"].astype("int64").to_numpy() \
+        if "device_id" in frame.columns else frame["stream_id"].astype("int64").to_numpy()
+    first = pd.Series(start[launched]).groupby(stream[launched]).min() if launched.any() else pd.Series(dtype="int64")
+    first_here = pd.Series(stream).map(first).fillna(np.iinfo(np.int64).max).to_numpy()
+    return ~launched & (end > window_open) & (start < first_here)
+
+
 def build_events(
     store: RecordStore,
     *,
     to_session_ns: Callable[[np.ndarray], np.ndarray],
     api_lookup: Callable[[int, int], Any] | None = None,
     launched_only: bool = False,
+    window_open: int | None = None,
 ) -> Built:
     """The events frame (Session schema, not yet attributed) from a store's copies.
 
@@ -482,7 +495,10 @@ def build_events(
     launching call was not recorded is left out: API calls are recorded for exactly the
     steps of the window, so such work was queued by a step outside it (a warm-up step's
     kernels still running when the window opened, or a later step's while the GPU
-    kinds drained).
+    kinds drained). Kept all the same: work in flight when the window opened (``window_open``,
+    on CUPTI's clock), that is, unlaunched work still running then, or queued ahead of the
+    first work the window launched on its stream: the window's first waits wait for it, and
+    it is GPU work, not host time or idle.
     """
     frames: list[pd.DataFrame] = []
     external = store.frame("external")
@@ -511,7 +527,9 @@ def build_events(
         nonlocal outside
         if not launched_only or not len(frame):
             return frame
-        keep = frame["correlation_id"].astype("int64").isin(recorded_calls).to_numpy()
+        keep = frame["correlation_id"].astype("int64").isin(recorded_calls).to_numpy().copy()
+        if window_open is not None and "stream_id" in frame.columns:
+            keep |= _in_flight(frame, keep, window_open)
         outside += int((~keep).sum())
         return frame[keep]
 
