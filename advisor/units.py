@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # a type only: figures are formatted for every stage, findings included
@@ -57,6 +58,30 @@ def valid_text(text: str) -> str:
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     except UnicodeEncodeError:  # a JSON escape of half a surrogate pair
         return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
+# Control characters a terminal would act on (ESC starts a sequence that can set the window
+# title, clear the screen or write the clipboard), DEL and the C1 range; tab and newline are
+# text.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def shown_safely(text: str) -> str:
+    """``text`` from a trace or a session as a terminal, Markdown or an agent may show it:
+    each control character written as its escape (``\\x1b``), so none reaches the reader
+    as a command."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text) if _CONTROLS.search(text) else text
+
+
+def safe_strings(value: Any) -> Any:
+    """``value`` (dicts, lists, strings, as a report dumps them) with every string shown safely."""
+    if isinstance(value, str):
+        return shown_safely(value)
+    if isinstance(value, dict):
+        return {shown_safely(k) if isinstance(k, str) else k: safe_strings(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(safe_strings(v) for v in value)
+    return value
 
 
 def is_number(value: Any) -> bool:

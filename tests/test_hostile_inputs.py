@@ -372,3 +372,21 @@ def test_a_pack_pattern_with_a_group_prints_no_pandas_warning(tmp_path):
     done = advisor("diagnose", str(trace), "--rules", str(pack), "--format", "json")
     assert "grouped-pattern" in rules_of(report_of(done))
     assert done.stderr == ""
+
+
+ESCAPES = "aten::mm\x1b]0;window title\x07\x1b]52;c;ZXZpbA==\x07\x1b[2J\x9b31m"
+
+
+@pytest.mark.parametrize("command", [
+    ["diagnose", "{trace}"], ["diagnose", "{trace}", "--format", "markdown"], ["diagnose", "{trace}", "--format", "html"],
+    ["summary", "{trace}", "--table", "operator"], ["compare", "{trace}", "{trace}"],
+], ids=["terminal", "markdown", "html", "summary", "compare"])
+def test_escape_sequences_in_names_reach_no_reader_as_commands(tmp_path, command):
+    """An op named with a window-title, clipboard-write (OSC 52) and clear-screen sequence is
+    shown with its control characters escaped, wherever a person or an agent reads it."""
+    trace = write_trace(tmp_path / "t.json", _steps(name=ESCAPES))
+    done = advisor(*[word.replace("{trace}", str(trace)) for word in command])
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout and "\x9b" not in done.stdout
+    if command[0] == "summary" or command[-1] == "html":  # the op's row, its name shown escaped
+        assert "\\x1b" in done.stdout

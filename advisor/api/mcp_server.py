@@ -70,6 +70,20 @@ class _Diagnoses:
         return done
 
 
+def shown_safely(text: str) -> str:
+    """A tool's text with the control characters of names from traces escaped (advisor.units):
+    an agent's client may show it in a terminal."""
+    from advisor.units import shown_safely as safe
+
+    return safe(text)
+
+
+def safe_strings(value: Any) -> Any:
+    from advisor.units import safe_strings as safe
+
+    return safe(value)
+
+
 def _summary_text(report: Any) -> str:
     """The report in a few lines: what was read, the top findings, the notes."""
     lines = [f"advisor diagnosed {report.session.source}: {len(report.findings)} findings."]
@@ -112,7 +126,7 @@ def build_server() -> Any:
         done = _errors_as_tool_errors(lambda: kept.get(target, rules, gpu))
         text = (_summary_text(done.report) + "".join(f"\nadvisor: {line}" for line in done.said)
                 + f"\nTables (page through one with summary): {', '.join(done.report.tables)}")
-        return CallToolResult(content=[TextContent(type="text", text=text)],
+        return CallToolResult(content=[TextContent(type="text", text=shown_safely(text))],
                               structured_content=_without_tables(done.report))
 
     @server.tool(annotations=reads)
@@ -122,13 +136,13 @@ def build_server() -> Any:
         limit (at most 500) page through it, next_offset is null on the last page; sort by a column.
         Tables: the names `diagnose` lists under tables (model, operator, kernel, step_timing, ...)."""
         done = _errors_as_tool_errors(lambda: kept.get(target, None, None))
-        return _errors_as_tool_errors(lambda: _page(done, table, sort, descending, offset, limit))
+        return _errors_as_tool_errors(lambda: safe_strings(_page(done, table, sort, descending, offset, limit)))
 
     @server.tool(annotations=reads)
     def compare(before: str, after: str) -> dict[str, Any]:
         """Compare two profiles (traces or saved sessions): step time, phases, the rows that moved and
         multiplied, the findings that went, came and changed."""
-        return _errors_as_tool_errors(lambda: _compare(kept, before, after))
+        return _errors_as_tool_errors(lambda: safe_strings(_compare(kept, before, after)))
 
     @server.tool(annotations=reads)
     def explain(rule: str) -> dict[str, Any]:
@@ -142,8 +156,10 @@ def build_server() -> Any:
         """RUNS THE USER'S SCRIPT, several times: `advisor verify SCRIPT ARGS`. Diagnoses the training
         script, then applies each finding's fix that advisor can apply from outside the script and
         measures it (runs with and without the fix, alternately, within budget_s seconds). Whatever the
-        script does (files, checkpoints, downloads) happens on every run. Returns the JSON report, each
-        finding with its verification (measured saving, inside the predicted range?) or why not."""
+        script does (files, checkpoints, downloads) happens on every run. ``script`` must be an existing
+        file; the whole run is bounded by budget_s plus 600 s for the diagnosis before the trials, and
+        the script's processes end with it. Returns the JSON report, each finding with its verification
+        (measured saving, inside the predicted range?) or why not."""
         return _errors_as_tool_errors(lambda: _verify(script, args or [], budget_s, max_fixes, CallToolResult,
                                                       TextContent))
 
@@ -206,18 +222,48 @@ def _explain(rule: str) -> dict[str, Any]:
             "not_verifiable": spec.not_verifiable}
 
 
+# The diagnosis that comes before verify's trials runs the script once more: this long at
+# most, beside the trials' budget, before the whole command is stopped.
+VERIFY_DIAGNOSIS_S = 600.0
+MAX_VERIFY_BUDGET_S = 3600.0
+
+
 def _verify(script: str, args: list[str], budget_s: float, max_fixes: int, result_type: Any,
             text_type: Any) -> Any:
     """`advisor verify` in a process of its own (the script must not run in the server's)."""
     from advisor.errors import UsageError
     from advisor.reports import Report
 
+    import math
+    import os
+    import signal
+
+    path = Path(script)
+    if not script or not path.is_file():
+        # Only a script that exists runs; a name starting with "-" is never read as an option.
+        raise UsageError(f"script {script!r} is not a file")
+    if not (isinstance(budget_s, (int, float)) and math.isfinite(budget_s) and 0 < budget_s <= MAX_VERIFY_BUDGET_S):
+        raise UsageError(f"budget_s must be a number of seconds between 0 and {MAX_VERIFY_BUDGET_S:g}")
     with tempfile.TemporaryDirectory(prefix="advisor-mcp-") as folder:
         out = Path(folder) / "report.json"
-        done = subprocess.run([sys.executable, "-m", "advisor", "verify", "--format", "json", "-o", str(out),
-                               "--budget", str(budget_s), "--max-fixes", str(max_fixes), script, *args],
-                              capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
-                              env=_no_progress())
+        # "--" ends advisor's options: the script and its arguments are never read as them.
+        command = [sys.executable, "-m", "advisor", "verify", "--format", "json", "-o", str(out),
+                   "--budget", str(budget_s), "--max-fixes", str(int(max_fixes)), "--", str(path), *map(str, args)]
+        # The whole run is bounded (the diagnosis before the trials too), and the script's
+        # whole process tree ends with it.
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   stdin=subprocess.DEVNULL, env=_no_progress(), start_new_session=True)
+        try:
+            stdout, stderr = process.communicate(timeout=budget_s + VERIFY_DIAGNOSIS_S)
+        except BaseException:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            process.communicate()
+            raise UsageError(f"advisor verify did not finish within {budget_s + VERIFY_DIAGNOSIS_S:.0f} s "
+                             "(its budget and the diagnosis before it); the script's processes were ended") from None
+        done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
         if not out.is_file():  # the script's own last words too: an agent sees no terminal
             lines = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
             said = " | ".join(line.strip() for line in lines[-4:] if line.strip())
@@ -232,7 +278,7 @@ def _verify(script: str, args: list[str], budget_s: float, max_fixes: int, resul
                      f"{'' if v.clear_of_noise else ', not clear of the noise'})")
         elif finding.not_verified is not None:
             text += f"\n{finding.rule}: not verified: {finding.not_verified.reason}"
-    return result_type(content=[text_type(type="text", text=text)],
+    return result_type(content=[text_type(type="text", text=shown_safely(text))],
                        structured_content=json.loads(report.model_dump_json()))
 
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from advisor.reports.report import Report
 
-__all__ = ["FORMATS", "render"]
+__all__ = ["FORMATS", "render", "shown_safely"]
 
 FORMATS = ("terminal", "json", "markdown", "html")
 
@@ -34,6 +34,8 @@ def render(report: Report, fmt: str, out: Path | str | None = None, console: Con
     """
     if fmt not in FORMATS:
         raise UsageError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if fmt != "json":  # JSON escapes control characters itself
+        report = shown_safely(report)
     # Each format's renderer is imported when it is asked for (the HTML one is the heaviest).
     if fmt == "terminal" and out is None:
         from advisor.reports._terminal import render_terminal
@@ -57,6 +59,18 @@ def render(report: Report, fmt: str, out: Path | str | None = None, console: Con
 
         text = render_markdown(report)
     write_text(text, out, console, what="the report")
+
+
+def shown_safely(report: Report) -> Report:
+    """The report with every text from the trace or session (names, sources, messages,
+    table cells) written with its control characters escaped, for a terminal, Markdown or
+    HTML reader: an op named with an escape sequence sets no window title and writes no
+    clipboard."""
+    from advisor.units import safe_strings
+
+    dumped = report.model_dump()
+    cleaned = safe_strings(dumped)
+    return report if cleaned == dumped else type(report).model_validate(cleaned)
 
 
 def _stdout_console() -> Console:

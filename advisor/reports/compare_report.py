@@ -217,6 +217,12 @@ def render_comparison(comparison: Comparison, fmt: str, out: Path | str | None =
     """Render as ``fmt`` ("terminal", "json" or "markdown") to ``out`` or the console."""
     if fmt not in COMPARE_FORMATS:
         raise UsageError(f"unknown comparison format {fmt!r}; choose one of {', '.join(COMPARE_FORMATS)}")
+    if fmt != "json":  # names from the traces reach a terminal or Markdown: no control characters
+        from advisor.units import safe_strings
+
+        dumped = comparison.model_dump()
+        cleaned = safe_strings(dumped)
+        comparison = comparison if cleaned == dumped else type(comparison).model_validate(cleaned)
     if fmt == "terminal" and out is None:
         render_comparison_terminal(comparison, console if console is not None else Console())
         return

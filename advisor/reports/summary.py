@@ -43,6 +43,15 @@ def _view(frame: pd.DataFrame, sort: str | None, limit: int) -> pd.DataFrame:
     return frame.head(limit) if limit and limit > 0 else frame
 
 
+def shown_safely(table: Any) -> Any:
+    """A rendered table's texts with their control characters escaped (advisor.units)."""
+    from advisor.units import safe_strings
+
+    dumped = table.model_dump()
+    cleaned = safe_strings(dumped)
+    return table if cleaned == dumped else type(table).model_validate(cleaned)
+
+
 def render_tables(tables: Mapping[str, pd.DataFrame], *, table_docs: Mapping[str, Any] | None = None,
                   sort: str | None = None, limit: int = 20, fmt: str = "terminal",
                   console: Console | None = None) -> str | None:
@@ -54,6 +63,7 @@ def render_tables(tables: Mapping[str, pd.DataFrame], *, table_docs: Mapping[str
         console = console or Console()
         for name, frame in tables.items():
             table = table_from_frame(name, _view(frame, sort, 0), _doc_for(name, frame, table_docs))
+            table = shown_safely(table)  # names from the trace reach a terminal: no control characters
             if not table.rows:
                 console.print(Text(f"{table.title or name}: no rows", style="bold"))
                 for note in table.notes:
