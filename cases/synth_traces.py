@@ -19,6 +19,8 @@ case.yaml; this script writes them again, byte for byte:
     synth_nested_preprocess   an inference pipeline decoding and normalising in nested Python
                               frames between model calls
     synth_range_mode          a GPU training loop recorded with launches but no GPU activity
+    synth_merged_ranks        a two-rank job merged into one file (TraceFusion's layout), rank 1
+                              late at every all-reduce
 """
 
 from __future__ import annotations
@@ -265,6 +267,56 @@ def synth_range_mode() -> Trace:
     return t
 
 
+def _rank_loop(t: Trace, rank: int, steps: int, *, extra_us: float) -> None:
+    """One rank of a two-rank data-parallel loop: each step forward and backward kernels,
+    then an all-reduce; ``extra_us`` of host work before the all-reduce (a rank that logs
+    or validates every step) makes the other wait in its NCCL kernel."""
+    now = 0.0
+    for step in range(steps):
+        begin = now
+        t.annotation(f"ProfilerStep#{step}", now, 0)
+        gpu = now
+        for k in range(12):
+            gpu = max(gpu, now + 8) + 300
+            now = t.launch(now, f"ampere_sgemm_128x64_nn_{k % 3}", gpu - 300, 300)
+        now += extra_us
+        # The all-reduce ends on both ranks when the later one arrives (rank 1, about
+        # 5.1 ms into the step) and has run: 6.6 ms in, on either rank.
+        arrive = max(gpu, now + 8)
+        done = begin + 6600.0
+        t.op("nccl:all_reduce", now, 10)
+        correlation = t.runtime("cudaLaunchKernel", now + 2, 5)
+        t.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", arrive,
+                 done - arrive, correlation, stream=20)
+        sync = t.runtime("cudaStreamSynchronize", now + 12, max(done - now - 12, 1.0) + 3)
+        del sync
+        now = done + 20
+        t.events[[e["name"] for e in t.events].index(f"ProfilerStep#{step}")]["dur"] = round(now - begin, 3)
+
+
+def synth_merged_ranks() -> Trace:
+    """A two-rank data-parallel job whose traces were merged into one file the way
+    TraceLens's TraceFusion merges them: every event carries args.rank, and its pid,
+    correlation and External id are offset by the rank times a power of ten, the original
+    kept as <field>_raw. Rank 1 does 5 ms of extra host work before each all-reduce, so
+    rank 0 waits for it in every all-reduce: rank 1 is the straggler."""
+    merged = Trace()
+    for rank in (0, 1):
+        t = Trace()
+        _rank_loop(t, rank, 12, extra_us=5000.0 if rank == 1 else 0.0)
+        for event in t.events:
+            args = event.setdefault("args", {})
+            args["rank"] = rank
+            args["pid_raw"] = event["pid"]
+            event["pid"] += rank * 10_000
+            for field in ("correlation", "External id"):
+                if isinstance(args.get(field), int) and args[field] >= 0:
+                    args[f"{field}_raw"] = args[field]
+                    args[field] += rank * 100_000
+        merged.events.extend(t.events)
+    return merged
+
+
 TRACES = {
     "synth_startup": synth_startup,
     "synth_capture": synth_capture,
@@ -273,6 +325,7 @@ TRACES = {
     "synth_queued_stream": synth_queued_stream,
     "synth_nested_preprocess": synth_nested_preprocess,
     "synth_range_mode": synth_range_mode,
+    "synth_merged_ranks": synth_merged_ranks,
 }
 
 

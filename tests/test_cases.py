@@ -79,7 +79,7 @@ def is_synthetic(name: str) -> bool:
 
 
 def is_job_case(name: str) -> bool:
-    return is_job_dir(profile_of(name))
+    return is_job_dir(profile_of(name)) or _merged(profile_of(name))
 
 
 @functools.cache
@@ -89,8 +89,8 @@ def evaluated(name: str):
     case, saved as job.json and a session per rank): the lowest rank's session, its tables
     with the job's cross-rank tables, and the job's findings, merged across ranks."""
     folder = profile_of(name)
-    if is_job_dir(folder):
-        job, diagnosis = diagnose_saved_job(folder)
+    if is_job_dir(folder) or _merged(folder):
+        job, diagnosis = _job_of(folder)
         assert diagnosis.errors == [], diagnosis.errors
         session = steady_of(load(job.ranks[0].summary.source))
         return session, {**compute_tables(session), **diagnosis.tables}, flatten(diagnosis.findings)
@@ -101,12 +101,35 @@ def evaluated(name: str):
     return session, tables, flatten(result.findings)
 
 
+def _merged(profile: Path) -> bool:
+    """A synthetic trace that merges a job's ranks into one file (advisor.importers.merged)."""
+    from advisor.importers.merged import merged_ranks
+
+    return profile.is_file() and merged_ranks(profile)
+
+
+@functools.cache
+def _job_of(profile: Path):
+    """(job, diagnosis) of a saved job, or of a merged trace split into its ranks as
+    `advisor diagnose` splits it."""
+    if is_job_dir(profile):
+        return diagnose_saved_job(profile)
+    import tempfile
+
+    from advisor.importers.merged import split
+    from advisor.job import diagnose_job, order_ranks, summarise_job
+
+    ranks = split(profile, Path(tempfile.mkdtemp(prefix="advisor-test-ranks-")))
+    job = order_ranks(summarise_job(ranks, workers=1), source=str(profile))
+    return job, diagnose_job(job)
+
+
 @functools.cache
 def leading(name: str) -> str | None:
     """The rule of a case's top finding (the first of the ranked list), as the user reads it."""
     folder = profile_of(name)
-    if is_job_dir(folder):
-        findings = diagnose_saved_job(folder)[1].findings
+    if is_job_dir(folder) or _merged(folder):
+        findings = _job_of(folder)[1].findings
     else:
         session = steady_of(load(folder))
         findings = run_rules(session, compute_tables(session)).findings
@@ -287,7 +310,9 @@ def test_gpu_cases_measured_the_gpu(name):
 def test_diagnose_of_the_saved_session_is_a_valid_report(name, tmp_path, capsys):
     out = tmp_path / "report.json"
     assert main(["diagnose", str(profile_of(name)), "--format", "json", "-o", str(out)]) == 0
-    assert capsys.readouterr().err.strip() == f"advisor: report written to {out}"
+    said = capsys.readouterr().err.strip().splitlines()
+    # A merged multi-rank trace says first that it is read as a job.
+    assert said[-1] == f"advisor: report written to {out}" and len(said) == 1 + _merged(profile_of(name))
     report = json.loads(out.read_text())
     validate_report(report)
 

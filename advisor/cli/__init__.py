@@ -616,6 +616,8 @@ def _job_sources(args: argparse.Namespace) -> list[Path] | None:
     if _is_script(target):
         return None
     sources = job_sources([target, *(Path(a) for a in args.script_args)])
+    if sources is None and not args.script_args:
+        sources = _merged_ranks(target)
     if sources is not None and (args.steps is not None or args.event_budget is not None or args.with_stack):
         raise UsageError("--steps, --event-budget and --with-stack choose what a script records; a job's traces "
                          "are read whole")
@@ -623,6 +625,32 @@ def _job_sources(args: argparse.Namespace) -> list[Path] | None:
         raise UsageError("--workers and --dask are for a job of many ranks (a folder of rank traces, several "
                          "traces, or torchrun)")
     return sources
+
+
+def _merged_ranks(target: Path) -> list[Path] | None:
+    """A trace that merges a job's ranks into one file (TraceFusion and the like), split
+    back into one trace per rank in a temporary folder, read as a job; None for any other
+    target."""
+    from advisor.importers.merged import merged_ranks, split
+
+    if target.is_dir() or not target.is_file() or not merged_ranks(target):
+        return None
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="advisor-ranks-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    try:
+        ranks = split(target, folder)
+    except (OSError, ValueError, RecursionError) as exc:
+        raise UsageError(f"{target} merges several ranks but cannot be split: {' '.join(str(exc).split())[:200]}") \
+            from None
+    if len(ranks) < 2:
+        return None
+    print(f"advisor: {target.name} merges the traces of {len(ranks)} ranks into one file: each rank is read as its "
+          "own trace and diagnosed as a job", file=sys.stderr)
+    return ranks
 
 
 def _analyse(session, chosen, said: list[str] | None = None):
