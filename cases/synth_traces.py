@@ -21,6 +21,11 @@ case.yaml; this script writes them again, byte for byte:
     synth_range_mode          a GPU training loop recorded with launches but no GPU activity
     synth_merged_ranks        a two-rank job merged into one file (TraceFusion's layout), rank 1
                               late at every all-reduce
+    synth_warmup_second_call  a TorchScript function whose second call spends 296 ms being
+                              optimised, once, in a GPU-bound inference loop
+    synth_one_cold_pass       one cold forward pass: a 1.34 s first cuDNN launch, then the pass
+    synth_module_steps_vs_syncs  a decode loop without ProfilerStep whose most frequent module
+                              call (a logits processor, 1-4 a step) is not a step; the syncs are
 """
 
 from __future__ import annotations
@@ -267,6 +272,76 @@ def synth_range_mode() -> Trace:
     return t
 
 
+def synth_warmup_second_call() -> Trace:
+    """An inference loop over a TorchScript function: six steps, each one call of the
+    scripted forward (40 kernels, GPU-bound, 4 ms). Its second call runs TorchScript's
+    profiling executor's optimisation first: 296 ms of host work in the call before its
+    kernels, once. Judged as a step, it reads as a host-bound loop."""
+    t = Trace()
+    now = 0.0
+    for step in range(6):
+        begin = now
+        t.annotation(f"ProfilerStep#{step}", now, 0)
+        call_start = now
+        if step == 1:
+            now += 296_000.0  # the optimisation: host work, nothing on the GPU
+        gpu = now
+        for k in range(40):
+            gpu = max(gpu, now + 8) + 100
+            now = t.launch(now, f"ampere_sgemm_64x32_nn_{k % 4}", gpu - 100, 100, op="aten::linear")
+        t.op("forward", call_start, now - call_start + 2)
+        sync = t.runtime("cudaDeviceSynchronize", now + 3, max(gpu - now, 1.0) + 3)
+        del sync
+        now = max(gpu, now) + 10
+        t.events[[e["name"] for e in t.events].index(f"ProfilerStep#{step}")]["dur"] = round(now - begin, 3)
+    return t
+
+
+def synth_one_cold_pass() -> Trace:
+    """A profile of one forward pass of a small CNN, cold: the first convolution's launch
+    loads cuDNN's kernels and autotunes (1.34 s), then 30 convolution and elementwise
+    kernels run once. No step, nothing repeats: a profile that cannot show a steady step."""
+    t = Trace()
+    first = t.runtime("cudaLaunchKernel", 100, 1_340_000)
+    t.op("aten::cudnn_convolution", 50, 1_340_100)
+    t.kernel("cudnn::conv2d_grouped_direct_kernel", 1_340_120, 900, first)
+    now, gpu = 1_341_200.0, 1_341_200.0
+    for k in range(30):
+        gpu = max(gpu, now + 8) + 150
+        now = t.launch(now, "cudnn::conv2d_grouped_direct_kernel" if k % 2 else "vectorized_elementwise_kernel",
+                       gpu - 150, 150, op="aten::cudnn_convolution" if k % 2 else "aten::relu")
+    t.runtime("cudaDeviceSynchronize", now + 3, max(gpu - now, 1.0) + 3)
+    return t
+
+
+def synth_module_steps_vs_syncs() -> Trace:
+    """A serving worker's decode loop without ProfilerStep: ten engine steps, each a call of
+    the model (nn.Module: Qwen2ForCausalLM, 40 kernels) and then of its LogitsProcessor a
+    varying number of times (once per sequence group to sample), ending with a copy of the
+    sampled tokens back to the host and a stream synchronize. The LogitsProcessor is the
+    most frequent top-level module call, but it is not a step: the syncs are."""
+    t = Trace()
+    now = 0.0
+    for step, processors in enumerate((1, 3, 2, 4, 1, 3, 2, 3, 1, 4)):
+        begin = now
+        gpu = now
+        for k in range(40):
+            gpu = max(gpu, now + 8) + 150
+            now = t.launch(now, f"ampere_fp16_s16816gemm_fp16_128x64_{k % 4}", gpu - 150, 150, op="aten::linear")
+        t.python("nn.Module: Qwen2ForCausalLM_0", begin, now - begin)
+        for _ in range(processors):
+            start = now
+            gpu = max(gpu, now + 8) + 40
+            now = t.launch(now, "softmax_warp_forward", gpu - 40, 40, op="aten::softmax")
+            t.python("nn.Module: LogitsProcessor_0", start, now - start + 1)
+            now += 2
+        t.op("aten::_local_scalar_dense", now, 5)
+        t.runtime("cudaMemcpyAsync", now + 1, 3)
+        t.runtime("cudaStreamSynchronize", now + 5, max(gpu - now, 1.0) + 3)
+        now = max(gpu, now + 8) + 400  # the scheduler's own work before the next step
+    return t
+
+
 def _rank_loop(t: Trace, rank: int, steps: int, *, extra_us: float) -> None:
     """One rank of a two-rank data-parallel loop: each step forward and backward kernels,
     then an all-reduce; ``extra_us`` of host work before the all-reduce (a rank that logs
@@ -326,6 +401,9 @@ TRACES = {
     "synth_nested_preprocess": synth_nested_preprocess,
     "synth_range_mode": synth_range_mode,
     "synth_merged_ranks": synth_merged_ranks,
+    "synth_warmup_second_call": synth_warmup_second_call,
+    "synth_one_cold_pass": synth_one_cold_pass,
+    "synth_module_steps_vs_syncs": synth_module_steps_vs_syncs,
 }
 
 

@@ -232,6 +232,7 @@ def run_rules(session: Session, tables: dict[str, pd.DataFrame], specs: list[Rul
     registry = checks()
     facts = session_facts(model)
     facts["steady"] = model.steady
+    recurs = model.window.recurs
     gpu_measured = session.meta.collector.gpu_measured
     findings: list[Finding] = []
     errors: list[str] = []
@@ -262,6 +263,10 @@ def run_rules(session: Session, tables: dict[str, pd.DataFrame], specs: list[Rul
             errors.append(f"rule {spec.id} failed and was skipped: {type(exc).__name__}: {exc}")
             continue
         ran.append(spec.id)
+        if not recurs and not spec.leads:  # a cost seen once in the window is sized as if it recurred
+            for finding in produced:
+                finding.saving.basis += ("; assumes the work recurs every step, which this profile, showing it once, "
+                                         "cannot confirm (see not-steady-state)")
         findings.extend(_severity_follows_saving(f, spec) for f in produced)
     leading = frozenset(spec.id for spec in specs if spec.leads)
     ranked = rank(findings, cause_graph(specs), leading)

@@ -69,7 +69,10 @@ COMPILE_FRAMES = re.compile(
     r"(_dynamo/convert_frame|_inductor/compile_fx|_inductor/graph|_inductor/codecache|_inductor/async_compile"
     r"|triton/compiler/compiler)\.py\(\d+\): (_compile|compile_inner|_convert_frame\w*|compile_fx\w*|_compile_fx\w*"
     r"|fx_codegen_and_compile|codegen_and_compile|compile_to_module|compile|wait)$"
-    r"|^(compile_fx_inner|inductor_compile|dynamo_compile|TorchDynamo compile)")
+    r"|^(compile_fx_inner|inductor_compile|dynamo_compile|TorchDynamo compile)"
+    # torch.compile's own ranges where a profiler records (dynamo_timed), and advisor's mark
+    # of each compilation (advisor.collect.hooks.compiles).
+    r"| \(dynamo_timed\)$|^advisor::compile ")
 # Python frames of graph capture (torch.cuda.graphs, Inductor's CUDA graph trees, and
 # the capture loops of serving engines built on them), and of warm-up passes named so
 # (a framework's warmup before capture or timing): start-up, not steady work.

@@ -188,6 +188,11 @@ def partition(f: Facts, window: SteadyWindow) -> Partition:
     outside it."""
     lo, hi = f.window
     whole = iv.Intervals(np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64)) if hi > lo else iv.EMPTY
+    # A step set apart inside the window (a second call spent compiling, a warm-up between
+    # steady steps) is not the steady steps' time: booked as set apart, not to a cause.
+    apart_inside = iv.intersect(whole, iv.union((np.array([s.start_ns for s in window.set_apart], dtype=np.int64),
+                                                 np.array([s.end_ns for s in window.set_apart], dtype=np.int64))))
+    whole = iv.subtract(whole, apart_inside)
     steps = max(len(f.steps), 1)
     phases = f.phases
     loading = iv.as_intervals(phases[phases["phase_name"].to_numpy() == "Dataloader"])
@@ -198,7 +203,7 @@ def partition(f: Facts, window: SteadyWindow) -> Partition:
     on_gpu = bool(f.gpu_measured and one_of(f.events["kind"], GPU_KINDS).any())
     causes: dict[str, iv.Intervals] = {}
     if on_gpu:
-        busy = f.busy(*GPU_KINDS)
+        busy = iv.intersect(whole, f.busy(*GPU_KINDS))
         remaining = iv.subtract(whole, busy)
         ev = f.events
         launches = launch_calls(f)
@@ -216,7 +221,13 @@ def partition(f: Facts, window: SteadyWindow) -> Partition:
         causes[name] = iv.intersect(remaining, spans)
         remaining = iv.subtract(remaining, spans)
     causes["unrecorded"] = remaining
-    return Partition(on_gpu, (lo, hi), steps, busy, causes, _outside(f, window, on_gpu))
+    outside = _outside(f, window, on_gpu)
+    if apart_inside.length:
+        inside = iv.subtract(apart_inside, f.busy(*GPU_KINDS)) if on_gpu else apart_inside
+        before = outside.get("set apart", iv.EMPTY)
+        outside["set apart"] = iv.union((np.concatenate([before.starts, inside.starts]),
+                                         np.concatenate([before.ends, inside.ends])))
+    return Partition(on_gpu, (lo, hi), steps, busy, causes, outside)
 
 
 def _outside(f: Facts, window: SteadyWindow, on_gpu: bool) -> dict[str, iv.Intervals]:

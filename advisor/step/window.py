@@ -74,6 +74,12 @@ PERIODIC_SHARE = 0.75
 PERIODIC_MIN_HITS = 3
 PERIODIC_CLEAR = 3.0
 
+# A first or second call this many times its later calls' median, and this long, is warm-up.
+WARMUP_FACTOR = 10.0
+WARMUP_MIN_NS = 20_000_000
+# Ranges that are not calls of a function: steps, phases, advisor's own marks.
+_NOT_A_CALL = re.compile(r"^(ProfilerStep#|advisor::|Iteration Start|PyTorch Profiler|enumerate\(DataLoader\))")
+
 _LOADER_NEXT = re.compile(r"^enumerate\(DataLoader\).*__next__")
 _OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 _MODULE_CALL = re.compile(r"^nn\.Module: ")
@@ -123,6 +129,12 @@ class SteadyWindow:
     not_steady: str = ""  # why not, where not steady
     periodic: Periodic | None = None
     all_steps: pd.DataFrame = field(default_factory=pd.DataFrame)  # every step found, steady or not
+    # Whether the window shows its work recur: two steady steps or more, or one step the
+    # profiler numbered after others ran (a schedule's one active step of a loop). One pass
+    # (no steps found), or a first step alone, shows the work once: a cost seen there may
+    # not recur.
+    recurs: bool = True
+    span_ns: int = 0  # the whole profile, first event to last
 
     @property
     def duration_ns(self) -> int:
@@ -169,7 +181,70 @@ def startup_spans(ev: pd.DataFrame) -> list[SetApart]:
     add(capture | (frames & name_matches(names, calls.CAPTURE_FRAMES)), "capture",
         "graph capture and instantiation: work recorded into graphs, not run")
     add(frames & name_matches(names, calls.COMPILE_FRAMES), "compilation", "compilation (torch.compile, Triton)")
+    found += first_calls(ev)
     found.sort(key=lambda s: s.start_ns)
+    return found
+
+
+def first_calls(ev: pd.DataFrame) -> list[SetApart]:
+    """Warm-up inside the user's code: a function, op or range whose first or second call
+    takes far longer than its later calls (``WARMUP_FACTOR`` times their median, and at
+    least ``WARMUP_MIN_NS``): compiled on first use (TorchScript's profiling executor on its
+    second call, Dynamo and Inductor, cuDNN's autotuning under cudnn.benchmark, a module
+    loaded lazily). It runs once; the steps must not pay for it. Only the main thread's
+    outermost such calls are named (a slow call's parents are slow with it)."""
+    main = main_thread(ev)
+    if main is None or not len(ev):
+        return []
+    # Ops and ranges, named by what they call; not Python frames, whose names are shared by
+    # every call of a generic function (module.py: _call_impl is every module's call).
+    kinds = one_of(ev["kind"], ("op", "annotation"))
+    on_main = kinds & (ev["pid"].to_numpy() == main[0]) & (ev["tid"].to_numpy() == main[1])
+    skip = name_matches(ev["name"], _NOT_A_CALL)
+    rows = np.flatnonzero(on_main & ~skip)
+    if len(rows) < 3:
+        return []
+    start, end = ev["start_ns"].to_numpy()[rows], ev["end_ns"].to_numpy()[rows]
+    took = end - start
+    codes = ev["name"].iloc[rows].cat.codes.to_numpy() if isinstance(ev["name"].dtype, pd.CategoricalDtype) \
+        else pd.factorize(ev["name"].iloc[rows])[0]
+    frame = pd.DataFrame({"code": codes, "start": start, "took": took, "row": rows}).sort_values(["code", "start"])
+    frame["nth"] = frame.groupby("code").cumcount()
+    counts = frame.groupby("code")["code"].transform("size")
+    later = frame[frame["nth"] >= 2].groupby("code")["took"].median()
+    second = frame[frame["nth"] == 1].set_index("code")["took"]
+    # Where a function ran twice only, its second call is the one to compare with.
+    typical = later.reindex(frame["code"].unique()).fillna(second.reindex(frame["code"].unique()))
+    frame["typical"] = frame["code"].map(typical)
+    slow = frame[(frame["nth"] <= 1) & (counts >= 2) & (frame["took"] >= WARMUP_MIN_NS)
+                 & (frame["took"] >= WARMUP_FACTOR * frame["typical"].fillna(np.inf))
+                 & ~((counts == 2) & (frame["nth"] == 1))]
+    if not len(slow):
+        return []
+    # A call that spends its time waiting for the device (a copy back, a synchronize) waits
+    # for work queued before it: that is the device's time, not a warm-up of the call.
+    blocking = np.zeros(len(ev), dtype=bool)
+    for pattern in calls.BLOCKING_CALLS:
+        blocking |= name_matches(ev["name"], pattern)
+    blocking &= one_of(ev["kind"], ("runtime", "driver"))
+    waits = iv.union((ev["start_ns"].to_numpy()[blocking], ev["end_ns"].to_numpy()[blocking]))
+    waited = np.array([iv.intersection_length(waits, ([a], [a + b])) for a, b in
+                       zip(slow["start"].to_numpy(), slow["took"].to_numpy())], dtype=np.float64)
+    slow = slow[waited < 0.5 * slow["took"].to_numpy()]
+    if not len(slow):
+        return []
+    slow_rows = slow["row"].to_numpy()
+    outer = _outermost(slow_rows, ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy())
+    by_row = slow.set_index("row")
+    found = []
+    for row in outer:
+        call = by_row.loc[row]
+        name = text(ev["name"].iloc[[row]])[0]
+        which = "first" if int(call["nth"]) == 0 else "second"
+        found.append(SetApart("warm-up", int(call["start"]), int(call["start"] + call["took"]),
+                              f"the {which} call of {name} took {format_ns(int(call['took']))}, "
+                              f"{call['took'] / max(call['typical'], 1):.0f} times its later calls: compiled, "
+                              "autotuned or loaded on first use, once", (int(row),)))
     return found
 
 
@@ -230,6 +305,7 @@ def infer_steps(ev: pd.DataFrame, main: tuple[int, int] | None) -> tuple[pd.Data
         steps = pd.DataFrame({"step": np.arange(len(ends) - 1, dtype=np.int64), "start_ns": ends[:-1],
                               "end_ns": ends[1:]})
         return steps, "optimizer", "each optimizer step ends a step"
+    syncs = _sync_steps(ev, on_main, start, end)
     modules = np.flatnonzero(ranges & name_matches(ev["name"], _MODULE_CALL))
     modules = _outermost(modules, start, end)
     if len(modules) >= MIN_INFERRED:
@@ -239,13 +315,54 @@ def infer_steps(ev: pd.DataFrame, main: tuple[int, int] | None) -> tuple[pd.Data
         calls_of_top = modules[labels == top]
         if len(calls_of_top) >= MIN_INFERRED:
             steps = _steps_from_starts(start[calls_of_top], end[calls_of_top])
-            return steps, "module calls", f"each top-level call of {top.removeprefix('nn.Module: ')} starts a step"
+            how = f"each top-level call of {top.removeprefix('nn.Module: ')} starts a step"
+            if syncs is None:
+                return steps, "module calls", how
+            # The device's own rhythm decides: a module called a varying number of times
+            # per iteration (a logits processor, a sampler) cuts steps in the wrong place.
+            if _agree(steps, syncs):
+                return steps, "module calls", how + f", in step with the {len(syncs)} iterations the syncs show"
+            return syncs, "syncs", (f"each wait on the device ends a step: the top-level calls of "
+                                    f"{top.removeprefix('nn.Module: ')} ({len(steps)} steps) disagreed with the "
+                                    f"{len(syncs)} iterations the per-iteration syncs show")
     graphs = np.flatnonzero(on_main & one_of(ev["kind"], ("runtime", "driver")) & name_matches(ev["name"],
                                                                                             calls.GRAPH_LAUNCH))
     if len(graphs) >= MIN_INFERRED:
         steps = _steps_from_starts(start[graphs], end[graphs])
         return steps, "graph replays", "each graph launch starts a step"
+    if syncs is not None:
+        return syncs, "syncs", "each wait on the device (a synchronize once an iteration) ends a step"
     return None
+
+
+# Per-iteration syncs: their intervals may vary by this much (coefficient of variation) and
+# still be one iteration each.
+SYNC_CADENCE_CV = 0.5
+# Two step sources agree where their counts differ by at most one and their mean steps by
+# at most this share.
+AGREE_SHARE = 0.25
+
+
+def _sync_steps(ev: pd.DataFrame, on_main: np.ndarray, start: np.ndarray, end: np.ndarray) -> pd.DataFrame | None:
+    """Steps from the loop's waits on the device: where the main thread synchronizes (a
+    device, stream or event synchronize) at a steady cadence, at least MIN_INFERRED + 1
+    times, each wait ends an iteration. None where it does not."""
+    pattern = calls.DEVICE_SYNC.pattern + "|" + calls.STREAM_SYNC.pattern + "|" + calls.EVENT_SYNC.pattern
+    rows = np.flatnonzero(on_main & one_of(ev["kind"], ("runtime", "driver")) & name_matches(ev["name"],
+                                                                                          re.compile(pattern)))
+    if len(rows) < MIN_INFERRED + 1:
+        return None
+    ends = np.sort(end[rows])
+    gaps = np.diff(ends)
+    if not len(gaps) or gaps.mean() <= 0 or gaps.std() > SYNC_CADENCE_CV * gaps.mean():
+        return None
+    return pd.DataFrame({"step": np.arange(len(ends) - 1, dtype=np.int64), "start_ns": ends[:-1], "end_ns": ends[1:]})
+
+
+def _agree(steps: pd.DataFrame, other: pd.DataFrame) -> bool:
+    mine = float((steps["end_ns"] - steps["start_ns"]).mean())
+    theirs = float((other["end_ns"] - other["start_ns"]).mean())
+    return abs(len(steps) - len(other)) <= 1 and theirs > 0 and abs(mine - theirs) <= AGREE_SHARE * theirs
 
 
 def _outermost(rows: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -464,6 +581,12 @@ def find_window(session: Session) -> SteadyWindow:
         w_lo = int(steady_steps["start_ns"].min()) if len(steady_steps) else lo
         w_hi = int(steady_steps["end_ns"].max()) if len(steady_steps) else hi
         set_apart = leading + [s for s in apart if s.end_ns <= w_lo or s.start_ns >= w_hi]
+        if inferred and len(steady_steps) and not any(s.kind == "in flight" for s in leading):
+            # Steps inferred from what repeats start where the repetition does: a wait behind
+            # work launched before the trace, before the first of them, is named too.
+            before = _in_flight(ev, lo, w_lo)
+            if before is not None and before[1] >= IN_FLIGHT_MIN_NS:
+                set_apart.append(before[0])
         if periodic is not None and periodic.source == "recorded steps":
             slow = set(periodic.steps)
             marked = steady_steps["step"].isin(slow).to_numpy()
@@ -474,8 +597,10 @@ def find_window(session: Session) -> SteadyWindow:
         steady = bool(len(steady_steps))
         why = "" if steady else ("every step is start-up, compilation or graph capture: the profile holds no steady "
                                  "step")
+        recurs = len(steady_steps) >= 2 or (len(steady_steps) == 1 and not inferred
+                                             and int(steady_steps["step"].iat[0]) >= 1)
         return SteadyWindow(w_lo, w_hi, source, how, steady_steps, inferred, tuple(_dedupe(set_apart)), steady,
-                            why, periodic, all_steps)
+                            why, periodic, all_steps, recurs=recurs, span_ns=hi - lo)
     # No steps: the stretch between set-apart spans where the work runs.
     work, on_gpu = _work(ev)
     total_work = work.length
@@ -490,7 +615,7 @@ def find_window(session: Session) -> SteadyWindow:
         why = ("most of the profile is start-up, compilation or graph capture: no stretch between them holds "
                f"half of the {what}")
         return SteadyWindow(lo, hi, "work span", f"the whole profile ({why})", steps, False, tuple(apart),
-                            steady=False, not_steady=why)
+                            steady=False, not_steady=why, recurs=False, span_ns=hi - lo)
     w_lo, w_hi = best
     # Where the stretch begins: its work (a GPU window runs from its first to its last GPU work).
     inside = iv.clip(work, w_lo, w_hi)
@@ -506,8 +631,10 @@ def find_window(session: Session) -> SteadyWindow:
         w_lo = max(w_lo, min(int(inside.starts[0]), _first_host_work(ev, w_lo, w_hi)))
     how = ("no steps were found: the stretch of the profile where the work runs"
            + (", start-up and capture set apart" if set_apart else ""))
+    # No steps: nothing repeats that shows a step (no loader reads, optimizer steps, model
+    # calls or graph replays to count), so the window shows its work once.
     return SteadyWindow(w_lo, w_hi, "work span", how, steps, False, tuple(_dedupe(sorted(set_apart,
-                        key=lambda s: s.start_ns))), True, "", periodic, steps)
+                        key=lambda s: s.start_ns))), True, "", periodic, steps, recurs=False, span_ns=hi - lo)
 
 
 def _first_host_work(ev: pd.DataFrame, lo: int, hi: int) -> int:

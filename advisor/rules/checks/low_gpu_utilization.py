@@ -54,6 +54,13 @@ def check(ctx: RuleContext) -> list[Finding]:
         if not utilization < ctx.threshold("utilization") or not float(row["window_ns"]) > 0:
             continue
         idle_ns = float(row["window_ns"] - row["busy_ns"])
+        part = ctx.model.partition if ctx.model is not None else None
+        if part is not None and part.on_gpu and part.ns("set apart") and len(gpus) == 1:
+            # A step set apart inside the window is not the steady steps' idle time.
+            idle_ns = float(part.idle_ns)
+            utilization = part.busy.length / max(part.busy.length + idle_ns, 1.0)
+            if not utilization < ctx.threshold("utilization"):
+                continue
         per_step = idle_ns / steps
         # At the job's own pace the host is faster than recorded and the GPU idles less: the
         # profiler's cost comes off the idle time, the GPU's work stays.
