@@ -9,6 +9,7 @@ the same file.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -117,6 +118,31 @@ def _device(record: dict[str, Any], gpu: int) -> dict[str, Any]:
     }
 
 
+# Kernel names that say the architecture they were built for, where the trace names no
+# device: cuBLAS and CUTLASS prefix their kernels with it; rocBLAS / hipBLASLt's Tensile
+# kernels (Cijk_...) and MIOpen's run on AMD Instinct GPUs.
+_ARCHITECTURE_KERNELS = (
+    (re.compile(r"^(void )?(cutlass::Kernel.*)?sm100_|blackwell", re.IGNORECASE), "Blackwell, from its kernel names"),
+    (re.compile(r"^(void )?sm90_|hopper|_sm90", re.IGNORECASE), "Hopper, from its kernel names"),
+    (re.compile(r"^(void )?(ampere_|sm80_)|_sm80", re.IGNORECASE), "Ampere, from its kernel names"),
+    (re.compile(r"^(void )?turing_|_sm75", re.IGNORECASE), "Turing, from its kernel names"),
+    (re.compile(r"^(void )?volta_|_sm70", re.IGNORECASE), "Volta, from its kernel names"),
+    (re.compile(r"^Cijk_|^miopen|rocblas|hipblaslt", re.IGNORECASE), "AMD Instinct (ROCm), from its kernel names"),
+)
+
+
+def _family_from_kernels(events: pd.DataFrame, gpu: int) -> str:
+    """The GPU's architecture as its kernels' names give it, or "" where none says."""
+    kernels = events[(events["kind"] == "kernel").to_numpy() & (events["device"] == gpu).to_numpy()]
+    if not len(kernels):
+        return ""
+    names = [str(n) for n in kernels["name"].astype(str).unique()[:2000]]
+    for pattern, family in _ARCHITECTURE_KERNELS:
+        if any(pattern.search(name) for name in names):
+            return family
+    return ""
+
+
 def _records_for(gpu_ids: list[int], records: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """The deviceProperties record of each GPU the events use. A process that sees only
     some devices (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES) lists them from 0 while its
@@ -202,7 +228,12 @@ def read_kineto(path: Path, *, progress: Callable[[int, int], None] | None = Non
     matched = _records_for(gpu_ids, records)
     for gpu in gpu_ids:
         record = matched.get(gpu)
-        devices.append(_device(record, gpu) if record is not None else {"id": gpu, "kind": "gpu", "name": f"GPU {gpu}"})
+        if record is not None:
+            devices.append(_device(record, gpu))
+            continue
+        family = _family_from_kernels(events, gpu)
+        devices.append({"id": gpu, "kind": "gpu", "name": f"GPU {gpu}" + (f" ({family})" if family else ""),
+                        "properties": {"guessed_from": "kernel names"} if family else {}})
 
     distributed = None
     info = metadata.get("distributedInfo")
@@ -217,8 +248,17 @@ def read_kineto(path: Path, *, progress: Callable[[int, int], None] | None = Non
     if not gpu_ids:
         # A trace of a GPU job recorded without the GPU's activities still holds its launches.
         launched = (events["kind"].isin(("runtime", "driver")) & name_matches(events["name"], LAUNCH_CALLS)).any()
-        notes.append("GPU not measured: the trace holds kernel launches but no GPU activity (kernels, copies, "
-                     "sets): it was recorded without the GPU's activities" if launched else "GPU not measured: the trace holds no GPU activity (kernels, copies, sets).")
+        if launched:
+            notes.append("GPU not measured: the trace holds kernel launches but no GPU activity (kernels, copies, "
+                         "sets): it was recorded without the GPU's activities")
+        elif metadata.get("deviceProperties"):
+            # The profiler saw a GPU, and this process launched nothing on it: a serving
+            # stack's front end, whose model runs in a worker process with a trace of its own.
+            notes.append("GPU not measured: this process launched no GPU work though the profiler saw a GPU; where "
+                         "the model runs in another process (a serving engine's worker, a DataLoader's producer), "
+                         "that process's trace holds the GPU: diagnose it")
+        else:
+            notes.append("GPU not measured: the trace holds no GPU activity (kernels, copies, sets).")
     skipped = metadata.pop("_skipped_events", 0)
     damage = metadata.pop("_damage", None)
     kept = {k: v for k, v in metadata.items() if k not in ("deviceProperties", "distributedInfo", "traceEvents")}

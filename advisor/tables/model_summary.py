@@ -123,7 +123,9 @@ def model_table(f: Facts) -> pd.DataFrame | None:
         rows[name] = row
     out = pd.DataFrame.from_dict(rows, orient="index")
     out["cpu_ratio"] = f.ratio(out["cpu_total_ns"], step_total)
-    out["gpu_ratio"] = f.ratio(out["gpu_total_ns"], step_total)
+    # GPU work a step queued can outlive the step (it runs into the next): its share of the
+    # steps' time is at most all of it.
+    out["gpu_ratio"] = np.minimum(f.ratio(out["gpu_total_ns"], step_total), 1.0)
     out["process_cpu_cores"] = _cpu_cores(f, s_start, s_end, p_name[ok], p_start[ok], p_end[ok])
     if not f.gpu_measured:
         with_notes(out, f.gpu_not_measured_note)
