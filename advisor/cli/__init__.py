@@ -68,6 +68,12 @@ def _add_collection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--collector", choices=["auto", "host"], default="auto",
                         help="for a script: 'auto' records the GPU with CUPTI where it can, 'host' "
                              "records the host side only (torch.profiler, CPU activities)")
+    parser.add_argument("--kernel-counters", nargs="?", const="5", default=None, metavar="N|REGEX",
+                        help="for a script on a GPU: run it once more under Nsight Compute for the top N kernels "
+                             "by GPU time (default 5), or those matching REGEX, and say why each is slow")
+    parser.add_argument("--ncu", action="append", type=Path, default=None, metavar="REPORT",
+                        help="Nsight Compute counters for the profile's kernels: an export (ncu --import R --csv "
+                             "--page raw|details > FILE.csv, either or both) or an .ncu-rep (read with ncu); repeatable")
 
 
 def _add_cache(parser: argparse.ArgumentParser) -> None:
@@ -209,7 +215,20 @@ def _session_for(args: argparse.Namespace, *, steady: bool = True, kept=None):
         session, exit_code, _ranks = _collect_or_load(args)
     if args.gpu:
         session.meta = session.meta.model_copy(update={"target_gpu": profile.id})
+    session = _with_counters(session, args)
     return (_steady(session) if steady else session), exit_code
+
+
+def _with_counters(session, args: argparse.Namespace):
+    """The session with the Nsight Compute counters it is given (--ncu), or that its saved
+    folder holds (ncu*.csv, *.ncu-rep beside session.json)."""
+    from advisor.importers.ncu import attach, exports_in
+
+    paths = list(getattr(args, "ncu", None) or [])
+    target = Path(args.target)
+    if not paths and target.is_dir():
+        paths = exports_in(target)
+    return attach(session, paths) if paths else session
 
 
 def _ended_before_first_step(script: Path, exit_code: int, error: str):
@@ -479,6 +498,7 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
     session = None
     if sources is None and _is_script(Path(args.target)):
         session, exit_code, launched = _collected(args, kept, spawned_ranks=True)
+        session = _with_counters(session, args)
         if args.gpu:
             from advisor.knowledge.hardware import gpu_profile
 
@@ -516,6 +536,8 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
                     kept.saved(args.save)
             print(f"advisor: session saved to {args.save}", file=sys.stderr)
         diagnosis = _analyse(session, chosen, said)
+        if getattr(args, "kernel_counters", None) is not None:
+            diagnosis = _with_kernel_counters(args, session, diagnosis, chosen, said)
         session = diagnosis.session
         report = diagnosis.report
         findings = diagnosis.findings
@@ -548,6 +570,59 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
     if _failed_on(args, _worst(findings), config_fail_on, config.source):
         return FAIL_ON_EXIT
     return exit_code if exit_code is not None else 0
+
+
+def _with_kernel_counters(args: argparse.Namespace, session, diagnosis, chosen, said: list[str]):
+    """--kernel-counters: the script run once more under Nsight Compute for the kernels that
+    matter, the counters attached, the diagnosis made again with them; the first diagnosis,
+    with one line saying why, where they cannot be had."""
+    import tempfile
+
+    from advisor.collect import ncu_run
+    from advisor.importers.ncu import attach
+    from advisor.collect.steps import DEFAULT_WARMUP_STEPS
+
+    def skipped(why: str):
+        line = f"kernel counters skipped: {why}"
+        print(f"advisor: {line}", file=sys.stderr)
+        said.append(line)
+        return diagnosis
+
+    if not _is_script(Path(args.target)):
+        return skipped("--kernel-counters runs a script again under Nsight Compute; for a trace, give the counters "
+                       "you collected with --ncu REPORT")
+    if not session.meta.collector.gpu_measured:
+        return skipped("the GPU was not measured in this run, so there is no kernel to profile")
+    ncu = ncu_run.find_ncu()
+    if ncu is None:
+        return skipped("Nsight Compute (ncu) is not installed here (/usr/local/cuda/bin/ncu, or on PATH)")
+    folder = Path(tempfile.mkdtemp(prefix="advisor-ncu-"))
+    the_plan = ncu_run.plan(diagnosis.tables.get("kernel"), args.kernel_counters, Path(args.target),
+                            list(args.script_args), folder, steps=max(diagnosis.model.steps, 1),
+                            warmup_steps=DEFAULT_WARMUP_STEPS, ncu=ncu)
+    if the_plan is None:
+        return skipped(f"no kernel of this run matches {args.kernel_counters!r}")
+    report, why = ncu_run.run(the_plan, say=_say, confirm=_asked if sys.stdin.isatty() and sys.stderr.isatty() else None)
+    if why == "declined":
+        return skipped("declined")
+    if report is None:
+        return skipped(why or "Nsight Compute gave no report")
+    try:
+        counted = attach(session, [report])
+    except Exception as exc:  # noqa: BLE001  (the counters are extra: the diagnosis stands without them)
+        return skipped(" ".join(str(exc).split())[:200])
+    return _analyse(counted, chosen, said)
+
+
+def _asked(cost: str) -> bool:
+    """Ask an interactive user whether to go on, having said what it costs: yes unless they
+    say no (or stop reading)."""
+    try:
+        answer = input(f"advisor: {cost} Go on? [Y/n] ")
+    except (EOFError, KeyboardInterrupt):
+        print(file=sys.stderr)
+        return False
+    return answer.strip().lower() not in ("n", "no")
 
 
 def _worst(findings) -> int:

@@ -74,6 +74,7 @@ class ReportCache:
 
         target = Path(args.target)
         if (not cache.enabled() or getattr(args, "save", None) or getattr(args, "script_args", None)
+                or getattr(args, "ncu", None) or getattr(args, "kernel_counters", None)  # files the key cannot see
                 or target.suffix == ".py" or not target.is_file()):
             return None
         try:

@@ -25,6 +25,8 @@
                     every step, recorded or not
     cores           the cores the job may use (affinity, cgroup quota) and the time a
                     thread waited for one (a busy machine)
+    ncu_run         the script run once more under Nsight Compute, limited to the kernels
+                    that matter (``--kernel-counters``): the plan, its cost and its export
     assemble        from a run to a Session: events, samples, devices, what was not
                     measured (``collect_script``)
 

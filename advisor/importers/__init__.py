@@ -3,6 +3,10 @@
     loader            ``load(path)``: a saved session folder or a trace file, decided by
                       what the path is, not by its name
     kineto            the PyTorch profiler / Kineto Chrome trace, plain or gzipped, streamed
+    merged            one trace holding several ranks (a merged multi-rank Kineto file),
+                      split into a job of ranks
+    ncu               Nsight Compute's counters (raw or details CSV page, or a .ncu-rep
+                      read through ``ncu --import``), attached to a session
     parts             a large plain trace read in parts, each by a process of its own
     advisor_metadata  what advisor's host collector writes into the traces it exports
     cache             a trace's Session kept (Parquet) for the next command on the same file:

@@ -575,7 +575,50 @@ def _roofline_chart(report: Report, anchors: Anchors) -> str:
     return _chart_card(title, description, legend + svg, source, wide=True, chart_id="chart-roofline")
 
 
-CHARTS = (_step_chart, _gpu_chart, _operator_chart, _kernel_chart, _roofline_chart)
+COUNTER_COLUMNS = (("SM %", "sm_pct"), ("memory %", "memory_pct"), ("DRAM %", "dram_pct"),
+                   ("occupancy %", "achieved_occupancy"), ("waves", "waves"), ("registers", "registers"),
+                   ("tensor %", "tensor_pct"), ("FMA %", "fma_pct"))
+
+
+def _counters_chart(report: Report, anchors: Anchors) -> str:
+    """The kernels Nsight Compute profiled, with their counters, beside the roofline chart:
+    nothing where the session carries no ncu export."""
+    name = "kernel_counters"
+    table = report.tables.get(name)
+    if table is None or not table.rows:
+        return ""
+    head = "".join(f'<th scope="col" class="num">{esc(label)}</th>' for label, _ in COUNTER_COLUMNS)
+    body = []
+    for r in table.rows[:MAX_POINTS]:
+        cells = []
+        for _, column in COUNTER_COLUMNS:
+            value = _num(r.get(column))
+            cells.append(f'<td class="num">{"" if value is None else f"{value:.3g}"}</td>')
+        limiter = str(r.get("limiter") or "")
+        rule = str(r.get("top_rule") or "")
+        speedup = _num(r.get("top_speedup_pct"))
+        verdict = f"{rule} ({speedup:.0f} %)" if rule and speedup is not None else rule
+        kernel = str(r.get("kernel") or r["key"])
+        label = str(r["key"]) + ("" if r.get("matched") else " (not in the session)")
+        row_id = anchors.row_id(name, r["key"])
+        link = f'<a href="#{esc(row_id)}">{esc(label)}</a>' if row_id else esc(label)
+        body.append(
+            f'<tr><td class="key" title="{esc(kernel)}">{link}</td><td>{esc(str(r.get("op") or ""))}</td>{"".join(cells)}'
+            f'<td>{esc(limiter)}</td><td>{esc(verdict)}</td></tr>')
+    description = ("Each kernel Nsight Compute profiled: throughput as % of the GPU's peak, achieved "
+                   "occupancy and what limits it, waves per SM, registers a thread, the tensor and FMA "
+                   "pipes' utilisation, and ncu's rule with the largest estimated speedup.")
+    grid = ('<div class="scroll"><table class="data"><thead><tr><th scope="col">kernel</th>'
+            f'<th scope="col">op</th>{head}<th scope="col">occupancy limit</th>'
+            '<th scope="col">ncu\'s top rule</th></tr></thead><tbody>' + "".join(body) + "</tbody></table></div>")
+    sources = sorted({str(r.get("source") or "") for r in table.rows} - {""})
+    source = (f"From the {_table_link(report, anchors, name)} table"
+              + (f"; ncu export {esc(', '.join(sources))}." if sources else "."))
+    return _chart_card("Kernel counters (Nsight Compute)", description, grid, source, wide=True,
+                       chart_id="chart-kernel-counters")
+
+
+CHARTS = (_step_chart, _gpu_chart, _operator_chart, _kernel_chart, _roofline_chart, _counters_chart)
 
 
 # -- tables -----------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@
                 floors worker processes and cores set
     copy_rates  the rate a copy to or from the host reaches from pinned memory (the
                 session, advisor calibrate, or the GPU's PCIe link), for fixes that pin
+    kernel_why  a profiled kernel's counters (the kernel_counters table) in words: why
+                it is slow, or that it already runs at the hardware's limit
     checks/     the built-in Python checks, one module per rule, named after its id
     packs/      rules as data: the YAML pack format, its validation, data-rule
                 evaluation, the built-in pack (rules/builtin.yaml), plugins and config

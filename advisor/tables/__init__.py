@@ -31,6 +31,8 @@ One module per table (or pair of tables), registered with ``@table`` in ``_regis
     step_gpu                 per step, the GPU's work against the host's: busy time, short
                              kernels, launches, the GPU's tail after the last launch
     roofline, ceilings       op costs against the target's ceilings (roofline_ceilings)
+    kernel_counters          Nsight Compute's counters for the kernels profiled (an ncu export
+                             the session carries), matched to the session's kernels
     timeline                 step_phases and gpu_timeline, for the HTML report's charts
     step_timing              every step timed, recorded or not: the job's own pace and
                              what recording cost
@@ -69,6 +71,7 @@ from advisor.tables import (  # noqa: F401  (importing a module registers its ta
     gpu_origin,
     host_sync,
     kernel,
+    kernel_counters,
     memory,
     model_summary,
     operator,
@@ -111,6 +114,7 @@ _ORDER = (
     "conv_bias",
     "roofline",
     "roofline_ceilings",
+    "kernel_counters",
     "step_phases",
     "gpu_timeline",
     "collection",

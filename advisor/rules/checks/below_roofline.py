@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from advisor.findings import Evidence, Finding
 from advisor.rules.checks.common import faster_gpu, ms, pct, severity_by_share
+from advisor.rules.kernel_why import at_limit, counters_for, evidence_for, why
 from advisor.rules.registry import RuleContext, register
 
 ADVICE = {
@@ -42,6 +43,12 @@ def check(ctx: RuleContext) -> list[Finding]:
         tiny = on_gpu & (rows["measured_ns"] / calls < ctx.threshold("launch_floors_tiny") * floor_ns)
         rows = rows[~tiny]
     rows = rows[rows["efficiency"] < target_efficiency]
+    # Where Nsight Compute profiled an op's kernels and every one runs at the hardware's
+    # limit, the counters win over the cost model: there is little left to take.
+    counters = counters_for(ctx, set(rows["name"].astype(str)))
+    at_the_limit = sorted({str(op) for op, group in counters.groupby("op") if all(at_limit(r) for _, r in group.iterrows())}) \
+        if len(counters) else []
+    rows = rows[~rows["name"].astype(str).isin(at_the_limit)]
     if not len(rows):
         return []
     steps = max(ctx.step_count, 1)
@@ -75,6 +82,15 @@ def check(ctx: RuleContext) -> list[Finding]:
                  note=f"{row['name']}: ideal {ms(row['ideal_ns'] / steps)}, measured {ms(row['measured_ns'] / steps)} per step")
         for key, row in listed.iterrows()
     ]
+    said = ""
+    profiled = counters[counters["op"].astype(str).isin(set(listed["name"].astype(str)))] if len(counters) else counters
+    if len(profiled):
+        said = " Nsight Compute's counters say why: " + "; ".join(
+            f"{row['op']} ({str(row['kernel'])[:60]}): {why(row)}" for _, row in profiled.drop_duplicates("kernel").head(3).iterrows()) + "."
+        evidence += evidence_for(profiled)
+    if at_the_limit:
+        said += (f" Left out, the counters showing them at the hardware's limit where the cost model did not: "
+                 f"{', '.join(at_the_limit)}.")
     kinds = list(dict.fromkeys(listed["kind"]))
     advice = [_attention_advice(ctx, listed) if k == "attention" else ADVICE[k] for k in kinds if k in ADVICE][:3]
     return [
@@ -85,7 +101,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             confidence=0.6,
             saving=estimate,
             message=(f"{len(rows)} op shapes run below {pct(target_efficiency)} of their roofline on {target}; "
-                     f"the ones losing most time: " + "; ".join(lines) + "." + (f" {capped}" if capped else "")),
+                     f"the ones losing most time: " + "; ".join(lines) + "." + (f" {capped}" if capped else "") + said),
             recommendation=("Bring the slowest ops closer to the hardware: " + "; ".join(advice) + "."
                             if advice else "Profile the listed ops' kernels and look for better implementations."),
             evidence=evidence,

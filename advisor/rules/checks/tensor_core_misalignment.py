@@ -10,6 +10,7 @@ import pandas as pd
 from advisor.findings import Evidence, Finding, Severity
 from advisor.knowledge import hardware as kb
 from advisor.rules.checks.common import faster_gpu, ms, severity_by_share
+from advisor.rules.kernel_why import counters_for, evidence_for, why
 from advisor.rules.registry import RuleContext, register
 
 HALF = ("fp16", "bf16", "fp8", "int8")
@@ -157,6 +158,14 @@ def check(ctx: RuleContext) -> list[Finding]:
                       "or torch.autocast(device_type='cuda', dtype=torch.bfloat16)")
     where = f"on {profile.names[0]}" + ("" if all(bool(i["row"].get("measured_on_target")) for i in items)
                                         else " (this run was judged against it with --gpu, not measured on it)")
+    # Where Nsight Compute profiled the listed ops' kernels, their pipes say what runs them.
+    counters = counters_for(ctx, {str(i["row"]["name"]) for i in items})
+    said = ""
+    if len(counters):
+        said = " Nsight Compute's counters: " + "; ".join(
+            f"{row['op']} ({str(row['kernel'])[:60]}): {why(row, profile.sm_count)}"
+            for _, row in counters.drop_duplicates("kernel").head(3).iterrows()) + "."
+        evidence += evidence_for(counters)
     return [
         Finding(
             rule=ctx.spec.id,
@@ -173,7 +182,7 @@ def check(ctx: RuleContext) -> list[Finding]:
                                                                              "tensor cores")
                          if fp32 else "") if part)
                      + f", costing an estimated {ms(gpu_time)} of GPU time per step: " + "; ".join(lines)
-                     + "." + (f" {capped}" if capped else "")),
+                     + "." + (f" {capped}" if capped else "") + said),
             recommendation="Give tensor cores the shapes they need: " + "; ".join(advice) + ".",
             evidence=evidence,
             metrics={"misaligned": [str(i["key"]) for i in misaligned], "fp32_off_tensor_cores": [str(i["key"]) for i in fp32],
