@@ -18,6 +18,7 @@ import pytest
 from advisor.collect import run_script, torch_hooks
 from advisor.collect.hooks import base as hooks_base
 from advisor.collect.hooks import collection, syncs
+from advisor.collect.hooks.compiles import COMPILE_RANGE_PREFIX
 from advisor.importers.advisor_metadata import read_trace_metadata
 
 torch = pytest.importorskip("torch")
@@ -41,8 +42,11 @@ class Trace:
             (e for e in events if e.get("cat") == "user_annotation"), key=lambda e: (e["ts"], -e["dur"])
         )
         self.steps = [e for e in self.annotations if e["name"].startswith("ProfilerStep#")]
+        # A compilation's range (advisor::compile) marks time inside a phase, not a phase.
         self.phases = [e for e in self.annotations
-                       if e["name"].startswith("advisor::") and not e["name"].startswith(collection.SYNC_RANGE_PREFIX)]
+                       if e["name"].startswith("advisor::") and not e["name"].startswith(collection.SYNC_RANGE_PREFIX)
+                       and not e["name"].startswith(COMPILE_RANGE_PREFIX)]
+        self.compiles = [e for e in self.annotations if e["name"].startswith(COMPILE_RANGE_PREFIX)]
         self.sync_ranges = [e for e in self.annotations if e["name"].startswith(collection.SYNC_RANGE_PREFIX)]
         self.events = events
 
@@ -521,6 +525,9 @@ def test_fullgraph_compile_does_not_see_the_hooks(tmp_path, capsys, recwarn):
     # the compiled module's call is still one Forward, seen from the eager side
     for step in trace.steps[1:]:
         assert trace.phases_in(step)[FORWARD] == 1
+    # the compilation is marked where it ran: inside the first step's Forward
+    assert trace.compiles and all(any(inside(c, p) for p in trace.phases if p["name"] == FORWARD)
+                                  for c in trace.compiles)
     assert_well_formed(trace)
 
 
