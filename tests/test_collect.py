@@ -580,3 +580,29 @@ def test_starting_the_profiler_does_not_import_inductor():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True"]
+
+
+def test_compilation_is_said_on_a_cpu(tmp_path):
+    """torch.compile's first call is a one-off cost: on a CPU, as on a GPU, the session's
+    notes say how many compilations, how long, in which step, and which steps ran compiled code."""
+    from advisor.collect.assemble import collect_script
+
+    script = write_script(
+        tmp_path,
+        """
+        import torch
+        from torch import nn
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+        compiled = torch.compile(model, backend="eager")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(8):
+            optimizer.zero_grad()
+            compiled(torch.randn(4, 8)).sum().backward()
+            optimizer.step()
+        """,
+    )
+    collected = collect_script(script, [], gpu=False, sample_interval_s=None, stack_interval_s=None)
+    notes = collected.session.meta.collector.notes
+    said = [n for n in notes if n.startswith("torch.compile compiled")]
+    assert said and "in step 0" in said[0] and "a one-off cost" in said[0], notes
+    assert "compiled code ran in recorded steps" in said[0]
