@@ -57,7 +57,9 @@ def check_invariants(session) -> None:
         else iv.EMPTY
     # Each cause inside the window, and no two causes (nor a cause and the busy time) share
     # a nanosecond; with the busy time they cover the window.
-    pieces = [spans for spans in part.causes.values()]
+    # Steps set apart inside the window (a warm-up between steady steps, a capture) are
+    # their own piece: neither a cause nor the steady busy time.
+    pieces = [spans for spans in part.causes.values()] + [part.apart]
     if part.on_gpu:
         pieces.append(part.busy)
     for spans in pieces:

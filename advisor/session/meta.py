@@ -13,7 +13,8 @@ from pydantic import BaseModel, Field, field_validator
 
 from advisor.session.layout import SESSION_FORMAT
 
-__all__ = ["CollectionGap", "CollectorCost", "CollectorInfo", "DeviceInfo", "DistributedInfo", "SessionMeta", "TimedStep"]
+__all__ = ["FORWARD_NO_GRAD", "CollectionGap", "CollectorCost", "CollectorInfo", "DeviceInfo", "DistributedInfo", "SessionMeta",
+           "TimedStep"]
 
 
 class DeviceInfo(BaseModel):
@@ -45,6 +46,9 @@ class CollectionGap(BaseModel):
                                                        "was not there to measure (a CPU-only machine's GPU).")
 
 
+FORWARD_NO_GRAD = "Forward without grad"  # TimedStep.calls: a forward called with autograd off (evaluation)
+
+
 class TimedStep(BaseModel):
     """One step as the collector's own clock saw it, whether the profiler recorded it or not."""
 
@@ -57,6 +61,10 @@ class TimedStep(BaseModel):
                                                                      "Optimization); the rest is Others.")
     own_ns: int = Field(default=0, description="The collector's own time in the step (its hooks' code), ns: part of "
                                                "duration_ns that the job without advisor does not spend.")
+    cpu_ns: int = Field(default=0, description="The main thread's CPU time in the step, ns (0: not measured): "
+                                               "unlike duration_ns, it does not grow while the thread waits for a core.")
+    calls: dict[str, int] = Field(default_factory=dict, description="Times each phase opened in the step; a forward "
+                                                                    "with autograd off counts as FORWARD_NO_GRAD.")
 
 
 class CollectorCost(BaseModel):

@@ -312,7 +312,12 @@ class StepGraph:
             return self.span(ends) / max(self.steps, 1)
         done = np.full(self.steps, -np.inf)
         np.maximum.at(done, self.node_step, ends)
-        return float(done[-1] - done[0]) / (self.steps - 1)
+        # Steps with no node of the graph (another process's steps in a merged trace)
+        # complete nowhere: the pace is that of the steps that do.
+        done = done[np.isfinite(done)]
+        if len(done) < 2:
+            return self.span(ends) / max(self.steps, 1)
+        return float(done[-1] - done[0]) / (len(done) - 1)
 
     @property
     def pace(self) -> np.ndarray:

@@ -87,6 +87,10 @@ class Partition:
     busy: iv.Intervals  # GPU busy (GPU run) or the host in the model (CPU run), in the window
     causes: dict[str, iv.Intervals]  # each cause's time in the window, disjoint
     outside: dict[str, iv.Intervals] = field(default_factory=dict)  # the profile's time outside the window
+    # Steps set apart inside the window (a warm-up between steady steps, a capture), busy
+    # or not: neither a cause nor the steady busy time. With busy and the causes it makes
+    # the window.
+    apart: iv.Intervals = iv.EMPTY
 
     @property
     def window_ns(self) -> int:
@@ -227,7 +231,7 @@ def partition(f: Facts, window: SteadyWindow) -> Partition:
         before = outside.get("set apart", iv.EMPTY)
         outside["set apart"] = iv.union((np.concatenate([before.starts, inside.starts]),
                                          np.concatenate([before.ends, inside.ends])))
-    return Partition(on_gpu, (lo, hi), steps, busy, causes, outside)
+    return Partition(on_gpu, (lo, hi), steps, busy, causes, outside, apart_inside)
 
 
 def _outside(f: Facts, window: SteadyWindow, on_gpu: bool) -> dict[str, iv.Intervals]:
