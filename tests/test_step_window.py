@@ -85,6 +85,42 @@ def test_a_long_run_validating_twice_is_a_period_where_each_is_far_slower():
     assert found is not None and (found.every, found.steps) == (32, (31, 63))
 
 
+def _busy_run(seed: int = 0):
+    """40 steps of a loop that validates every 8 on a loaded machine: a steady step is 50 ms
+    of CPU time and a validation step 50 ms more, but the wall time of each swings 1x-4x
+    with the load (a step waits for a core), so on wall time alone the spikes drown."""
+    rng = np.random.default_rng(seed)
+    cpu = np.full(40, 50.0)
+    calls = [{"Forward": 1, "Backward": 1, "Optimization": 1} for _ in range(40)]
+    for n in range(7, 40, 8):
+        cpu[n] += 50.0
+        calls[n] = {**calls[n], "Forward without grad": 12}
+    took = cpu * (1 + 3 * rng.random(40))
+    return took, cpu, calls
+
+
+def test_periodic_work_is_found_on_a_busy_machine_by_the_steps_shape_and_cpu_time():
+    from advisor.step.window import periodic_steps
+
+    took, cpu, calls = _busy_run()
+    numbers = np.arange(40)
+    assert periodic_steps(numbers, took * MS, source="timed steps") is None, "wall time alone misses it here"
+    by_cpu = periodic_steps(numbers, took * MS, source="timed steps", cpu=cpu * MS)
+    assert by_cpu is not None and (by_cpu.every, by_cpu.steps, by_cpu.signal) == (8, (7, 15, 23, 31, 39), "CPU time")
+    by_shape = periodic_steps(numbers, took * MS, source="timed steps", cpu=cpu * MS, calls=calls)
+    assert by_shape is not None and (by_shape.every, by_shape.signal) == (8, "forward calls")
+    assert by_shape.no_grad is True, "its extra forwards ran with autograd off"
+    assert by_shape.extra_ns > 0
+
+
+def test_a_recurring_shape_that_costs_nothing_is_not_periodic_work():
+    from advisor.step.window import periodic_steps
+
+    took = np.full(40, 50.0)
+    calls = [{"Forward": 1 + (n % 8 == 7), "Backward": 1} for n in range(40)]  # a cheap extra call
+    assert periodic_steps(np.arange(40), took * MS, source="timed steps", calls=calls) is None
+
+
 def test_a_period_most_of_whose_steps_are_not_slow_is_not_one():
     took = [4.0] * 64
     for n in (7, 15, 23):  # then it stops: 3 of the 8 steps on the period

@@ -12,6 +12,11 @@ whether or not the profiler was recording, and the time the hooks' own code took
 step. The steps after the window ran without the profiler: their times, less the hooks'
 own, are what the job takes unprofiled, and the recorded steps' excess over them is the
 profiler's overhead. It costs two clock reads per step and per phase, and two per hook.
+
+Each step also keeps the main thread's CPU time (``time.thread_time_ns``) and how many
+times each phase opened, a forward with autograd off counted apart: a step's shape and its
+own CPU time do not swing with the machine's load as its wall time does, so periodic work
+(a validation pass every N steps) is found on a busy machine too.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from advisor.errors import UsageError
+from advisor.session.meta import FORWARD_NO_GRAD
 
-__all__ = ["DEFAULT_RECORDED_STEPS", "DEFAULT_WARMUP_STEPS", "MAX_TIMED_STEPS", "StepClock", "StepWindow"]
+__all__ = ["DEFAULT_RECORDED_STEPS", "DEFAULT_WARMUP_STEPS", "FORWARD_NO_GRAD", "MAX_TIMED_STEPS", "StepClock", "StepWindow"]
 
 DEFAULT_WARMUP_STEPS = 2
 DEFAULT_RECORDED_STEPS = 5
@@ -77,8 +83,11 @@ class StepClock:
     partial, {phase: ns}] (see :meth:`as_records`). A phase's time is the sum of its
     stretches in the step; what no phase covers is the step's "Others"."""
 
-    def __init__(self, clock: Any = time.time_ns):
+    def __init__(self, clock: Any = time.time_ns, cpu_clock: Any = time.thread_time_ns):
         self._clock = clock
+        self._cpu_clock = cpu_clock
+        self._cpu_start = 0
+        self._calls: dict[str, int] = {}
         self.rows: list[list[Any]] = []
         self.dropped = 0
         self._step: int | None = None
@@ -92,8 +101,10 @@ class StepClock:
     def step_opened(self, number: int, *, recorded: bool) -> None:
         self._step = number
         self._start = self._clock()
+        self._cpu_start = self._cpu_clock()
         self._recorded = recorded
         self._phases = {}
+        self._calls = {}
         self._phase = None
         self._own = 0
 
@@ -103,10 +114,14 @@ class StepClock:
         are a real part of it)."""
         self._own += ns
 
-    def phase_opened(self, name: str) -> None:
+    def phase_opened(self, name: str, *, counted_as: str | None = None) -> None:
+        """``counted_as``: the name the phase's call is counted under, where not its own
+        (a forward with autograd off: ``FORWARD_NO_GRAD``)."""
         if self._step is not None:
             self._phase = name
             self._phase_start = self._clock()
+            key = counted_as or name
+            self._calls[key] = self._calls.get(key, 0) + 1
 
     def phase_closed(self) -> None:
         if self._step is not None and self._phase is not None:
@@ -121,13 +136,14 @@ class StepClock:
         if len(self.rows) < MAX_TIMED_STEPS:
             kept = self._recorded if recorded is None else (self._recorded and recorded)
             self.rows.append([self._step, self._start, self._clock() - self._start, kept, partial, self._phases,
-                              self._own])
+                              self._own, self._cpu_clock() - self._cpu_start, self._calls])
         else:
             self.dropped += 1
         self._step = None
 
     def as_records(self) -> list[dict[str, Any]]:
         """The rows as dicts: step, start_ns, duration_ns, recorded, partial, phases, own_ns
-        (the collector's own time in the step)."""
-        keys = ("step", "start_ns", "duration_ns", "recorded", "partial", "phases", "own_ns")
+        (the collector's own time in the step), cpu_ns (the main thread's CPU time in the
+        step) and calls (times each phase opened)."""
+        keys = ("step", "start_ns", "duration_ns", "recorded", "partial", "phases", "own_ns", "cpu_ns", "calls")
         return [dict(zip(keys, row)) for row in self.rows]

@@ -33,6 +33,7 @@ import pandas as pd
 from advisor.session import GPU_KINDS, Session, calls, one_of, text
 from advisor.session import intervals as iv
 from advisor.session.attribute import main_thread, name_matches
+from advisor.session.meta import FORWARD_NO_GRAD
 from advisor.units import format_ns
 
 __all__ = [
@@ -112,6 +113,8 @@ class Periodic:
     phase: str  # where the extra time is (a phase name, "Others": outside every phase)
     source: str  # "timed steps" (the collector's clock, recorded or not) or "recorded steps"
     timed: int  # how many steps the figures cover
+    signal: str = "wall time"  # what found them: "forward calls", "CPU time" or "wall time"
+    no_grad: bool | None = None  # their extra forwards ran with autograd off (None: not known)
 
 
 @dataclass(frozen=True)
@@ -497,20 +500,57 @@ def _step_apart(steps: pd.DataFrame, i: int, why: str) -> SetApart:
 
 
 def periodic_steps(numbers: np.ndarray, durations: np.ndarray, phases: list[dict[str, int]] | None = None,
-                   *, source: str) -> Periodic | None:
-    """Steps that take far longer than the steps around them every N steps. The period is
-    the commonest gap between slow steps and its phase the commonest remainder, so a slow
-    step of another kind (start-up, the step after a validation paying for its own
-    warm-up) does not hide the pattern; at least PERIODIC_SHARE of the steps on that
-    period must be slow, and PERIODIC_MIN_HITS of them (two where each is PERIODIC_CLEAR
-    times its neighbours: a long run validating twice)."""
+                   *, source: str, cpu: np.ndarray | None = None,
+                   calls: list[dict[str, int]] | None = None) -> Periodic | None:
+    """Steps that run extra work every N steps. Three signals, the steadiest first: the
+    step's shape (more forward calls than backward ones than a steady step has: an
+    evaluation pass), the main thread's CPU time, and wall time against the steps around.
+    The first two do not swing with the machine's load, so a validation every N steps is
+    found on a busy machine too; wall time finds what neither sees (a checkpoint written
+    to a slow disk). For each, the period is the commonest gap between slow steps and its
+    phase the commonest remainder, so a slow step of another kind (start-up, the step
+    after a validation paying for its own warm-up) does not hide the pattern; at least
+    PERIODIC_SHARE of the steps on that period must be slow, and PERIODIC_MIN_HITS of them
+    (two where each is PERIODIC_CLEAR times its neighbours, or is shaped apart: a long run
+    validating twice). What the periodic steps cost is always measured in wall time."""
     numbers = np.asarray(numbers, dtype=np.int64)
     took = np.asarray(durations, dtype=np.float64)
     if len(took) < PERIODIC_MIN_STEPS or float(np.median(took)) <= 0:
         return None
-    around = pd.Series(took).rolling(PERIODIC_NEIGHBOURS, center=True, min_periods=1).median().to_numpy()
-    slow = took >= PERIODIC_FACTOR * around
-    if slow.sum() < 2 or slow.sum() > len(took) // 2:
+    around = _around(took)
+    signals: list[tuple[str, np.ndarray, np.ndarray]] = []
+    if calls is not None and len(calls) == len(took) and any(calls):
+        forwards = np.array([c.get("Forward", 0) + c.get(FORWARD_NO_GRAD, 0) - c.get("Backward", 0)
+                             for c in calls], dtype=np.float64)
+        shaped = forwards > float(np.median(forwards))
+        signals.append(("forward calls", shaped, shaped))
+    if cpu is not None and len(cpu) == len(took) and float(np.median(cpu)) > 0:
+        cpu = np.asarray(cpu, dtype=np.float64)
+        cpu_around = _around(cpu)
+        signals.append(("CPU time", cpu >= PERIODIC_FACTOR * cpu_around, cpu >= PERIODIC_CLEAR * cpu_around))
+    signals.append(("wall time", took >= PERIODIC_FACTOR * around, took >= PERIODIC_CLEAR * around))
+    for signal, slow, clear in signals:
+        found = _on_period(numbers, slow, clear)
+        if found is None:
+            continue
+        periodic = found[1]
+        extra = float((took[periodic] - around[periodic]).mean())
+        if extra <= 0:  # the shape recurs but costs nothing
+            continue
+        return _periodic_found(numbers, took, phases, calls, slow, periodic, every=found[0], extra=extra,
+                               source=source, signal=signal)
+    return None
+
+
+def _around(values: np.ndarray) -> np.ndarray:
+    """Each step's neighbours' median: what a step around it takes."""
+    return pd.Series(values).rolling(PERIODIC_NEIGHBOURS, center=True, min_periods=1).median().to_numpy()
+
+
+def _on_period(numbers: np.ndarray, slow: np.ndarray, clear: np.ndarray) -> tuple[int, np.ndarray] | None:
+    """The period of the slow steps and which steps on it are slow, or None where they keep
+    no period."""
+    if slow.sum() < 2 or slow.sum() > len(slow) // 2:
         return None
     gaps = np.diff(numbers[slow])
     gaps = gaps[gaps >= 2]
@@ -522,10 +562,16 @@ def periodic_steps(numbers: np.ndarray, durations: np.ndarray, phases: list[dict
     on_period = numbers % every == int(residues[np.argmax(counts)])
     periodic = on_period & slow
     hits = int(periodic.sum())
-    clear = bool(np.all(took[periodic] >= PERIODIC_CLEAR * around[periodic]))
-    if hits < PERIODIC_SHARE * on_period.sum() or hits < (2 if clear else PERIODIC_MIN_HITS):
+    if hits < PERIODIC_SHARE * on_period.sum() or hits < (2 if bool(np.all(clear[periodic])) else PERIODIC_MIN_HITS):
         return None
-    extra = float((took[periodic] - around[periodic]).mean())
+    return every, periodic
+
+
+def _periodic_found(numbers: np.ndarray, took: np.ndarray, phases: list[dict[str, int]] | None,
+                    calls: list[dict[str, int]] | None, slow: np.ndarray, periodic: np.ndarray, *, every: int,
+                    extra: float, source: str, signal: str) -> Periodic:
+    """The Periodic for steps found slow on ``signal``: where their extra time is, and
+    whether their extra forwards ran with autograd off."""
     steady = float(np.median(took[~slow]))
     phase = "Others"
     if phases:
@@ -540,10 +586,18 @@ def periodic_steps(numbers: np.ndarray, durations: np.ndarray, phases: list[dict
             float(np.median([sum(r.values()) for r in steady_rows]))
         excess["Others"] = extra - covered
         phase = max(excess, key=excess.__getitem__)
+    no_grad = None
+    if calls is not None and len(calls) == len(took) and any(calls):
+        off = np.array([c.get(FORWARD_NO_GRAD, 0) for c in calls], dtype=np.float64)
+        on = np.array([c.get("Forward", 0) for c in calls], dtype=np.float64)
+        extra_off = float(off[periodic].mean() - np.median(off[~slow]))
+        extra_on = float(on[periodic].mean() - np.median(on[~slow]))
+        if extra_off > 0 or extra_on > 0:
+            no_grad = extra_off > 0 and extra_on <= 0
     total = float(took.sum())
     return Periodic(every=every, steps=tuple(int(n) for n in numbers[periodic]), extra_ns=extra, steady_ns=steady,
                     share_of_run=float(extra * periodic.sum() / total) if total else 0.0, phase=phase, source=source,
-                    timed=len(took))
+                    timed=len(took), signal=signal, no_grad=no_grad)
 
 
 def find_window(session: Session) -> SteadyWindow:
@@ -652,7 +706,8 @@ def _periodic(session: Session, steps: pd.DataFrame) -> Periodic | None:
     timed = [t for t in session.meta.timed_steps if not t.partial]
     if len(timed) >= PERIODIC_MIN_STEPS:
         found = periodic_steps(np.array([t.step for t in timed]), np.array([t.duration_ns for t in timed]),
-                               [dict(t.phases) for t in timed], source="timed steps")
+                               [dict(t.phases) for t in timed], source="timed steps",
+                               cpu=np.array([t.cpu_ns for t in timed]), calls=[dict(t.calls) for t in timed])
         if found is not None:
             return found
     if len(steps) >= PERIODIC_MIN_STEPS:

@@ -37,6 +37,8 @@ One module per table (or pair of tables), registered with ``@table`` in ``_regis
     step_timing              every step timed, recorded or not: the job's own pace and
                              what recording cost
     python_hotspots          host time per line of the user's Python, from stack samples
+                             (+ periodic_work: what the steps that run extra work every N
+                             steps spend it on, line by line)
     dataloaders              each DataLoader: how it makes batches, where a batch's time goes
     collection               what the profile does not cover, and why
     comparison               two profiles set side by side (`advisor compare`): their tables'
@@ -104,6 +106,7 @@ _ORDER = (
     "step_timing",
     "dataloaders",
     "python_hotspots",
+    "periodic_work",
     "host_sync",
     "gpu_idle",
     "gpu_idle_host",

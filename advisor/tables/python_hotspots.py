@@ -201,3 +201,117 @@ def python_hotspots_table(f: Facts) -> pd.DataFrame | None:
         with_notes(out, f"Sampled every {interval / 1e6:.0f} ms over {n_steps} steps: a line with few samples "
                         "is an estimate within a sample or two.")
     return out
+
+
+def library_call(stack: str, roots: tuple[str, ...]) -> str:
+    """The library function the innermost user frame of ``stack`` called, dotted
+    (``torch.serialization.save``); '' where it called none or no frame is the user's."""
+    frames = [m for m in (_FRAME.match(part) for part in str(stack).split(";")) if m]
+    for i, m in enumerate(frames):
+        if not is_library(m["file"], roots):
+            return _dotted(frames[i - 1]["file"], frames[i - 1]["function"]) if i > 0 else ""
+    return ""
+
+
+_INSTALLED = re.compile(r".*(?:site-packages|dist-packages|/lib/python\d+(?:\.\d+)?)/")
+
+
+def _dotted(path: str, function: str) -> str:
+    """A library frame as a dotted name: its module from the path below the installed-code
+    folder, then the function (``torch/serialization.py`` + ``save``: ``torch.serialization.save``)."""
+    if path.startswith("<"):
+        return function
+    relative = _INSTALLED.sub("", path.replace("\\", "/"))
+    if relative == path:  # not under an installed-code folder: the file's own name
+        relative = relative.rsplit("/", 1)[-1]
+    module = relative.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    dotted = f"{module}.{function}"
+    return _CALLED_AS.get(dotted, dotted)
+
+
+# Library frames a user line reaches by an ordinary call, named as the user wrote it.
+_CALLED_AS = {"torch.nn.modules.module._wrapped_call_impl": "torch.nn.Module.__call__",
+              "torch.nn.modules.module._call_impl": "torch.nn.Module.__call__",
+              "torch.serialization.save": "torch.save", "torch.serialization.load": "torch.load"}
+
+
+CHECKPOINT_CALLS = re.compile(r"(?:^|\.)serialization\.save$|^torch\.save$|distributed\.checkpoint|safetensors|"
+                              r"(?:^|\.)pickle\.dump|\.save_pretrained$|\.save_model$|\.save_checkpoint$")
+
+
+@table(
+    "periodic_work",
+    title="Periodic Work",
+    description=(
+        "What the steps that run extra work every N steps (the step model's periodic steps) "
+        "spend their extra time on, per line of the user's own Python: the stack samples taken "
+        "in those steps against the samples of a steady step. A line's time includes what it "
+        "calls; 'calls' names the library function it called (torch.serialization.save: a "
+        "checkpoint). Empty without periodic steps or stack samples (traces)."
+    ),
+    key="'<function> (<file>:<line>)'",
+    columns={
+        "function": "The innermost user function.",
+        "file": "Its file.",
+        "line": "The line it was on.",
+        "calls": "The library function that line called, dotted ('' where it ran its own code).",
+        "checkpoint": "Whether that call writes a checkpoint (torch.save, torch.distributed.checkpoint, "
+                      "safetensors, save_pretrained, pickle.dump).",
+        "per_periodic_ns": "Sampled time at this line per periodic step, ns.",
+        "per_steady_ns": "Sampled time at this line per steady step, ns.",
+        "extra_ns": "per_periodic_ns less per_steady_ns: the line's part of a periodic step's extra time, ns.",
+        "share_of_extra": "extra_ns over the periodic steps' extra time (the step model's).",
+        "phase": "The phase most of its samples in the periodic steps were in ('Others': outside every phase).",
+        "stack": "The user's frames leading here, outermost first (the most common such path).",
+    },
+)
+def periodic_work_table(f: Facts) -> pd.DataFrame | None:
+    periodic = f.model.window.periodic if f.model is not None else None
+    if periodic is None or periodic.source != "timed steps":
+        return None
+    events = f.events
+    samples = events[((events["kind"] == "stack") & (text(events["category"]) == "main")).to_numpy()]
+    if not len(samples):
+        return None
+    timed = timed_frame(f)
+    steps = samples["step"].to_numpy()
+    slow = np.isin(steps, np.array(periodic.steps, dtype=np.int64))
+    steady_steps = np.setdiff1d(timed["step"].to_numpy(), np.array(periodic.steps, dtype=np.int64)) \
+        if len(timed) else np.zeros(0, dtype=np.int64)
+    steady = np.isin(steps, steady_steps)
+    if not slow.any():
+        return None
+    kept = samples[(slow | steady)]
+    codes, stacks = coded(kept["call_stack"])
+    roots = library_roots(f)
+    per_stack = stack_facts(stacks, roots)
+    calls = np.array([library_call(s, roots) for s in stacks], dtype=object)
+    facts = per_stack.iloc[codes].reset_index(drop=True)
+    label = np.where(facts["function"].to_numpy() == "", NO_USER_FRAME,
+                     facts["function"].astype(str) + " (" + facts["file"].astype(str) + ":" +
+                     facts["line"].astype(str) + ")")
+    in_slow = slow[(slow | steady)]
+    weight = (kept["end_ns"] - kept["start_ns"]).to_numpy().astype(np.float64)
+    phase = text(kept["phase"])
+    frame = pd.DataFrame({
+        "key": label, "function": facts["function"], "file": facts["file"], "line": facts["line"],
+        "calls": calls[codes], "slow": np.where(in_slow, weight, 0.0) / max(len(periodic.steps), 1),
+        "steady": np.where(in_slow, 0.0, weight) / max(len(steady_steps), 1),
+        "phase": np.where(phase == "", "Others", phase), "stack": facts["user_stack"], "weight": weight,
+        "in_slow": in_slow,
+    })
+    out = frame.groupby("key", sort=False).agg(function=("function", "first"), file=("file", "first"),
+                                               line=("line", "first"), per_periodic_ns=("slow", "sum"),
+                                               per_steady_ns=("steady", "sum"))
+    in_periodic = frame[frame["in_slow"].to_numpy()]
+    for column in ("calls", "phase", "stack"):
+        top = in_periodic.groupby(["key", column], sort=False)["weight"].sum().reset_index()
+        top = top.sort_values("weight", ascending=False).drop_duplicates("key").set_index("key")[column]
+        out[column] = top.reindex(out.index).fillna("")
+    out["checkpoint"] = out["calls"].astype(str).str.contains(CHECKPOINT_CALLS)
+    out["extra_ns"] = (out["per_periodic_ns"] - out["per_steady_ns"]).clip(lower=0.0)
+    out["share_of_extra"] = out["extra_ns"] / periodic.extra_ns if periodic.extra_ns > 0 else np.nan
+    out = out[out["extra_ns"] > 0].sort_values("extra_ns", ascending=False, kind="stable")
+    out = out[["function", "file", "line", "calls", "checkpoint", "per_periodic_ns", "per_steady_ns", "extra_ns",
+               "share_of_extra", "phase", "stack"]]
+    return out.head(MAX_ROWS)

@@ -67,7 +67,7 @@ from advisor.collect.hooks.collection import (
 )
 from advisor.collect.hooks.loaders import Loaders, exhausted, first_batch_size
 from advisor.collect.hooks.recorder import Recorder
-from advisor.collect.steps import StepClock
+from advisor.collect.steps import FORWARD_NO_GRAD, StepClock
 
 # An inference loop whose model has been called this many times as a step has shown its
 # model: from then on only the calls of the modules that opened a forward are hooked
@@ -219,7 +219,10 @@ class Steps:
             self._step_work = True
         recorder = self._recorder
         self._phase = Range(name, recorder.enter(name), frame, token=recorder.opened(name))
-        self._clock.phase_opened(PHASE_LABELS[name])
+        label = PHASE_LABELS[name]
+        # A forward with autograd off is an evaluation: counted apart, it shapes the step.
+        counted = FORWARD_NO_GRAD if label == "Forward" and not self._torch.is_grad_enabled() else None
+        self._clock.phase_opened(label, counted_as=counted)
 
     def _close_phase(self) -> None:
         phase, self._phase = self._phase, None

@@ -13,6 +13,8 @@ all of it (off the training loop).
 
 from __future__ import annotations
 
+import pandas as pd
+
 from advisor.findings import Finding
 from advisor.rules.checks.common import ms, pct, row_evidence, severity_by_share
 from advisor.rules.registry import RuleContext, register
@@ -41,17 +43,36 @@ def check(ctx: RuleContext) -> list[Finding]:
     kept = 1 / LESS_OFTEN
     what = WHAT.get(periodic.phase, f"extra work in {periodic.phase}")
     shown = ", ".join(f"#{n}" for n in periodic.steps[:6]) + ("..." if len(periodic.steps) > 6 else "")
+    found_by = {"forward calls": ", found by their forward calls", "CPU time": ", found by their CPU time"}
+    work = _work(ctx.table("periodic_work"))
     message = (f"Every {periodic.every} steps a step runs {ms(periodic.extra_ns)} longer than the steady "
-               f"{ms(periodic.steady_ns)} (steps {shown}, over {periodic.timed} {periodic.source}): {what}. "
+               f"{ms(periodic.steady_ns)} (steps {shown}, over {periodic.timed} {periodic.source}"
+               f"{found_by.get(periodic.signal, '')}): {what}. "
                f"That is {ms(per_step)} per step spread over the run, {pct(periodic.share_of_run)} of its time.")
-    if periodic.phase == "Forward":
-        advice = (f"Validate less often (every {periodic.every * LESS_OFTEN} steps rather than {periodic.every}), on a subset "
-                  "of the validation set, under torch.no_grad() / torch.inference_mode() with a larger batch, or in "
-                  "a separate process on a copy of the weights.")
-    else:
-        advice = ("Take the periodic work off the training loop: save checkpoints asynchronously "
-                  "(torch.distributed.checkpoint.async_save, or copy the state to CPU and write it in a thread), "
-                  f"every {periodic.every * LESS_OFTEN} steps rather than {periodic.every}, and log without reading values back every time.")
+    if len(work):
+        message += " Where the extra time goes: " + "; ".join(_line_said(row, periodic) for _, row in work.iterrows()) + "."
+    every = periodic.every * LESS_OFTEN
+    evaluation = periodic.phase == "Forward" or bool(len(work) and (work["phase"] == "Forward").any())
+    checkpoint = bool(len(work) and work["checkpoint"].astype(bool).any())
+    advice = []
+    if evaluation:
+        if periodic.no_grad:
+            advice.append(f"Validate less often (every {every} steps rather than {periodic.every}) or on a subset of the "
+                          "validation set; it already runs with autograd off, so what else it can take is a larger "
+                          "evaluation batch, torch.inference_mode(), or a separate process on a copy of the weights")
+        else:
+            advice.append(f"Validate less often (every {every} steps rather than {periodic.every}), on a subset of "
+                          "the validation set, under torch.no_grad() / torch.inference_mode() with a larger batch, "
+                          "or in a separate process on a copy of the weights")
+    if checkpoint:
+        advice.append(f"save checkpoints less often (every {every} steps) or off the training loop: "
+                      "torch.distributed.checkpoint.async_save, or copy the state to CPU and write it in a thread")
+    if not advice:
+        advice.append("Take the periodic work off the training loop: save checkpoints asynchronously "
+                      "(torch.distributed.checkpoint.async_save, or copy the state to CPU and write it in a thread), "
+                      f"every {every} steps rather than {periodic.every}, and log without reading values back every time")
+    advice_text = "; ".join(advice)
+    advice_text = advice_text[0].upper() + advice_text[1:] + "."
     # The periodic steps' extra time is beside the steady steps the graph replays: the fix
     # keeps 1/LESS_OFTEN of it, and combines with the others' without sharing time.
     fix = Fix(f"every {periodic.every * LESS_OFTEN} steps", beside_ns=per_step, beside_factor=kept)
@@ -67,12 +88,42 @@ def check(ctx: RuleContext) -> list[Finding]:
                       remains=f"The steady steps' own work, and 1/{LESS_OFTEN} of the periodic work's cost: "
                               f"{ms(per_step * kept)} a step."),
         message=message,
-        recommendation=advice,
+        recommendation=advice_text,
         evidence=[e for e in (row_evidence("step_timing", ctx.table("step_timing"), "PeriodicStep", "best_avg_ns",
                                            f"a step that runs the work every {periodic.every} steps"),
                               row_evidence("step_timing", ctx.table("step_timing"), "ProfileStep", "best_avg_ns",
-                                           "a steady step")) if e is not None],
+                                           "a steady step"),
+                              *(row_evidence("periodic_work", ctx.table("periodic_work"), str(key), "extra_ns",
+                                             _line_said(row, periodic)) for key, row in work.iterrows()))
+                     if e is not None],
         metrics={"every": periodic.every, "extra_ns": periodic.extra_ns, "steady_ns": periodic.steady_ns,
                  "share_of_run": periodic.share_of_run, "phase": periodic.phase, "steps": list(periodic.steps),
-                 "source": periodic.source},
+                 "source": periodic.source, "signal": periodic.signal, "no_grad": periodic.no_grad,
+                 "lines": [str(k) for k in work.index]},
     ).with_fix(fix)]
+
+
+# A line is named where it holds at least this share of the periodic steps' extra time.
+LINE_MIN_SHARE = 0.05
+MAX_LINES = 3
+
+
+def _work(table):
+    """The periodic_work rows worth naming: the lines that hold most of the extra time."""
+    if table is None or not len(table):
+        return table.iloc[:0] if table is not None else pd.DataFrame(columns=["phase", "checkpoint"])
+    return table[table["share_of_extra"].fillna(0) >= LINE_MIN_SHARE].head(MAX_LINES)
+
+
+def _line_said(row, periodic) -> str:
+    """One line of the periodic work in words: where, what it calls, its share, and what is
+    known of it (a checkpoint; an evaluation already without autograd)."""
+    where = f"{row['function']} ({row['file'].rsplit('/', 1)[-1]}:{row['line']})"
+    called = str(row["calls"])
+    said = f"{called} at {where}" if row["checkpoint"] else where + (f", calling {called}" if called else "")
+    said += f", {pct(row['share_of_extra'])} of it"
+    if row["checkpoint"]:
+        said += ": a checkpoint"
+    elif row["phase"] == "Forward" and periodic.no_grad:
+        said += ", a forward with autograd already off"
+    return said
