@@ -185,3 +185,60 @@ def test_the_summary_has_a_line_per_device():
                         "memory 20.0 GB/s (copy 20.0 GB/s, triad 18.0 GB/s); 7.5 s")
     assert lines[1] == "cuda: skipped: no CUDA device: torch.cuda.is_available() is False"
     assert lines[-1] == "stored in /tmp/c.json"
+
+
+# -- whose peaks, and whether to believe them ----------------------------------------------------
+
+
+def _host_with(stored: Path, flops: float, **machine) -> tuple:
+    from advisor.collect.assemble import _host_device
+    from advisor.knowledge.cpu import this_processor
+
+    import os
+
+    facts = {"processor": this_processor(), "logical_cores": os.cpu_count(), "load_per_core": 0.1, **machine}
+    save_calibration(Calibration(machine=facts, devices=[
+        DeviceCalibration(key="cpu", kind="cpu", measured="2026-11-20T09:30:00+00:00",
+                          matmul_flops={"fp32": flops}, memory_bandwidth=2e10)]))
+    notes: list[str] = []
+    return _host_device(notes), notes
+
+
+def test_the_report_says_whose_calibration_it_uses_and_when(stored, monkeypatch):
+    from advisor.knowledge import cpu
+
+    monkeypatch.setattr(cpu, "promised_fp32_flops", lambda features, cores: 1e11)
+    device, notes = _host_with(stored, 4e10)
+    said = [n for n in notes if str(stored) in n]
+    assert device.peak_flops == {"fp32": 4e10}
+    assert said and "measured 2026-11-20 09:30:00 UTC on this machine, load 0.1 a core" in said[0]
+
+
+def test_a_calibration_from_a_busy_machine_is_refused_and_said(stored, monkeypatch):
+    """1.05 GFLOP/s of fp32 matmul, from a busy machine, would put every healthy op far
+    below its roofline: refused, with the file, the date and the figure."""
+    from advisor.knowledge import cpu
+
+    monkeypatch.setattr(cpu, "promised_fp32_flops", lambda features, cores: 1.28e11)
+    device, notes = _host_with(stored, 1.05e9, load_per_core=3.5)
+    assert device.peak_flops == {}, "the peaks are not used"
+    said = next(n for n in notes if str(stored) in n)
+    assert "not used" in said and "1.05 GFLOP/s" in said and "load 3.5 a core" in said and "busy" in said
+
+
+def test_a_calibration_from_another_machine_is_refused(stored):
+    device, notes = _host_with(stored, 4e10, processor="Some Other CPU 9000", logical_cores=96)
+    assert device.peak_flops == {}
+    assert any("on another machine" in n and "Some Other CPU 9000" in n for n in notes)
+
+
+def test_cpu_flags_decide_native_bf16(tmp_path):
+    from advisor.knowledge.cpu import cpu_features, promised_fp32_flops
+
+    epyc = tmp_path / "epyc"
+    epyc.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse avx f16c fma avx2\n")
+    sapphire = tmp_path / "spr"
+    sapphire.write_text("flags\t\t: avx avx2 fma avx512f avx512_bf16 amx_tile amx_bf16\n")
+    assert not cpu_features(epyc).native_bf16 and cpu_features(sapphire).native_bf16 and cpu_features(sapphire).amx
+    assert promised_fp32_flops(cpu_features(epyc), 2) == 32 * 2e9 * 2
+    assert not cpu_features(tmp_path / "none").known

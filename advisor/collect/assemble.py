@@ -48,16 +48,20 @@ class CollectedRun:
 
 
 def _host_device(notes: list[str] | None = None) -> DeviceInfo:
-    """This machine's CPU, with its peaks where `advisor calibrate` has measured them (the
-    CPU roofline needs them; the session keeps them so a saved session is judged alike)."""
+    """This machine's CPU: its dtype-relevant flags, and its peaks where `advisor calibrate`
+    measured them on this machine and they are plausible (the CPU roofline needs them; the
+    session keeps them so a saved session is judged alike). Where the peaks come from, or
+    why they are not used, is one of the notes."""
     from advisor.errors import AdvisorError  # noqa: PLC0415
-    from advisor.knowledge.calibrate import load_calibration  # noqa: PLC0415
+    from advisor.knowledge.calibrate import calibration_path, load_calibration  # noqa: PLC0415
+    from advisor.knowledge.cpu import cpu_features, judge_calibration, this_processor  # noqa: PLC0415
 
     name = platform.processor() or platform.machine() or "host CPU"
+    features = cpu_features()
     device = DeviceInfo(id=-1, kind="cpu", name=f"{name} ({os.cpu_count()} logical cores)",
                         total_memory_bytes=_host_memory_bytes(),
                         properties={"platform": platform.platform(), "logical_cores": os.cpu_count(),
-                                    "usable_cores": usable_cores()})
+                                    "usable_cores": usable_cores(), "cpu_features": features.as_dict()})
     try:
         calibration = load_calibration()
     except AdvisorError as exc:
@@ -66,9 +70,16 @@ def _host_device(notes: list[str] | None = None) -> DeviceInfo:
             notes.append(f"the calibration file could not be read ({exc})")
     measured = calibration.device("cpu") if calibration is not None else None
     if measured is not None and measured.matmul_flops:
-        device.peak_flops = dict(measured.matmul_flops)
-        if measured.memory_bandwidth:
-            device.memory_bandwidth_gbps = measured.memory_bandwidth / 1e9
+        verdict = judge_calibration(calibration_path(), calibration.machine, measured.measured,
+                                    dict(measured.matmul_flops), features=features,
+                                    cores=usable_cores() or os.cpu_count() or 1, processor=this_processor())
+        if notes is not None:
+            notes.append(verdict.said)
+        device.properties["calibration"] = {"used": verdict.use, "said": verdict.said}
+        if verdict.use:
+            device.peak_flops = dict(measured.matmul_flops)
+            if measured.memory_bandwidth:
+                device.memory_bandwidth_gbps = measured.memory_bandwidth / 1e9
     elif notes is not None:
         notes.append("no CPU roofline: `advisor calibrate` has not measured this machine's peaks")
     return device

@@ -6,6 +6,8 @@
     roofline    the target an op is judged against (--gpu, the session's GPU, or this
                 machine's calibrated CPU) and its two ceilings
     calibrate   `advisor calibrate`: measure this machine's peaks and keep them
+    cpu         what a CPU's flags say of each dtype (native bf16 or not), and whether a
+                calibration's peaks hold for this machine (whose, when, under what load)
 
 The names below are the hardware knowledge base's (``from advisor.knowledge import
 gpu_profile``); the other modules are imported by name.

@@ -36,6 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from advisor.errors import AdvisorError, UsageError
+from advisor.knowledge.cpu import this_processor
 from advisor.units import format_count
 
 __all__ = [
@@ -216,30 +217,27 @@ def _now() -> str:
 
 
 def _machine() -> dict[str, Any]:
+    """Host facts kept with the peaks: which machine, and how busy it was when measured
+    (a reader refuses peaks from another machine, and says the load beside them)."""
+    cores = os.cpu_count() or 1
+    try:
+        load = round(os.getloadavg()[0] / cores, 2)
+    except (AttributeError, OSError):  # no load average on this system
+        load = None
     return {
-        "processor": _cpu_name(),
+        "processor": this_processor(),
         "logical_cores": os.cpu_count(),
         "system": f"{platform.system()} {platform.release()}".strip(),
         "python": platform.python_version(),
+        "load_per_core": load,
     }
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "CPU"
 
 
 def _calibrate_one(torch: Any, key: str, *, seconds: float, sizes: Sequence[int] | None,
                    array_bytes: int | None) -> DeviceCalibration:
     started = time.perf_counter()
     if key == "cpu":
-        entry = DeviceCalibration(key="cpu", kind="cpu", name=_cpu_name(), measured=_now(),
+        entry = DeviceCalibration(key="cpu", kind="cpu", name=this_processor(), measured=_now(),
                                   torch_version=str(torch.__version__), threads=torch.get_num_threads())
         dtypes = [("fp32", torch.float32, None), ("bf16", torch.bfloat16, None)]
         _cpu_notes(torch, entry)

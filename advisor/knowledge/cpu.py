@@ -1,0 +1,133 @@
+"""What a CPU can do with each dtype, from its feature flags, and whether a calibration's
+peaks can be believed for this machine.
+
+A CPU without AVX512-BF16 or AMX has no bf16 matmul of its own: torch converts, and bf16
+autocast runs many times slower than fp32 there, while on a CPU with AMX the same autocast
+is faster than fp32. So a dtype is good or bad advice only against the machine's flags
+(``cpu_features``).
+
+A calibration file (``advisor calibrate``) holds measured peaks; a file written on another
+machine, or on this one while it was busy, would turn healthy ops into "far below the
+roofline". ``judge_calibration`` says where the peaks come from (file, date, machine,
+load) and refuses them where they were taken on another machine or are implausibly low
+against what the CPU's vector units promise (``promised_fp32_flops``).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CpuFeatures", "CalibrationVerdict", "cpu_features", "judge_calibration", "promised_fp32_flops"]
+
+# Flags that decide a dtype's matmul speed (as /proc/cpuinfo spells them).
+KEPT_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16",
+              "avx_vnni", "neon", "asimd", "sve", "bf16")
+# A calibrated fp32 peak below this share of what the vector units promise was measured on
+# a busy machine (or is otherwise wrong): advice sized from it would be wrong too.
+PLAUSIBLE_SHARE = 0.05
+ASSUMED_GHZ = 2.0  # a conservative clock for the promise: most server cores run faster
+
+
+@dataclass(frozen=True)
+class CpuFeatures:
+    """The CPU's dtype-relevant flags and what follows from them."""
+
+    flags: frozenset[str] = field(default_factory=frozenset)
+    known: bool = False  # False where the flags could not be read (then nothing is judged)
+
+    @property
+    def native_bf16(self) -> bool:
+        """Whether matmuls run in bf16 natively (AVX512-BF16, AMX-BF16; Arm's BF16)."""
+        return bool(self.flags & {"avx512_bf16", "amx_bf16", "bf16"})
+
+    @property
+    def native_fp16(self) -> bool:
+        return bool(self.flags & {"avx512_fp16", "amx_fp16"})
+
+    @property
+    def amx(self) -> bool:
+        return bool(self.flags & {"amx_bf16", "amx_tile"})
+
+    def describe(self) -> str:
+        shown = [f for f in ("amx_bf16", "avx512_bf16", "avx512_fp16", "avx512f", "avx2", "fma") if f in self.flags]
+        return ", ".join(shown) if shown else "no AVX2"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"flags": sorted(self.flags), "known": self.known}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> CpuFeatures:
+        if not isinstance(data, dict) or not data.get("known"):
+            return cls()
+        return cls(frozenset(str(f) for f in data.get("flags") or () if isinstance(f, str)), True)
+
+
+def cpu_features(cpuinfo: str | Path = "/proc/cpuinfo") -> CpuFeatures:
+    """This machine's CPU flags (Linux's /proc/cpuinfo; unknown elsewhere)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                head, _, rest = line.partition(":")
+                if head.strip().lower() in ("flags", "features"):
+                    flags = set(rest.split())
+                    return CpuFeatures(frozenset(f for f in flags if f in KEPT_FLAGS), True)
+    except OSError:
+        pass
+    return CpuFeatures()
+
+
+def promised_fp32_flops(features: CpuFeatures, cores: float) -> float | None:
+    """A floor of what the CPU's vector units do in fp32 matmul: FLOPs a cycle a core
+    (AVX-512: 64, AVX2 with FMA: 32, AVX: 16, else 8) at ASSUMED_GHZ on ``cores``. None
+    where the flags are unknown."""
+    if not features.known or cores < 1:
+        return None
+    flags = features.flags
+    per_cycle = 64 if "avx512f" in flags else 32 if {"avx2", "fma"} <= flags else 16 if "avx" in flags else 8
+    return per_cycle * ASSUMED_GHZ * 1e9 * cores
+
+
+@dataclass(frozen=True)
+class CalibrationVerdict:
+    use: bool
+    said: str  # one line: where the peaks come from, or why they are not used
+
+
+def judge_calibration(path: Path, machine: dict[str, Any], measured: str, matmul_flops: dict[str, float],
+                      *, features: CpuFeatures, cores: float, processor: str) -> CalibrationVerdict:
+    """Whether a calibration's CPU peaks hold for this machine, and one line naming the
+    file, the date, the machine and the load they were measured under."""
+    when = measured.replace("T", " ").replace("+00:00", " UTC")
+    load = machine.get("load_per_core")
+    under = f", load {float(load):.1f} a core" if isinstance(load, (int, float)) else ""
+    fp32 = matmul_flops.get("fp32")
+    figures = ", ".join(f"{dtype} {value / 1e9:.3g} GFLOP/s" for dtype, value in sorted(matmul_flops.items()))
+    theirs = str(machine.get("processor") or "")
+    their_cores = machine.get("logical_cores")
+    if (theirs and processor and theirs != processor) or (isinstance(their_cores, int) and their_cores != os.cpu_count()):
+        return CalibrationVerdict(False, (
+            f"CPU peaks in {path} not used: measured {when} on another machine ({theirs or '?'}, {their_cores} "
+            f"logical cores; this is {processor or '?'}, {os.cpu_count()}); run `advisor calibrate` here"))
+    promise = promised_fp32_flops(features, cores)
+    if fp32 and promise and fp32 < PLAUSIBLE_SHARE * promise:
+        return CalibrationVerdict(False, (
+            f"CPU peaks in {path} not used: fp32 matmul measured at {fp32 / 1e9:.3g} GFLOP/s ({when}{under}), under "
+            f"{PLAUSIBLE_SHARE:.0%} of the {promise / 1e9:.0f} GFLOP/s this CPU's {features.describe()} on {cores:g} "
+            "cores promise: measured on a busy machine? run `advisor calibrate` again when it is quiet"))
+    return CalibrationVerdict(True, f"CPU peaks from {path}, measured {when} on this machine{under}: {figures}")
+
+
+def this_processor() -> str:
+    """The processor's name as ``advisor calibrate`` records it."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"
