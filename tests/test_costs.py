@@ -732,6 +732,29 @@ def test_counted_rows_sum_each_flop_once():
     assert costs.loc[costs["counted"], "flops"].sum() == 2 * 8 * 5 * 4 + 2 * 2 * 3 * 4 + 2 * 9 * 3 * 2 * 9
 
 
+def test_under_autocast_the_inner_call_in_the_cast_dtype_is_the_one_counted():
+    """torch.autocast records aten::linear on the fp32 inputs, casts them (aten::to), and
+    calls aten::linear again on bf16: the math runs in bf16, so the inner call counts and
+    the casts are work of their own."""
+    frame = pd.DataFrame({
+        "id": [0, 1, 2, 3],
+        "parent_op": [-1, 0, 0, 0],
+        "name": ["aten::linear", "aten::_to_copy", "aten::_to_copy", "aten::linear"],
+        "input_dims": ["[[128,512],[1024,512],[1024]]", "[[128,512],[],[],[],[],[],[]]",
+                       "[[1024,512],[],[],[],[],[],[]]", "[[128,512],[1024,512],[1024]]"],
+        "input_types": ['["float","float","float"]', '["float","ScalarType","","","","",""]',
+                        '["float","ScalarType","","","","",""]',
+                        '["c10::BFloat16","c10::BFloat16","c10::BFloat16"]'],
+    })
+    costs = costs_for_ops(frame)
+    assert costs.loc[3, "dtype"] == "bf16" and bool(costs.loc[3, "counted"])
+    assert not bool(costs.loc[0, "counted"]), "the outer call on fp32 inputs does not compute in fp32"
+    assert costs.loc[costs["counted"] & (costs["kind"] == "gemm"), "flops"].sum() == 2 * 128 * 1024 * 512
+    # Without autocast (same dtype inside), the outer call still counts for its children.
+    plain = frame.assign(input_types=['["float","float","float"]'] * 4)
+    assert costs_for_ops(plain)["counted"].tolist()[0] is True
+
+
 def test_kernel_costs_tie_kernels_to_the_op_that_launched_them():
     events = pd.DataFrame({
         "id": [0, 1, 2, 3, 4, 5, 6],

@@ -127,13 +127,14 @@ def costs_for_ops(frame: pd.DataFrame, *, counted_only: bool = False, groups: Co
         out = _spread(costs, group_ids, frame.index, columns)
         amounts = out if {"flops", "bytes"} <= set(out.columns) else \
             _spread(costs, group_ids, frame.index, ("flops", "bytes"))
-        out["counted"] = _counted(frame, amounts)
+        out["counted"] = _counted(frame, amounts, _row_dtypes(costs, group_ids))
         return out
     flops = np.array([c.flops if c else np.nan for c in costs], dtype=np.float64)
     nbytes = np.array([c.bytes_read + c.bytes_written if c else np.nan for c in costs], dtype=np.float64)
     if len(group_ids):
         flops, nbytes = flops[group_ids], nbytes[group_ids]
-    rows = np.flatnonzero(_counted(frame, pd.DataFrame({"flops": flops, "bytes": nbytes}, copy=False)))
+    rows = np.flatnonzero(_counted(frame, pd.DataFrame({"flops": flops, "bytes": nbytes}, copy=False),
+                                   _row_dtypes(costs, group_ids)))
     out = _spread(costs, group_ids[rows], frame.index[rows], columns) if len(group_ids) else \
         _spread(costs, group_ids, frame.index, columns)
     out["counted"] = True
@@ -207,21 +208,38 @@ def _complete(costs: pd.DataFrame) -> np.ndarray:
     return np.isfinite(costs["flops"].to_numpy()) & np.isfinite(costs["bytes"].to_numpy())
 
 
-def _counted(frame: pd.DataFrame, costs: pd.DataFrame) -> np.ndarray:
+def _counted(frame: pd.DataFrame, costs: pd.DataFrame, dtypes: np.ndarray | None = None) -> np.ndarray:
     complete = _complete(costs)
     located = _positions(frame)
     if located is None:
         return complete
     _, parent_pos = located
+    # Autocast: an op called again inside itself on cast inputs (aten::linear on fp32
+    # around aten::linear on bf16) computes in the inner call's dtype, so the inner call
+    # counts and the outer one does not.
+    recast = np.zeros(len(frame), dtype=bool)
+    if dtypes is not None and len(frame):
+        names = frame["name"].astype(object).to_numpy()
+        child = np.flatnonzero((parent_pos >= 0) & complete)
+        parent = parent_pos[child]
+        outer = complete[parent] & (names[child] == names[parent]) & (dtypes[child] != dtypes[parent])
+        recast[parent[outer]] = True
+    counts = complete & ~recast
     covered = np.zeros(len(frame), dtype=bool)
     cur = parent_pos.copy()
     for _ in range(_MAX_DEPTH):
         active = cur >= 0
         if not active.any():
             break
-        covered[active] |= complete[cur[active]]
+        covered[active] |= counts[cur[active]]
         cur[active] = parent_pos[cur[active]]
-    return complete & ~covered
+    return counts & ~covered
+
+
+def _row_dtypes(costs: list[OpCost | None], group_ids: np.ndarray) -> np.ndarray:
+    """Each row's compute dtype ('' where not costed)."""
+    values = np.array([c.dtype if c else "" for c in costs] + [""], dtype=object)
+    return values[group_ids] if len(group_ids) else values[:0]
 
 
 # What kernel_costs reads of the op rows' costs.
