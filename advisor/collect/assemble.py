@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +55,7 @@ def _host_device(notes: list[str] | None = None) -> DeviceInfo:
     why they are not used, is one of the notes."""
     from advisor.errors import AdvisorError  # noqa: PLC0415
     from advisor.knowledge.calibrate import calibration_path, load_calibration  # noqa: PLC0415
-    from advisor.knowledge.cpu import cpu_features, judge_calibration, this_processor  # noqa: PLC0415
+    from advisor.knowledge.cpu import cpu_features, judge_calibration, probe_bf16_ratio, this_processor  # noqa: PLC0415
 
     name = platform.processor() or platform.machine() or "host CPU"
     features = cpu_features()
@@ -62,6 +63,11 @@ def _host_device(notes: list[str] | None = None) -> DeviceInfo:
                         total_memory_bytes=_host_memory_bytes(),
                         properties={"platform": platform.platform(), "logical_cores": os.cpu_count(),
                                     "usable_cores": usable_cores(), "cpu_features": features.as_dict()})
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "bfloat16"):  # the script used torch: how bf16 fares on this CPU
+        ratio = probe_bf16_ratio(torch)
+        if ratio is not None:
+            device.properties["bf16_vs_fp32"] = ratio
     try:
         calibration = load_calibration()
     except AdvisorError as exc:

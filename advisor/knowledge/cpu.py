@@ -10,18 +10,22 @@ A calibration file (``advisor calibrate``) holds measured peaks; a file written 
 machine, or on this one while it was busy, would turn healthy ops into "far below the
 roofline". ``judge_calibration`` says where the peaks come from (file, date, machine,
 load) and refuses them where they were taken on another machine or are implausibly low
-against what the CPU's vector units promise (``promised_fp32_flops``).
+against what the CPU's vector units promise (``promised_fp32_flops``). Without a
+calibration, ``probe_bf16_ratio`` measures in a few tens of milliseconds how bf16 matmuls
+compare with fp32 ones on this CPU, which is all a dtype's advice needs.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CpuFeatures", "CalibrationVerdict", "cpu_features", "judge_calibration", "promised_fp32_flops"]
+__all__ = ["CpuFeatures", "CalibrationVerdict", "cpu_features", "judge_calibration", "probe_bf16_ratio",
+           "promised_fp32_flops"]
 
 # Flags that decide a dtype's matmul speed (as /proc/cpuinfo spells them).
 KEPT_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16",
@@ -131,3 +135,35 @@ def this_processor() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "CPU"
+
+
+PROBE_N = 256  # the probe's square matmul: large enough for the vector units, small enough to be quick
+PROBE_SECONDS = 0.02  # per dtype
+
+
+def probe_bf16_ratio(torch: Any) -> float | None:
+    """bf16 matmul throughput over fp32 on this CPU, one thread, timed on the thread's CPU
+    clock (so a busy machine slows both alike): a few tens of milliseconds, after the
+    user's script has ended, on tensors of its own. None where torch cannot run it."""
+    try:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            rates = {}
+            for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+                a = torch.randn(PROBE_N, PROBE_N).to(dtype)
+                b = torch.randn(PROBE_N, PROBE_N).to(dtype)
+                a @ b  # first call: allocation, dispatch set-up
+                runs, start = 0, time.thread_time()
+                while True:
+                    a @ b
+                    runs += 1
+                    spent = time.thread_time() - start
+                    if spent >= PROBE_SECONDS or runs >= 10_000:
+                        break
+                rates[name] = runs / max(spent, 1e-9)
+        finally:
+            torch.set_num_threads(threads)
+    except Exception:  # noqa: BLE001  (a probe that cannot run costs the figure, never the run)
+        return None
+    return rates["bf16"] / rates["fp32"] if rates.get("fp32") else None

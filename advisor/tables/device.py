@@ -16,12 +16,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from advisor.knowledge.cpu import CpuFeatures
 from advisor.session import DeviceInfo
 from advisor.session import intervals as iv
 from advisor.step.facts import Facts
 from advisor.tables._registry import table, with_notes
 
 HOST_BUSY_KINDS = ("op", "runtime", "driver")
+CALIBRATED_DTYPES = ("fp32", "bf16", "fp16")  # the CPU matmul peaks the device table shows
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,17 @@ def _usable_cores(cpu: DeviceInfo | None) -> float:
         "compute_capability": "e.g. '8.0', where known.",
         "memory_bytes": "Device memory, where known (cpu: the host's physical memory).",
         "memory_bandwidth_gbps": "Peak memory bandwidth in GB/s, where known.",
+        "cpu_features": "cpu: the flags that decide a dtype's matmul speed (avx2, fma, avx512f, avx512_bf16, "
+                        "amx_bf16...), space-separated, as recorded ('' where not recorded).",
+        "native_bf16": "cpu: whether the CPU runs bf16 matmuls natively (AVX512-BF16 or AMX; None: not recorded). "
+                       "Without, torch converts and bf16 runs slower than fp32.",
+        "native_fp16": "cpu: whether the CPU runs fp16 matmuls natively (AVX512-FP16 or AMX-FP16; None: not "
+                       "recorded).",
+        "bf16_vs_fp32": "cpu: bf16 matmul throughput over fp32 on this CPU, from a short one-thread probe after the "
+                        "run (NaN: not probed); under 1, bf16 is the slower.",
+        **{f"peak_{dtype}_flops_per_s": f"cpu: this CPU's {dtype} matmul FLOP/s as `advisor calibrate` measured it "
+                                         "(NaN: not measured, or the calibration was not used)"
+           for dtype in CALIBRATED_DTYPES},
         "note": "What was not measured, where something was not.",
     },
 )
@@ -175,6 +188,7 @@ def device_table(f: Facts) -> pd.DataFrame:
         "peak_rss_bytes": samples.peak(samples.rss, window) if samples is not None else np.nan,
         "logical_cores": cores,
         "usable_cores": _usable_cores(cpu),
+        **_cpu_dtypes(cpu),
         "note": "" if f.gpu_measured else f.gpu_not_measured_reason,
     }
     if f.gpu_measured:
@@ -206,8 +220,22 @@ def device_table(f: Facts) -> pd.DataFrame:
     out["utilization"] = f.ratio(out["busy_ns"].astype("float64"), f.window_ns)
     out["kernel_utilization"] = f.ratio(out["kernel_busy_ns"].astype("float64"), f.window_ns)
     for column in ("sm_count", "memory_bytes", "memory_bandwidth_gbps", "process_cpu_cores", "process_cpu_utilization",
-                   "system_cpu_utilization", "peak_rss_bytes", "logical_cores", "usable_cores"):
+                   "system_cpu_utilization", "peak_rss_bytes", "logical_cores", "usable_cores",
+                   "bf16_vs_fp32", *(f"peak_{dtype}_flops_per_s" for dtype in CALIBRATED_DTYPES)):
         out[column] = pd.to_numeric(out.get(column), errors="coerce")
     if not f.gpu_measured:
         with_notes(out, f.gpu_not_measured_note)
     return out
+
+
+def _cpu_dtypes(cpu: DeviceInfo | None) -> dict:
+    """The CPU's dtype flags as the collector recorded them (None: a trace's CPU, unknown)."""
+    features = CpuFeatures.from_dict((cpu.properties if cpu is not None else {}).get("cpu_features"))
+    peaks = {f"peak_{dtype}_flops_per_s": float((cpu.peak_flops if cpu is not None else {}).get(dtype, np.nan))
+             for dtype in CALIBRATED_DTYPES}
+    probed = (cpu.properties if cpu is not None else {}).get("bf16_vs_fp32")
+    peaks["bf16_vs_fp32"] = float(probed) if isinstance(probed, (int, float)) and probed > 0 else np.nan
+    if not features.known:
+        return {"cpu_features": "", "native_bf16": None, "native_fp16": None, **peaks}
+    return {"cpu_features": " ".join(sorted(features.flags)), "native_bf16": features.native_bf16,
+            "native_fp16": features.native_fp16, **peaks}

@@ -18,6 +18,7 @@ setting torch's switches; the script's file is never touched.
     tf32                   TF32 matrix work (set_float32_matmul_precision("high")): GPU only
     cudnn_benchmark        cuDNN picks its fastest convolution per shape: GPU only
     amp                    the script runs under autocast (bf16): opt-in, changes numerics
+    fp32                   the script's CPU autocast is switched off: its matrix work runs in fp32
     compile                the model's forward is torch.compile'd after its first call: opt-in
 """
 
@@ -48,6 +49,7 @@ FIXES = {kind.name: kind for kind in (
     FixKind("tf32", gpu_only=True, numerics=True),
     FixKind("cudnn_benchmark", gpu_only=True),
     FixKind("amp", opt_in="amp", numerics=True),
+    FixKind("fp32", numerics=True),
     FixKind("compile", opt_in="compile"),
 )}
 
@@ -68,6 +70,7 @@ class FixPlan:
             "tf32": "TF32 matrix work (set_float32_matmul_precision('high'))",
             "cudnn_benchmark": "torch.backends.cudnn.benchmark = True",
             "amp": "autocast (bf16) around the whole script",
+            "fp32": "CPU autocast off (matrix work in fp32)",
             "compile": "torch.compile of the model's forward",
         }[self.name]
         settings = ", ".join(f"{k}={v}" for k, v in self.settings.items())
@@ -229,6 +232,23 @@ def _amp(torch: Any, settings: dict[str, Any]) -> None:
     torch.autocast(device_type=device, dtype=torch.bfloat16).__enter__()
 
 
+def _fp32(torch: Any, settings: dict[str, Any]) -> None:
+    # Every torch.autocast("cpu", ...) the script opens is opened disabled: its matrix work
+    # runs in the inputs' fp32. The trial's process ends with the script.
+    base = torch.amp.autocast_mode.autocast
+    original = base.__init__
+
+    def __init__(self: Any, device_type: str, *args: Any, **kwargs: Any) -> None:
+        if device_type == "cpu":
+            if len(args) > 1:  # enabled given by position (dtype, enabled, ...)
+                args = (args[0], False, *args[2:])
+            else:
+                kwargs["enabled"] = False
+        original(self, device_type, *args, **kwargs)
+
+    base.__init__ = __init__
+
+
 def _compile(torch: Any, settings: dict[str, Any]) -> None:
     state = {"depth": 0, "done": False}
     module_mod = torch.nn.modules.module
@@ -259,5 +279,6 @@ _APPLY = {
     "tf32": _tf32,
     "cudnn_benchmark": _cudnn_benchmark,
     "amp": _amp,
+    "fp32": _fp32,
     "compile": _compile,
 }

@@ -9,6 +9,7 @@ from advisor.rules.checks import (  # noqa: F401
     below_roofline,
     communication_not_overlapped,
     conv_bias_before_batchnorm,
+    cpu_dtype_speed,
     cpu_tensor_copied_each_step,
     dataloader_starvation,
     grad_zeroing_memsets,

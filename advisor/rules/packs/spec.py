@@ -121,7 +121,7 @@ class Escalation(_Strict):
 
 
 FIX_NAMES = ("dataloader", "batched_index", "optimizer", "zero_grad_set_to_none", "tf32", "cudnn_benchmark",
-             "amp", "compile")
+             "amp", "fp32", "compile")
 
 
 class VerifyFix(_Strict):
@@ -131,7 +131,7 @@ class VerifyFix(_Strict):
         title="Fix", description="One of advisor's built-in fixes (advisor/verify/fixes.py): dataloader "
                                  "(num_workers, pin_memory, persistent_workers, prefetch_factor, torch_threads), "
                                  "batched_index, optimizer (foreach, fused), zero_grad_set_to_none, tf32, "
-                                 "cudnn_benchmark, amp, compile.")
+                                 "cudnn_benchmark, amp, fp32 (CPU autocast off), compile.")
     with_: dict[Name, str | Number | bool] = Field(
         default_factory=dict, alias="with", title="With",
         description="The fix's settings: a value, or '{metric}' for a figure of the finding's metrics "
