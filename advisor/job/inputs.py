@@ -115,6 +115,7 @@ def read_manifest(folder: Path) -> dict:
         where = ".".join(str(part) for part in error["loc"])
         raise UsageError(f"{file} is not a valid job manifest: {where}: {error['msg']}") from None
     seen: set[int] = set()
+    folders: dict[Path, int] = {}  # each rank's session folder, resolved, and the rank that names it
     inside = folder.resolve()
     for entry in manifest.ranks:
         if entry.rank in seen:
@@ -128,6 +129,12 @@ def read_manifest(folder: Path) -> dict:
                 or (folder / name).resolve().parent != inside:
             raise UsageError(f"{file} is not a valid job manifest: rank {entry.rank}'s session must be a folder "
                              f"inside {folder}, not {name!r}")
+        # Two ranks reading one session would be one rank's profile counted twice, a job that did not run.
+        own = (folder / name).resolve()
+        if own in folders:
+            raise UsageError(f"{file} is not a valid job manifest: ranks {folders[own]} and {entry.rank} name the "
+                             f"same session folder {name!r}")
+        folders[own] = entry.rank
     return manifest.model_dump()
 
 

@@ -6,6 +6,8 @@ else. This room holds the model and the work that makes its rows mean something:
     session     the Session, its event schema and metadata, saved to and loaded from disk
     meta        what a session knows besides its events (pydantic models, no pandas)
     layout      what a saved session folder holds, and how to tell one (no pandas)
+    saved       a saved session folder checked as it is read back: its layout, its
+                metadata's nesting, its columns' types and values' ranges
     attribute   who launched what: GPU work to its launch call and op, ops to steps and
                 phases, host-blocking calls to the user's source line
     intervals   unions, overlaps and clipping of time intervals, vectorised

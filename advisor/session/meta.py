@@ -6,10 +6,12 @@ more.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
+from pydantic_core import PydanticSerializationError
 
 from advisor.session.layout import SESSION_FORMAT
 
@@ -133,3 +135,25 @@ class SessionMeta(BaseModel):
         from advisor.units import valid_text
 
         return valid_text(value)
+
+    def json_text(self, *, indent: int | None = None) -> str:
+        """The metadata as JSON text, whatever its strings hold: a lone surrogate (a JSON
+        escape in a trace's own metadata, a file name that is not UTF-8 set after
+        validation) is written as U+FFFD, where pydantic would refuse the whole."""
+        try:
+            return self.model_dump_json(indent=indent)
+        except PydanticSerializationError:
+            return json.dumps(_valid_strings(self.model_dump(mode="json")), indent=indent, ensure_ascii=False)
+
+
+def _valid_strings(value: Any) -> Any:
+    """``value`` (JSON data) with every string, keys included, made valid Unicode."""
+    from advisor.units import valid_text
+
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, dict):
+        return {valid_text(str(k)): _valid_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_valid_strings(v) for v in value]
+    return value

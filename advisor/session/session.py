@@ -43,7 +43,6 @@ Relations between rows are row ids (the ``id`` column, equal to the row's positi
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -412,33 +411,34 @@ class Session:
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         self.events.to_parquet(folder / EVENTS_FILE, index=False)
-        (folder / META_FILE).write_text(self.meta.model_dump_json(indent=2))
+        (folder / META_FILE).write_text(self.meta.json_text(indent=2), encoding="utf-8")
         return folder
 
     @classmethod
     def load(cls, path: str | Path) -> "Session":
+        """The session saved in the folder ``path``, checked as it is read (advisor.session.saved):
+        a folder that is not one, or whose files are damaged or edited into something no profile
+        is, raises SessionError naming what is wrong; nothing is coerced."""
+        from advisor.session.saved import Schema, read_events, read_meta, session_files
+
         folder = Path(path)
-        meta_path = folder / META_FILE
-        if not folder.is_dir() or not meta_path.is_file():
+        if not folder.is_dir() or not (folder / META_FILE).exists():
             raise SessionError(f"{folder} is not an advisor session (no {META_FILE} in it)")
-        try:
-            raw = json.loads(meta_path.read_text())
-        except (OSError, ValueError) as exc:
-            raise SessionError(f"{meta_path} is damaged: {exc}") from None
+        meta_path, events_path = session_files(folder)
+        raw = read_meta(meta_path)
         if not isinstance(raw, dict) or raw.get("format") != SESSION_FORMAT:
             raise SessionError(f"{folder} is not an advisor session of format {SESSION_FORMAT}")
         from advisor.session.meta import SessionMeta
 
+        from pydantic import ValidationError
+
         try:
             meta = SessionMeta.model_validate(raw)
-        except ValueError as exc:
-            first = str(exc).splitlines()[0]
-            raise SessionError(f"{meta_path} is damaged: {first}") from None
-        events_path = folder / EVENTS_FILE
-        try:
-            events = pd.read_parquet(events_path)
-        except Exception as exc:  # pyarrow raises several unrelated types here
-            raise SessionError(f"{events_path} cannot be read: {exc}") from None
-        return cls(meta, conform_events(events))
-
-
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"]) or "the metadata"
+            raise SessionError(f"{meta_path} is damaged: {where}: {error['msg']}") from None
+        except (ValueError, RecursionError) as exc:
+            raise SessionError(f"{meta_path} is damaged: {' '.join(str(exc).split())[:200]}") from None
+        schema = Schema(EVENT_COLUMNS, KINDS, RELATION_COLUMNS)
+        return cls(meta, conform_events(read_events(events_path, schema)))
