@@ -340,3 +340,22 @@ def test_the_real_resnet_report_draws_every_chart():
 
 def test_row_ids_never_come_from_names(page):
     assert page.rows and all(re.fullmatch(r"tbl-[a-z0-9_-]+-r\d+", row) for row in page.rows)
+
+
+def test_the_data_loader_card_gives_the_share_the_finding_gives(tmp_path):
+    """The summary card and the loader finding speak of the same step: the job's own (the
+    steps timed without the profiler), not the recorded window's."""
+    from pathlib import Path
+
+    case = Path(__file__).resolve().parents[1] / "cases" / "cpu_in_memory_loop" / "session"
+    out = tmp_path / "r.json"
+    assert main(["diagnose", str(case), "--format", "json", "-o", str(out)]) == 0
+    report = json.loads(out.read_text())
+    timing = {r["key"]: r for r in report["tables"]["step_timing"]["rows"]}
+    share = timing["Dataloader"]["best_ratio"]
+    page = tmp_path / "r.html"
+    assert main(["diagnose", str(case), "--format", "html", "-o", str(page)]) == 0
+    card = re.search(r'<div class="name">Data loader</div><div class="value">([^<]*)</div>', page.read_text())
+    assert card is not None and card.group(1) == f"{share * 100:.1f}%", card
+    finding = next(f for f in report["findings"] if f["rule"] == "dataloader-starvation")
+    assert f"{share * 100:.1f}% of each step" in finding["message"]

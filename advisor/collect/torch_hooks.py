@@ -132,7 +132,7 @@ class HostCollector:
                                  say=say or (lambda line: None), metadata=self._metadata)
         self.loaders = Loaders(torch, lambda: self._run_delay)
         self.steps = Steps(torch, self.result, self.recorder, self.clock, self.loaders,
-                           manual=step_source == "manual")
+                           manual=step_source == "manual", library_dirs=self._library_dirs)
         self.syncs = SyncSites(torch, self.recorder, self.steps.open_step)
         self.uploads = Uploads(torch)
         self.children = Children(self.steps.open_step, ranks)

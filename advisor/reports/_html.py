@@ -173,7 +173,14 @@ def _key_figures(report: Report, anchors: Anchors) -> str:
                 value = format_ratio(row.get("utilization")) if is_number(row.get("utilization")) else "not measured"
                 cards.append(_figure(f"GPU busy ({row['key']})", value, str(row.get("name") or ""),
                                      anchors.row_id(device[0], row["key"]), "utilization"))
-    if model:
+    # The loader's share as the findings give it: of the job's own step (the steps timed
+    # without the profiler) where the step timing has it, else of the recorded steps.
+    timing = find_table(report, "step_timing")
+    timed = timing[1].row("Dataloader") if timing else None
+    if timed and is_number(timed.get("best_ratio")):
+        cards.append(_figure("Data loader", format_ratio(timed["best_ratio"]), f"of step time ({timed.get('source')})",
+                             anchors.row_id(timing[0], "Dataloader"), "best_ratio"))
+    elif model:
         row = model[1].row("Dataloader")
         if row and is_number(row.get("cpu_ratio")):
             cards.append(_figure("Data loader", format_ratio(row["cpu_ratio"]), "of step time",

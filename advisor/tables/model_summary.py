@@ -69,6 +69,8 @@ def _cpu_cores(f: Facts, s_start, s_end, p_name, p_start, p_end) -> list[float]:
         "gpu_ratio": "gpu_total_ns / ProfileStep cpu_total_ns (0..1); for ProfileStep, the GPU busy share of the steps.",
         "process_cpu_cores": "Mean CPU use of the process and its children during the phase's time in the steps, "
                              "in cores, sampled (NaN: no host samples, or the phase too short for them).",
+        "called_from": "Forward: the user's line that calls the model most often ('file:line', from the "
+                       "collector's hooks over the run's first forward calls; '' where not recorded or another row).",
     },
 )
 def model_table(f: Facts) -> pd.DataFrame | None:
@@ -127,6 +129,9 @@ def model_table(f: Facts) -> pd.DataFrame | None:
     # steps' time is at most all of it.
     out["gpu_ratio"] = np.minimum(f.ratio(out["gpu_total_ns"], step_total), 1.0)
     out["process_cpu_cores"] = _cpu_cores(f, s_start, s_end, p_name[ok], p_start[ok], p_end[ok])
+    sites = (f.meta.trace_metadata.get("advisor") or {}).get("forward_sites") or {}
+    top = max(sites.items(), key=lambda item: item[1])[0] if isinstance(sites, dict) and sites else ""
+    out["called_from"] = ["" if key != "Forward" else str(top) for key in out.index]
     if not f.gpu_measured:
         with_notes(out, f.gpu_not_measured_note)
     return out

@@ -49,6 +49,9 @@ class HostCollection:
     compiles: list[dict[str, Any]] = field(default_factory=list)
     """torch.compile's compilations (advisor.collect.hooks.compiles): compile_id, trigger,
     step (None before the first), start_ns and duration_ns on time.time_ns()."""
+    forward_sites: dict[str, int] = field(default_factory=dict)
+    """The user's lines that called the model ('file:line' -> calls, over the first forward
+    calls of the run): where a per-sample loop calls it."""
     cpu_wait: dict[str, Any] = field(default_factory=dict)
     """The script's main thread from the collector's start: ``wall_ns`` and ``run_delay_ns``
     (the time it was ready to run but waited for a core; empty where not measured)."""
@@ -69,6 +72,7 @@ class HostCollection:
             "loaders": list(self.loaders),
             "children": list(self.children),
             "library_roots": list(self.library_roots),
+            "forward_sites": dict(self.forward_sites),
             "cpu_wait": dict(self.cpu_wait),
             "compiles": list(self.compiles),
         }

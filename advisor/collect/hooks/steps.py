@@ -48,6 +48,7 @@ so readers can leave them out of per-step statistics.
 
 from __future__ import annotations
 
+import collections
 import functools
 import importlib
 import sys
@@ -74,6 +75,8 @@ from advisor.collect.steps import FORWARD_NO_GRAD, StepClock
 # (Steps._hook_top_only), as long as there are no more than TOP_MODULES of them.
 ROOT_ONLY_AFTER = 3
 TOP_MODULES = 8
+SITE_CALLS = 2000  # forward calls whose calling line is counted (a frame walk each)
+MAX_FORWARD_SITES = 20  # lines kept, most calls first
 
 
 class Range:
@@ -100,7 +103,7 @@ class Steps:
     """The step and phase marks of one run, and the step source that places them."""
 
     def __init__(self, torch: Any, result: HostCollection, recorder: Recorder, clock: StepClock,
-                 loaders: Loaders, *, manual: bool):
+                 loaders: Loaders, *, manual: bool, library_dirs: tuple[str, ...] = ()):
         """``result``: the run's collection, whose step source, partial steps and batch
         size this concern keeps as it goes (the report reads them even if the run dies)."""
         self._torch = torch
@@ -110,6 +113,10 @@ class Steps:
         self._clock = clock
         self._loaders = loaders
         self._manual = manual
+        # Where the model is called: counted for the first SITE_CALLS calls of a forward.
+        self._library_dirs = tuple(library_dirs)
+        self._forward_sites: collections.Counter[str] = collections.Counter()
+        self._site_calls_left = SITE_CALLS if self._library_dirs else 0
         if manual:
             result.step_source = "manual"
         self._step: Range | None = None
@@ -149,6 +156,17 @@ class Steps:
 
     def fill(self, result: HostCollection) -> None:
         result.steps = self._next_step
+        result.forward_sites = dict(self._forward_sites.most_common(MAX_FORWARD_SITES))
+
+    def _count_forward_site(self, frame: Any) -> None:
+        """Count the user's line that called the model (the first frame outside installed
+        code, walking out from torch's call of the module): the first SITE_CALLS forward
+        calls only, so a loop of millions of calls pays for a few."""
+        self._site_calls_left -= 1
+        while frame is not None and str(frame.f_code.co_filename).startswith(self._library_dirs):
+            frame = frame.f_back
+        if frame is not None:
+            self._forward_sites[f"{frame.f_code.co_filename}:{frame.f_lineno}"] += 1
 
     def close(self) -> None:
         """The run is over: close the open phase and step (the step partial)."""
@@ -382,6 +400,8 @@ class Steps:
                 and len(self._top_modules) <= TOP_MODULES \
                 and not any(ref() is module for ref in self._top_modules):
             self._top_modules.append(_weak(module))
+        if self._site_calls_left > 0:
+            self._count_forward_site(frame)
         self._open_phase(FORWARD, frame)
 
     def forward_post(self, frame: Any) -> None:

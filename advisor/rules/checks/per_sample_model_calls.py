@@ -23,9 +23,11 @@ profiler.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
-from advisor.findings import Finding
+from advisor.findings import Evidence, Finding
 from advisor.rules.checks.common import ms, pct, row_evidence, saving, severity_by_share, value
 from advisor.rules.registry import RuleContext, register
 
@@ -74,7 +76,7 @@ def check(ctx: RuleContext) -> list[Finding]:
                f"{steps} recorded step{'s' if steps != 1 else ''}), where a batched step runs it once or twice (the "
                f"model, the loss): the samples go through the model one at a time. Forward and backward take "
                f"{pct(share)} of the step, {ms(step * share)} of the {ms(step)} step, nearly all of it the dispatch "
-               "of operators repeated per sample.")
+               "of operators repeated per sample." + _called_at(model))
     return [Finding(
         rule=ctx.spec.id,
         title=ctx.spec.title,
@@ -91,6 +93,7 @@ def check(ctx: RuleContext) -> list[Finding]:
                         "differ in size, pad them or use torch.func.vmap for per-sample functions (per-sample "
                         "gradients: torch.func.grad with vmap)."),
         evidence=[e for e in (
+            _call_site(model, calls),
             row_evidence("model", model, "Forward", "calls", "forward passes in the recorded steps"),
             row_evidence("model", model, "Forward", "cpu_ratio"),
             row_evidence("model", model, "Backward", "cpu_ratio"),
@@ -145,7 +148,7 @@ def _per_call_steps(ctx: RuleContext) -> Finding | None:
                f"{ms(call)} of it in the call): the model's operators run once per sample, paying their whole "
                f"dispatch for one row of work. A call costs {ms(call)} where its arithmetic ({flops / 1e3:.0f} kFLOP a "
                f"sample) needs about {ms(compute)}; batched {target:.0f} to a call, a sample would cost about "
-               f"{ms(after)}, {ms(between)} of it the loop's own work between calls.")
+               f"{ms(after)}, {ms(between)} of it the loop's own work between calls." + _called_at(model))
     return Finding(
         rule=ctx.spec.id,
         title=ctx.spec.title,
@@ -162,6 +165,7 @@ def _per_call_steps(ctx: RuleContext) -> Finding | None:
                         "reads every prediction back at once, not one .item() per sample); for samples of different "
                         "sizes, pad them to a common size or group them by size."),
         evidence=[e for e in (
+            _call_site(model, None),
             row_evidence("model", model, "Forward", "calls", "forward passes in the recorded steps"),
             row_evidence("step_timing", ctx.table("step_timing"), "ProfileStep", "best_avg_ns",
                          "a call of the model: one sample"),
@@ -195,3 +199,22 @@ def _calibrated(ctx: RuleContext) -> bool:
     return any(d.kind == "cpu" and d.peak_flops.get("fp32") for d in (ctx.model.session.meta.devices
                                                                         if ctx.model is not None else []))
 
+
+
+_SITE = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
+
+
+def _call_site(model, calls: float | None) -> Evidence | None:
+    """The user's line that calls the model (the model table's Forward called_from), as a
+    source-line evidence."""
+    site = value(model, "Forward", "called_from", "") if model is not None and len(model) else ""
+    match = _SITE.match(str(site or ""))
+    if not match:
+        return None
+    said = f"the model called here, {calls:.0f} times a step" if calls else "the model called here, once a sample"
+    return Evidence(kind="source_line", file=match["file"], line=int(match["line"]), name="model call", note=said)
+
+
+def _called_at(model) -> str:
+    found = _call_site(model, None)
+    return f" The model is called at {found.file.rsplit('/', 1)[-1]}:{found.line}." if found is not None else ""
