@@ -24,6 +24,7 @@ from advisor.reports.build import build_report
 from advisor.reports.report import CombinedSaving, PeriodicSteps, Report, SetApartSpan, StepSummary, Window
 from advisor.rules.engine import Combined, EngineResult, run_rules
 from advisor.session import Session
+from advisor.session.busy import busy_share
 from advisor.step import StepModel, build_step_model
 from advisor.tables import TABLE_DOCS, compute_tables
 from advisor.units import format_ns
@@ -61,10 +62,22 @@ def diagnose(session: Session, *, specs: list[Any] | None = None, disabled: Iter
     computed = (tables or compute_tables)(steady, None)
     result = run_rules(steady, computed, specs, disabled=set(disabled), enabled=set(enabled), preview=preview,
                        model=model)
+    _say_the_load(result.findings, busy_share(steady.meta.trace_metadata))
     report = build_report(steady, computed, result.findings, table_docs=TABLE_DOCS, skipped=result.skipped,
                           window=report_window(model), combined=_combined(result.combined, model),
                           steps=report_steps(model, computed))
     return Diagnosis(model, computed, result, report)
+
+
+def _say_the_load(findings: list[Any], share: float | None) -> None:
+    """On a busy machine, each saving carries the load its milliseconds were measured under
+    (the reports then lead with the share of the step, which holds)."""
+    if share is None:
+        return
+    for finding in findings:
+        if finding.saving is not None and finding.saving.ms_per_step > 0:
+            finding.saving.busy_share = round(share, 4)
+        _say_the_load(list(finding.explains), share)
 
 
 def command_tables(session: Session, names: list[str] | None = None) -> dict[str, pd.DataFrame]:

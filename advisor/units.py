@@ -171,11 +171,16 @@ def format_saving(saving: Saving) -> str:
         label, _, reason = saving.basis.partition(":")
         label = "unknown" if label.strip() == "unknown" else "n/a"
         return f"{label} ({reason.strip()})" if reason.strip() else label
-    text = f"{format_ms(saving.ms_per_step)}/step ({format_share(saving.share_of_step)} of step"
     low, high = getattr(saving, "low_ms_per_step", None), getattr(saving, "high_ms_per_step", None)
-    if low is not None and high is not None and format_ms(low) != format_ms(high):
-        text += f"; between {format_ms(low)} and {format_ms(high)}"
-    return text + ")"
+    between = (f"; between {format_ms(low)} and {format_ms(high)}"
+               if low is not None and high is not None and format_ms(low) != format_ms(high) else "")
+    busy = getattr(saving, "busy_share", None)
+    if busy:
+        # On a busy machine the milliseconds stretch with the load and the share holds: the
+        # share leads, the milliseconds are said to be this run's.
+        return (f"{format_share(saving.share_of_step)} of each step ({format_ms(saving.ms_per_step)}/step at this "
+                f"run's load: the main thread waited for a core {format_share(busy)} of its time{between})")
+    return f"{format_ms(saving.ms_per_step)}/step ({format_share(saving.share_of_step)} of step{between})"
 
 
 def format_bytes(n: Any) -> str:

@@ -706,3 +706,25 @@ def test_the_steps_line_says_what_recording_cost_and_never_a_negative_cost(ratio
     text = steps_text(SimpleNamespace(session=SimpleNamespace(steps=steps)))
     assert text.endswith(said), text
     assert "added -" not in text
+
+
+def test_on_a_busy_machine_a_saving_leads_with_its_share_and_says_the_load():
+    """Milliseconds measured on a busy machine stretch with its load; the share of the step
+    holds. The saving says so, in every format."""
+    from pathlib import Path
+
+    from advisor.diagnosis import diagnose
+    from advisor.importers import load
+    from advisor.units import format_saving, format_share
+
+    session = load(Path(__file__).resolve().parents[1] / "cases" / "cpu_in_memory_loop" / "session")
+    quiet = diagnose(session).findings[0]
+    facts = dict(session.meta.trace_metadata.get("advisor") or {})
+    facts["cpu_wait"] = {"wall_ns": 1_000_000_000, "run_delay_ns": 400_000_000}
+    session.meta.trace_metadata["advisor"] = facts
+    busy = diagnose(session).findings[0]
+    assert quiet.saving.busy_share is None and busy.saving.busy_share == 0.4
+    said = format_saving(busy.saving)
+    assert said.startswith(f"{format_share(busy.saving.share_of_step)} of each step")
+    assert "at this run's load: the main thread waited for a core 40% of its time" in said
+    assert busy.saving.ms_per_step == quiet.saving.ms_per_step  # the figures are the run's; only the wording leads

@@ -36,9 +36,7 @@ from advisor.session import (
     insert_unrelated,
     text,
 )
-
-# A main thread that waited for a core this share of its run was measured on a busy machine.
-BUSY_SHARE = 0.10
+from advisor.session.busy import busy_share
 
 
 @dataclass
@@ -92,13 +90,15 @@ def _host_device(notes: list[str] | None = None) -> DeviceInfo:
 
 
 def _busy_machine(wait: dict[str, Any]) -> str:
-    """A note where the script's main thread spent BUSY_SHARE of its run waiting for a core."""
-    wall, delay = wait.get("wall_ns") or 0, wait.get("run_delay_ns") or 0
-    if wall <= 0 or delay < BUSY_SHARE * wall:
+    """A note where the script's main thread waited for a core enough of its run to call the
+    machine busy (advisor.session.busy)."""
+    share = busy_share({"advisor": {"cpu_wait": wait}})
+    if share is None:
         return ""
-    return (f"the machine was busy: the script's main thread waited for a CPU core {delay / wall:.0%} of the time "
-            "it ran, other processes holding the cores; its timings are slower than on a quiet machine (advice is "
-            "sized from the cores the job may use, not from that load)")
+    return (f"the machine was busy: the script's main thread waited for a CPU core {share:.0%} of the time "
+            "it ran, other processes holding the cores; its timings are slower than on a quiet machine, so "
+            "savings are given as shares of the step, their milliseconds this run's (advice is sized from the "
+            "cores the job may use, not from that load)")
 
 
 def _host_memory_bytes() -> int | None:

@@ -14,6 +14,8 @@ else. This room holds the model and the work that makes its rows mean something:
     calls       what the runtime's calls are by name (launch, graph launch, blocking,
                 set-up, capture), CUDA and HIP alike
     startup     a start-up first step (far slower than the rest) left out of the window
+    busy        how busy the machine was while the run was recorded (the main thread's
+                wait for a core): figures in ms stretch with it, shares hold
 
 The names below are the model's (``from advisor.session import Session``).
 """
