@@ -26,6 +26,13 @@ def test_a_trace_gives_findings_tables_json_and_a_cell(trace):
     cell = d._repr_html_()
     assert d.findings[0].title in cell and "<script" not in cell.lower()
     assert repr(d).startswith(f"<advisor Diagnosis of {trace}")
+    # The cell leaves the tables out, so nothing in it links to one: every in-page link has
+    # its target in the cell.
+    import re
+
+    targets = set(re.findall(r'id="([^"]+)"', cell))
+    links = re.findall(r'href="#([^"]+)"', cell)
+    assert all(link in targets for link in links), sorted(set(links) - targets)[:5]
 
 
 def test_a_folder_of_rank_traces_is_a_job(trace, tmp_path):

@@ -14,6 +14,7 @@ the data back, escapes "<" so it cannot close its script element.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -111,6 +112,7 @@ class Anchors:
 
     table_ids: dict[str, str]
     rows: dict[str, dict[str, int]]
+    linked: bool = True  # False: the tables are not on the page (a notebook cell), so nothing links to them
 
     @classmethod
     def of(cls, report: Report) -> Anchors:
@@ -130,8 +132,8 @@ class Anchors:
         return cls(table_ids, rows)
 
     def row_id(self, table: str | None, key: str | None) -> str | None:
-        """The id of a table's row, or None where there is no such row."""
-        if table is None or key is None or table not in self.rows:
+        """The id of a table's row, or None where there is no such row (or no table on the page)."""
+        if not self.linked or table is None or key is None or table not in self.rows:
             return None
         position = self.rows[table].get(key)
         return None if position is None else f"{self.table_ids[table]}-r{position}"
@@ -315,6 +317,8 @@ def _table_link(report: Report, anchors: Anchors, name: str) -> str:
     table = report.tables.get(name)
     if table is None:
         return ""
+    if not anchors.linked:
+        return esc(table.title)
     return f'<a href="#{esc(anchors.table_ids[name])}">{esc(table.title)}</a>'
 
 
@@ -803,8 +807,8 @@ NOTEBOOK_SCOPE = "advisor-report"
 def render_html_fragment(report: Report) -> str:
     """The report's header, findings and charts as one ``<div>`` for a notebook cell: its
     styles scoped to that div (the notebook's own page is left as it is), no script, no
-    tables (``Diagnosis.tables`` holds them as DataFrames)."""
-    anchors = Anchors.of(report)
+    tables (``Diagnosis.tables`` holds them as DataFrames), so nothing links to them."""
+    anchors = dataclasses.replace(Anchors.of(report), linked=False)
     parts = [_header(report, anchors), _job(report, anchors), _findings(report, anchors)]
     charts = [chart(report, anchors) for chart in (CHARTS if report.job is None else ())]
     if charts:
