@@ -14,7 +14,10 @@ of ``--deadline`` (default 8 minutes), and packs what it has before the deadline
 3. ``benchmarks/step_overhead.py``: the same steps plain, under advisor and under
    torch.profiler (record_shapes), median ms a step, for a GPU-bound transformer loop and
    the launch-bound small_batch example first, then the other examples while time lasts;
-4. ``python cases/draft_gpu_cases.py``: the GPU cases not recorded yet, drafted, and the
+4. ``advisor diagnose --kernel-counters 5`` on examples/odd_gemm.py: the script run once
+   more under Nsight Compute for its top kernels, its wall time and the report and session
+   kept (kernel_counters/), to review into a case;
+5. ``python cases/draft_gpu_cases.py``: the GPU cases not recorded yet, drafted, and the
    reviewed ones recorded by an older collector, recorded again (case.yaml kept).
 
     python benchmarks/gpu_checks.py --dry-run                     # what would run (any machine)
@@ -22,7 +25,7 @@ of ``--deadline`` (default 8 minutes), and packs what it has before the deadline
     python benchmarks/gpu_checks.py --only attribution,kernels --no-cases --no-overhead
 
 The bundle holds summary.json (each part: status, seconds), doctor/*.json and the
-reference trace, overhead.json and .txt, and the cases' folders laid out as in the
+reference trace, overhead.json and .txt, kernel_counters/ (report, session, output), and the cases' folders laid out as in the
 repository (tar xzf it in the root to take them). Exit status: 0 when everything ran and
 passed, 1 when a check failed, a case came out other than planted or a part ran out of
 time, 2 when this machine cannot run them.
@@ -103,6 +106,9 @@ def pack(bundle: Path, out: Path, cases: list[Path]) -> None:
         for report in sorted([*doctor.glob("*.json"), *doctor.glob("*.json.gz")]):
             if not report.name.startswith("torch_profiler_trace") or report.name == "torch_profiler_trace.json.gz":
                 archive.add(report, arcname=f"doctor/{report.name}")
+        counters = out / "kernel_counters"
+        if counters.is_dir():
+            archive.add(counters, arcname="kernel_counters")
         for folder in cases:
             archive.add(folder, arcname=f"cases/{folder.name}")
 
@@ -116,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=480.0, help="seconds for everything, packing included")
     parser.add_argument("--no-cases", action="store_true", help="record no case")
     parser.add_argument("--no-overhead", action="store_true", help="leave out the overhead table")
+    parser.add_argument("--no-counters", action="store_true", help="leave out the Nsight Compute run")
     parser.add_argument("--overwrite-cases", action="store_true", help="re-record cases whose case.yaml exists")
     parser.add_argument("--bundle", type=Path, default=None, metavar="FILE.tar.gz",
                         help="pack the results and the drafted cases into one archive")
@@ -147,6 +154,14 @@ def main(argv: list[str] | None = None) -> int:
                         "--budget", f"{max(deadline.left() - 150, 60):.0f}", "--scripts", *OVERHEAD_SCRIPTS]
             failed |= run_part("overhead", overhead, deadline, summary, dry_run=args.dry_run,
                                stdout_to=out / "overhead.txt") != 0
+        if not args.no_counters:
+            counters = out / "kernel_counters"
+            counters.mkdir(parents=True, exist_ok=True)
+            ncu = [sys.executable, "-m", "advisor", "diagnose", "--kernel-counters", "5", "--no-cache",
+                   "--save", str(counters / "session"), "--format", "json", "-o", str(counters / "report.json"),
+                   str(REPO / "examples" / "odd_gemm.py"), "--steps", "12"]
+            failed |= run_part("kernel counters", ncu, deadline, summary, dry_run=args.dry_run,
+                               stdout_to=counters / "stdout.txt") != 0
         if not args.no_cases:
             cases = [sys.executable, str(REPO / "cases" / "draft_gpu_cases.py"), "--timeout", str(args.timeout)]
             cases += ["--overwrite"] if args.overwrite_cases else []
