@@ -302,22 +302,32 @@ class StepGraph:
 
     def step_time(self, ends: np.ndarray) -> float:
         """A step's time in a replay, ns: with several steps, the pace at which they complete
-        (a step completes when its host work and the GPU work it launched have ended), from
-        the first step's completion to the last's; so the first step's start and the last
-        one's GPU tail count once, not in every step. With one step, the window to its last
-        node."""
+        (a step completes when its host work and the GPU work it launched have ended, and
+        the steps before it have completed), from the first step's completion to the
+        last's; so the first step's start and the last one's GPU tail count once, not in
+        every step. Never faster than the host's own pace, since the host issues every
+        step: work of the first step held far past the others' (queued behind work the
+        trace does not hold) completes them all at once, and the time between their
+        completions says nothing of the step (taken out of their order, it was negative).
+        With one step, the window to its last node."""
         if not len(ends):
             return float(self.hi - self.lo)
         if self.steps < 2 or not len(self.node_step):
             return self.span(ends) / max(self.steps, 1)
         done = np.full(self.steps, -np.inf)
         np.maximum.at(done, self.node_step, ends)
+        host = np.full(self.steps, -np.inf)
+        on_host = self.kind == HOST
+        np.maximum.at(host, self.node_step[on_host], ends[on_host])
         # Steps with no node of the graph (another process's steps in a merged trace)
         # complete nowhere: the pace is that of the steps that do.
-        done = done[np.isfinite(done)]
+        some = np.isfinite(done)
+        done, host = np.maximum.accumulate(done[some]), host[some]
         if len(done) < 2:
             return self.span(ends) / max(self.steps, 1)
-        return float(done[-1] - done[0]) / (len(done) - 1)
+        host = np.maximum.accumulate(host[np.isfinite(host)])
+        host_pace = float(host[-1] - host[0]) if len(host) >= 2 else 0.0
+        return max(float(done[-1] - done[0]), host_pace) / (len(done) - 1)
 
     @property
     def pace(self) -> np.ndarray:
