@@ -97,6 +97,8 @@ _CARRIED_BY = {
 _NAN = float("nan")
 _COPY_NAME = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_HEX = re.compile(r"[-+]?0[xX][0-9a-fA-F]{1,64}")
+_DECIMAL = re.compile(r"[-+]?[0-9]{1,64}")
 _MAX_US = 9e15  # microseconds: as nanoseconds, just inside int64
 
 # -- what is decoded --------------------------------------------------------------------
@@ -110,14 +112,17 @@ _NO_RAW = msgspec.Raw(b"")
 class _Args(msgspec.Struct, frozen=True, gc=False):
     # null is written for some fields: it reads as absent. (A python_function's "Python id"
     # and "Python parent id" are not read: the Session nests frames by their times.)
-    correlation: int | None = -1
-    external_id: int | None = msgspec.field(default=-1, name="External id")
-    external_id_lower: int | None = msgspec.field(default=-1, name="external id")
-    device: int | None = -1
-    stream: int | None = -1
-    nbytes: int | None = msgspec.field(default=-1, name="bytes")
-    registers: int | None = msgspec.field(default=-1, name="registers per thread")
-    shared_memory: int | None = msgspec.field(default=-1, name="shared memory")
+    # Ids, devices, streams and counts may be text: ROCm's profiler writes a stream as hex
+    # ("0x0"), other writers ids as digits. Declared here, text costs that field a
+    # conversion (_Columns._ints) instead of sending every event down the careful path.
+    correlation: int | str | None = -1
+    external_id: int | str | None = msgspec.field(default=-1, name="External id")
+    external_id_lower: int | str | None = msgspec.field(default=-1, name="external id")
+    device: int | str | None = -1
+    stream: int | str | None = -1
+    nbytes: int | str | None = msgspec.field(default=-1, name="bytes")
+    registers: int | str | None = msgspec.field(default=-1, name="registers per thread")
+    shared_memory: int | str | None = msgspec.field(default=-1, name="shared memory")
     flops: float | None = _NAN
     call_stack: str | None = msgspec.field(default="", name="Call stack")
     # Shapes, types and launch geometry stay raw JSON text: they become columns of text,
@@ -177,13 +182,41 @@ class _Meta(msgspec.Struct, tag_field="ph", tag="M", gc=False):
 
 
 # The other phases of the Trace Event Format are read past without building anything; a
-# phase outside this list sends its chunk down the careful path, where it is ignored.
-_OTHER_PHASES = [
-    msgspec.defstruct(f"_Phase{ord(ph)}", [], tag_field="ph", tag=ph, gc=False)
-    for ph in "BEiIbneSTpFstfPOND(Cc)RvV"
-]
+# phase outside this list sends its chunk down the careful path, where it is counted.
+_READ_PAST = frozenset("BEiIbneSTpFstfPOND(Cc)RvV")
+_OTHER_PHASES = [msgspec.defstruct(f"_Phase{ord(ph)}", [], tag_field="ph", tag=ph, gc=False)
+                 for ph in sorted(_READ_PAST)]
 _EVENT = reduce(or_, (_Complete, _Meta, *_OTHER_PHASES))  # the union of them all, tagged by "ph"
 _DECODER = msgspec.json.Decoder(list[_EVENT])  # type: ignore[valid-type]
+
+# A chunk in which an arg the Session reads has a type the structs above do not take (a
+# list where a number belongs): decoded again with those args of any type, each field
+# then converted or counted by itself (_Columns.add, ``loose``), so one odd field costs
+# that field a conversion, not its events the careful path.
+_LooseArgs = msgspec.defstruct(
+    "_LooseArgs",
+    [(f.name, f.type if f.type is msgspec.Raw else Any, msgspec.field(default=f.default, name=f.encode_name))
+     for f in msgspec.structs.fields(_Args)],
+    frozen=True, gc=False)
+
+
+class _LooseComplete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete event whose args may be of any type (see _LooseArgs)."""
+
+    name: str = ""
+    cat: str = ""
+    ts: float | None = None
+    dur: float | None = math.nan
+    pid: int | str | None = -1
+    tid: int | str | None = -1
+    args: _LooseArgs = _LooseArgs()  # type: ignore[valid-type]
+
+
+_LOOSE_DECODER = msgspec.json.Decoder(list[reduce(or_, (_LooseComplete, _Meta, *_OTHER_PHASES))])  # type: ignore[misc]
+# A chunk that is JSON but of other types still (a time as text, args that are a list):
+# decoded as plain values, then judged event by event (EventReader._checked), before any
+# bisecting.
+_PLAIN_DECODER = msgspec.json.Decoder(list)
 _DECODE_ERRORS = (msgspec.MsgspecError, ValueError, RecursionError)
 # (attribute, key in the file, type) of the args read, for the field-by-field check.
 _ARG_FIELDS = [(f.name, f.encode_name, getattr(f.type, "__args__", (f.type,))[0])
@@ -203,13 +236,58 @@ _DECODER_PY = json.JSONDecoder()
 
 
 class _Damage:
-    """What was skipped or repaired, by reason, and whether the file ended early."""
+    """What was skipped or repaired, by reason, and whether the file ended early.
+
+    ``skipped``: damaged events, or events whose loss changes what the GPU did (the
+    Collection Summary marks the profile incomplete for them); ``dropped``: events left out
+    that the Session has no place for (no category, an unknown category or phase);
+    ``ignored``: events of categories that hold nothing the Session uses (the profiler's
+    own span); ``duplicates``: copies of an event read once. ``lost_threads``: the (pid, tid)
+    of each event dropped for want of a category, so that those on a GPU's threads are
+    counted as lost GPU activity once the rows are known."""
 
     def __init__(self) -> None:
         self.skipped: Counter[str] = Counter()
         self.repaired: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()
+        self.ignored: Counter[str] = Counter()
+        self.lost_threads: Counter[tuple[int, int]] = Counter()
+        self.duplicates = 0
         self.truncated = False
         self.durations = {"events": 0, "missing": 0, "zero": 0}
+
+    def drop_unknown_category(self, category: str) -> None:
+        """Count an event of a category no kind is read for, by its name (a bounded
+        number of names: a hostile trace may write a new one on every event)."""
+        if category.lower() in _INERT_CATEGORIES:
+            self.ignored[category] += 1
+            return
+        cause = f"category {category[:40]!r}"
+        if cause not in self.dropped and sum(c.startswith("category ") for c in self.dropped) >= _MAX_NAMED:
+            cause = "other categories"
+        self.dropped[cause] += 1
+
+    def lost_on_gpu(self, frame: pd.DataFrame) -> int:
+        """Events dropped for want of a category that sat on a thread of the GPU's own
+        (where the frame's kernels, copies and sets are): GPU activity lost, which changes
+        what the GPU did, so skipped rather than dropped. Returns how many."""
+        if not self.lost_threads or not len(frame):
+            return 0
+        category = frame["category"]
+        on_gpu = np.array([CATEGORY_KIND.get(str(c).lower()) in _GPU_KINDS for c in category.cat.categories] + [False])
+        codes = category.cat.codes.to_numpy()
+        rows = on_gpu[np.where(codes >= 0, codes, len(on_gpu) - 1)]
+        if not rows.any():
+            return 0
+        threads = pd.DataFrame({"pid": frame["pid"].to_numpy()[rows], "tid": frame["tid"].to_numpy()[rows]})
+        gpu_threads = set(threads.drop_duplicates().itertuples(index=False, name=None))
+        lost = sum(n for thread, n in self.lost_threads.items() if thread in gpu_threads)
+        if lost:
+            self.dropped["no category"] -= lost
+            if self.dropped["no category"] <= 0:
+                del self.dropped["no category"]
+            self.skipped["GPU activity without a category"] += lost
+        return lost
 
     def count_durations(self, frame: pd.DataFrame) -> None:
         """Count the complete events whose duration is missing (then taken as 0) or 0: a
@@ -223,7 +301,7 @@ class _Damage:
             frame["dur"] = np.where(missing, 0.0, dur)
 
     def as_dict(self, bytes_read: int, bytes_total: int | None) -> dict[str, Any]:
-        return {
+        record = {
             "durations": dict(self.durations),
             "skipped": dict(sorted(self.skipped.items())),
             "repaired": dict(sorted(self.repaired.items())),
@@ -231,6 +309,119 @@ class _Damage:
             "bytes_read": bytes_read,
             "bytes_total": bytes_total,
         }
+        # Events left out as having no kind, read past, or read once of several copies:
+        # where there are any.
+        for key, value in (("dropped", dict(sorted(self.dropped.items()))),
+                           ("ignored", dict(sorted(self.ignored.items()))), ("duplicates", self.duplicates)):
+            if value:
+                record[key] = value
+        return record
+
+
+# Categories of complete events that hold nothing the Session uses (the profiler's span of
+# the whole trace): read past, counted, not worth a note.
+_INERT_CATEGORIES = frozenset({"trace"})
+# How many unknown categories are counted by name before the rest are counted together,
+# and how many threads of events without a category are told apart.
+_MAX_NAMED = 8
+_MAX_THREADS = 4096
+# GPU activity written without a category is read by its name as a copy, a set or a
+# synchronisation (CUPTI's names for them), else as a kernel.
+_SYNC_NAMES = frozenset({"Event Sync", "Stream Sync", "Context Sync", "Stream Wait Event", "Device Sync"})
+REPAIRED_GPU = "GPU activity without a category, recognised by its device and stream"
+
+
+def _gpu_category(name: str, args: _Args) -> str | None:
+    """The category of an event written without one, where its args say it ran on the
+    GPU: a device and a stream, which every kernel, copy, set and GPU synchronisation
+    carries and no host event does; None otherwise."""
+    if args.device in (-1, None) or args.stream in (-1, None):
+        return None
+    if name.startswith("Memcpy"):
+        return "gpu_memcpy"
+    if name.startswith("Memset"):
+        return "gpu_memset"
+    return "cuda_sync" if name in _SYNC_NAMES else "kernel"
+
+
+def _without_duplicates(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The rows with each event that appears more than once, identical in every field
+    read, kept once (a trace written twice, or two copies joined), and how many copies
+    were let go. Only rows that share a start time with another are compared, so a trace
+    without copies costs one pass over its start times."""
+    if len(frame) < 2:
+        return frame, 0
+    candidates = np.flatnonzero(frame["ts"].duplicated(keep=False).to_numpy())
+    if not len(candidates):
+        return frame, 0
+    again = frame.take(candidates).duplicated(keep="first").to_numpy()
+    if not again.any():
+        return frame, 0
+    keep = np.ones(len(frame), dtype=bool)
+    keep[candidates[again]] = False
+    return frame[keep].reset_index(drop=True), int(again.sum())
+
+
+def unlinked_gpu_events(events: pd.DataFrame) -> dict[str, int]:
+    """GPU activity (kernels, copies, sets) of attributed events (advisor.session.attribute)
+    that is tied to no launch, by cause: no correlation id, or one that no runtime or
+    driver call of the trace carries. Such work counts as GPU time, but no launch charges
+    it to a step, a phase or the op that queued it."""
+    from advisor.session import GPU_KINDS, one_of
+
+    if not len(events) or "launch" not in events.columns:
+        return {}
+    gpu = one_of(events["kind"], GPU_KINDS)
+    correlation = events["correlation"].to_numpy()
+    launch = events["launch"].to_numpy()
+    counts = {"no correlation id": int((gpu & (correlation < 0)).sum()),
+              "a correlation id no launch carries": int((gpu & (correlation >= 0) & (launch < 0)).sum())}
+    return {cause: n for cause, n in counts.items() if n}
+
+
+def _counted(counts: Any) -> list[tuple[str, int]]:
+    """(cause, count) of a damage record's {cause: count}, largest first; what is not a
+    count (a saved session edited by hand) is left out."""
+    if not isinstance(counts, dict):
+        return []
+    pairs = [(str(cause), int(n)) for cause, n in counts.items()
+             if isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) and n > 0]
+    return sorted(pairs, key=lambda pair: -pair[1])
+
+
+def _listed(pairs: list[tuple[str, int]]) -> str:
+    return ", ".join(f"{n:,} {cause}" for cause, n in pairs)
+
+
+def reading_notes(damage: Any, unlinked: dict[str, int] | None = None) -> list[str]:
+    """What the reader of a trace left out, repaired, read once of several copies or
+    could not link to a launch, by cause, as the report's notes say it. ``damage``: the
+    reader's record (``metadata["_damage"]`` of read_events); ``unlinked``: what
+    unlinked_gpu_events counted."""
+    if not isinstance(damage, dict):
+        damage = {}
+    notes = []
+    skipped = _counted(damage.get("skipped"))
+    if skipped:
+        notes.append(f"The trace reader skipped {sum(n for _, n in skipped):,} damaged events ({_listed(skipped)}): "
+                     "what they recorded is missing from every figure.")
+    dropped = _counted(damage.get("dropped"))
+    if dropped:
+        notes.append(f"The trace reader left out {sum(n for _, n in dropped):,} events it has no kind for "
+                     f"({_listed(dropped)}): what they recorded is missing from every figure.")
+    repaired = _counted(damage.get("repaired"))
+    if repaired:
+        notes.append(f"The trace reader repaired {sum(n for _, n in repaired):,} events and read them "
+                     f"({_listed(repaired)}).")
+    copies = damage.get("duplicates")
+    if isinstance(copies, int) and not isinstance(copies, bool) and copies > 0:
+        notes.append(f"{copies:,} events of the trace are copies of another, identical in every field (a trace "
+                     "written twice, or two copies joined?): each was read once.")
+    links = _counted(unlinked)
+    if links:
+        notes.append(f"{sum(n for _, n in links):,} GPU activities are tied to no launch ({_listed(links)}): their "
+                     "time counts as the GPU's, but not to the step, phase or op that queued them.")
+    return notes
 
 
 def open_trace(path: Path) -> BinaryIO:
@@ -448,6 +639,9 @@ class EventReader:
             "texts": {field: codes.values for field, codes in columns.codes.items()},
             "skipped": self.damage.skipped,
             "repaired": self.damage.repaired,
+            "dropped": self.damage.dropped,
+            "ignored": self.damage.ignored,
+            "lost_threads": self.damage.lost_threads,
             "truncated": self.damage.truncated,
             "not_read": self.not_read,
             "events_seen": self.events_seen,
@@ -472,6 +666,9 @@ class EventReader:
             columns.parts[field].append(values)
         self.damage.skipped.update(part["skipped"])
         self.damage.repaired.update(part["repaired"])
+        self.damage.dropped.update(part["dropped"])
+        self.damage.ignored.update(part["ignored"])
+        self.damage.lost_threads.update(part["lost_threads"])
         self.damage.truncated |= part["truncated"]
         self.not_read += part["not_read"]
         self.events_seen += part["events_seen"]
@@ -490,7 +687,8 @@ class EventReader:
             self.progress(self.file_size, self.file_size, events=self.events_seen)
         if self.cut_reason is not None:
             self.damage.truncated = True
-        frame = self.columns.frame()
+        frame, self.damage.duplicates = _without_duplicates(self.columns.frame())
+        self.not_read -= self.damage.lost_on_gpu(frame)  # (counted as damage instead)
         self.damage.count_durations(frame)
         damaged = sum(self.damage.skipped.values())
         if self.damage.truncated and self.events_seen == 0:
@@ -718,11 +916,13 @@ class EventReader:
         piece = _strip_events(data[start:close]).lstrip(b" \t\r\n")
         if not piece.startswith(b"{"):
             return False
-        try:
-            _DECODER.decode(b"[" + piece + b"]")
-        except _DECODE_ERRORS:
-            return False
-        return True
+        for decoder in (_DECODER, _PLAIN_DECODER):  # an event of unexpected types is still whole
+            try:
+                decoder.decode(b"[" + piece + b"]")
+            except _DECODE_ERRORS:
+                continue
+            return True
+        return False
 
     # -- decoding -----------------------------------------------------------------------
 
@@ -732,16 +932,47 @@ class EventReader:
         last events do not decode: the cut before them may have been inside one, so the
         caller reads them again with what follows."""
         view = memoryview(buffer)[start:end]
+        # One copy, with the brackets that make the chunk a JSON array.
+        array = b"".join((b"[", view, b"]"))
         try:
-            # One copy, with the brackets that make the chunk a JSON array.
-            self._add(_DECODER.decode(b"".join((b"[", view, b"]"))))
+            self._add(_DECODER.decode(array))
             return end - start
         except _DECODE_ERRORS:
-            self.careful_used = True
+            pass
+        try:
+            self._add(_LOOSE_DECODER.decode(array), loose=True)
+            return end - start
+        except _DECODE_ERRORS:
+            pass
+        if self._plain(array):
+            return end - start
+        del array
+        self.careful_used = True
         chunk = bytes(view)
         if not chunk.strip():
             return end - start
         return self._careful(chunk, final=final)
+
+    def _plain(self, array: bytes) -> bool:
+        """A chunk that is JSON but holds a field of a type the typed decoder does not take
+        (an args list where a number belongs, a time as text): each event judged alone, field
+        by field, so one odd field costs its events a check rather than the careful path's
+        bisecting. False where the chunk is no JSON (damage, or a cut inside an event)."""
+        try:
+            values = _PLAIN_DECODER.decode(array)
+        except _DECODE_ERRORS:
+            return False
+        events = []
+        for value in values:
+            if not isinstance(value, dict):
+                self.damage.skipped["not an object"] += 1
+                continue
+            event = self._checked(value)
+            if event is not None:
+                events.append(event)
+        self.events_seen += len(values) - len(events)  # the rest: read past, as the typed decoder does
+        self._add(events)
+        return True
 
     def _careful(self, chunk: bytes, *, final: bool) -> int:
         """Bisect a chunk that failed to decode until the pieces (between candidate cuts)
@@ -863,7 +1094,9 @@ class EventReader:
         if ph != "X":
             if ph is not None and not isinstance(ph, str):
                 damage.skipped["wrong type"] += 1
-            return None  # another phase: not a row, nothing lost
+            elif ph is None or ph not in _READ_PAST:
+                self._unknown_phase(event)
+            return None  # another phase: not a row
         name, cat, ts, dur = event.get("name") or "", event.get("cat") or "", event.get("ts"), event.get("dur")
         if _is_number(name):
             name = str(name)
@@ -899,6 +1132,15 @@ class EventReader:
         return _Complete(name=name, cat=cat, ts=ts, dur=math.nan if missing_dur else dur, pid=pid, tid=tid,
                          args=self._checked_args(args) if args else _NO_ARGS)
 
+    def _unknown_phase(self, event: dict[str, Any]) -> None:
+        """Count an event of no phase, or of one outside the Trace Event Format: GPU
+        activity by its category is lost work on the GPU (skipped); any other is dropped."""
+        ph, cat = event.get("ph"), event.get("cat")
+        if isinstance(cat, str) and CATEGORY_KIND.get(cat.lower()) in _GPU_KINDS:
+            self.damage.skipped["GPU activity without a phase" if ph is None else "GPU activity of an unknown phase"] += 1
+        else:
+            self.damage.dropped["no phase" if ph is None else "unknown phase"] += 1
+
     def _checked_args(self, args: dict[str, Any]) -> _Args:
         fields: dict[str, Any] = {}
         wrong = 0
@@ -914,8 +1156,8 @@ class EventReader:
                 except (ValueError, TypeError, RecursionError):
                     wrong += 1
             elif kind is int:
-                # Ints past int64 are kept here; the columns deal with them.
-                if type(value) is int:
+                # Ints past int64, and text, are kept here; the columns deal with them.
+                if type(value) is int or isinstance(value, str):
                     fields[name] = value
                 else:
                     wrong += 1
@@ -935,10 +1177,10 @@ class EventReader:
 
     # -- rows -------------------------------------------------------------------------
 
-    def _add(self, events: list[Any]) -> None:
+    def _add(self, events: list[Any], *, loose: bool = False) -> None:
         self.events_seen += len(events)
-        complete = [e for e in events if type(e) is _Complete]
-        self.columns.add(complete)
+        complete = [e for e in events if type(e) is (_LooseComplete if loose else _Complete)]
+        self.columns.add(complete, loose=loose)
         if len(complete) != len(events):
             for e in [e for e in events if type(e) is _Meta]:
                 args = e.args if isinstance(e.args, dict) else {}
@@ -974,18 +1216,21 @@ class _Columns:
         self.carrier = np.zeros(0, dtype="int8")  # by category code: a _CARRIERS code, 0, or -1 for no kind
         self.thread_numbers = _ThreadNumbers(reader.tid_names)
 
-    def add(self, events: list[_Complete]) -> None:
+    def add(self, events: list[_Complete], *, loose: bool = False) -> None:
         """One chunk's complete events to arrays; events of no known kind, or with no
-        usable time, are counted and left out."""
+        usable time, are counted and left out. ``loose``: the events' args may be of any
+        type (_LooseComplete); each field's values are checked, and the wrong ones read as
+        absent and counted."""
         if not events:
             return
         reader, codes = self.reader, self.codes
         category = np.array([codes["category"][e.cat] for e in events], dtype="int32")
-        if len(self.carrier) < len(codes["category"].values):  # a category not seen before
-            kinds = [CATEGORY_KIND.get(c.lower()) for c in codes["category"].values]
-            self.carrier = np.array([-1 if k is None else _CARRIER_OF_KIND.get(k, 0) for k in kinds], dtype="int8")
-        carrier = self.carrier[category]
+        carrier = self._carriers()[category]
         known = carrier >= 0
+        if not known.all():
+            category = self._of_no_kind(events, category, known)
+            carrier = self._carriers()[category]
+            known = carrier >= 0
         ts = np.array([e.ts for e in events], dtype="float64")  # a missing ts is NaN here
         dur = np.array([e.dur for e in events], dtype="float64")
         # Times past what int64 nanoseconds hold cannot be placed on the timeline.
@@ -1002,7 +1247,7 @@ class _Columns:
             if not events:
                 return
         args = [e.args for e in events]
-        ints = self._ints
+        ints = self._loose_ints if loose else self._ints
         numbers = self.thread_numbers
         parts = self.parts
         parts["category"].append(category)
@@ -1012,6 +1257,8 @@ class _Columns:
         # Below, a field that no event of the chunk carries (most traces record no call
         # stacks, strides or collectives) is seen by an identity count, in C, and skipped.
         stacks = [a.call_stack for a in args]
+        if loose:
+            stacks = [s if type(s) is str else "" if s is None else self._wrong("") for s in stacks]
         if stacks.count("") == len(stacks):
             parts["call_stack"].append(np.full(len(stacks), codes["call_stack"][""], dtype="int32"))
         else:
@@ -1038,7 +1285,10 @@ class _Columns:
         parts["bytes"].append(ints([a.nbytes for a in gpu]))
         parts["registers"].append(ints([a.registers for a in gpu]))
         parts["shared_memory"].append(ints([a.shared_memory for a in gpu]))
-        parts["flops"].append(np.array([a.flops for a in op], dtype="float64"))
+        flops = [a.flops for a in op]
+        if loose:
+            flops = [v if type(v) in (float, int) else _NAN if v is None else self._wrong(_NAN) for v in flops]
+        parts["flops"].append(np.array(flops, dtype="float64"))
         absent, raw_bytes = _NO_RAW, bytes
         groups, messages = [a.pg_name for a in op], [a.msg_nelems for a in op]
         if _all_absent(groups) and _all_absent(messages):
@@ -1059,6 +1309,41 @@ class _Columns:
                 parts[field].append(np.array([empty if r is absent else table[raw_bytes(r)] for r in raws],
                                              dtype="int32"))
 
+    def _carriers(self) -> np.ndarray:
+        """By category code: its _CARRIERS code, 0, or -1 for a category of no kind."""
+        values = self.codes["category"].values
+        if len(self.carrier) < len(values):  # a category not seen before
+            kinds = [CATEGORY_KIND.get(c.lower()) for c in values]
+            self.carrier = np.array([-1 if k is None else _CARRIER_OF_KIND.get(k, 0) for k in kinds], dtype="int8")
+        return self.carrier
+
+    def _of_no_kind(self, events: list[_Complete], category: np.ndarray, known: np.ndarray) -> np.ndarray:
+        """The chunk's categories, with GPU activity written without one given the category
+        its args and name show (a repair, counted); the other events of no kind are counted
+        by cause, to be left out. Real traces hold one such event (the profiler's span)."""
+        damage = self.reader.damage
+        codes = self.codes["category"]
+        category = category.copy()
+        lost = []
+        for row in np.flatnonzero(~known).tolist():
+            event = events[row]
+            if event.cat:
+                damage.drop_unknown_category(event.cat)
+                continue
+            guessed = _gpu_category(event.name, event.args)
+            if guessed is not None:
+                category[row] = codes[guessed]
+                damage.repaired[REPAIRED_GPU] += 1
+            else:
+                damage.dropped["no category"] += 1
+                lost.append(event)
+        if lost:  # where they ran: GPU activity is told apart once the GPU's threads are known
+            threads = zip(self._thread_ids([e.pid for e in lost]).tolist(), self._thread_ids([e.tid for e in lost]).tolist())
+            for thread in threads:
+                if thread in damage.lost_threads or len(damage.lost_threads) < _MAX_THREADS:
+                    damage.lost_threads[thread] += 1
+        return category
+
     def _thread_ids(self, values: list[Any]) -> np.ndarray:
         """pids or tids: ints as they are; digit strings and labels by their number."""
         array = np.array(values)
@@ -1067,13 +1352,37 @@ class _Columns:
         numbers = self.thread_numbers
         return self._ints([v if type(v) is int else numbers[v] for v in values], self._label)
 
-    def _ints(self, values: list[int | None], big: Callable[[int], int] | None = None) -> np.ndarray:
-        try:
+    def _ints(self, values: list[int | str | None], big: Callable[[int], int] | None = None) -> np.ndarray:
+        try:  # (decimal text is converted here too, as int() reads it)
             return np.array(values, dtype="int64")
-        except (TypeError, OverflowError):  # a null, or an int past int64
+        except (TypeError, OverflowError, ValueError):  # a null, an int past int64, other text
             big = big or self._big_count
-            return np.array([-1 if v is None else v if _INT64_MIN <= v <= _INT64_MAX else big(v) for v in values],
-                            dtype="int64")
+        if any(type(v) is str for v in values):
+            values = [v if type(v) is not str else self._text_int(v) for v in values]
+        return np.array([-1 if v is None else v if _INT64_MIN <= v <= _INT64_MAX else big(v) for v in values],
+                        dtype="int64")
+
+    def _loose_ints(self, values: list[Any], big: Callable[[int], int] | None = None) -> np.ndarray:
+        """``_ints`` of values that may be of any type: what is no integer nor text (a
+        boolean, a float, a list) is of the wrong type, read as absent."""
+        values = [v if type(v) in (int, str) or v is None else self._wrong(None) for v in values]
+        return self._ints(values, big)
+
+    def _wrong(self, absent: Any) -> Any:
+        """Count a field of the wrong type; ``absent`` is what it reads as."""
+        self.reader.damage.repaired["wrong type"] += 1
+        return absent
+
+    def _text_int(self, text: str) -> int | None:
+        """An id, device, stream or count written as text: hex ("0x1f", as ROCm writes
+        streams) or decimal digits; other text is of the wrong type, read as absent (a
+        repair)."""
+        digits = text.strip()
+        if _HEX.fullmatch(digits):
+            return int(digits, 16)
+        if _DECIMAL.fullmatch(digits):
+            return int(digits)
+        return self._wrong(None)
 
     def _label(self, value: int) -> int:
         """A pid or tid past int64: a label of its own."""

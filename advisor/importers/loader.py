@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 from advisor.errors import SessionError, TraceError
 from advisor.importers import cache
 from advisor.importers.advisor_metadata import read_trace_metadata
-from advisor.importers.kineto import _takes_events, events_from_raw, open_trace, read_events
+from advisor.importers.kineto import (
+    _takes_events,
+    events_from_raw,
+    open_trace,
+    read_events,
+    reading_notes,
+    unlinked_gpu_events,
+)
 from advisor.importers.parts import read_in_parts
 from advisor.importers.pages import give_back_freed
 from advisor.paths import special_file
@@ -261,6 +268,12 @@ def read_kineto(path: Path, *, progress: Callable[[int, int], None] | None = Non
             notes.append("GPU not measured: the trace holds no GPU activity (kernels, copies, sets).")
     skipped = metadata.pop("_skipped_events", 0)
     damage = metadata.pop("_damage", None)
+    # Every event the reader left out, repaired, read once of several copies or could not
+    # tie to its launch is said, by cause: a figure must never move without a word.
+    unlinked = unlinked_gpu_events(events)
+    if isinstance(damage, dict):
+        damage["unlinked"] = unlinked
+    notes.extend(reading_notes(damage, unlinked))
     kept = {k: v for k, v in metadata.items() if k not in ("deviceProperties", "distributedInfo", "traceEvents")}
     if collector_facts is not None:
         kept["advisor"] = collector_facts
