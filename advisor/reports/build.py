@@ -234,7 +234,8 @@ def build_report(
     ranking is the rule engine's). ``table_docs`` (name -> {title, description, key,
     columns}) describes the tables; a frame's own ``attrs`` may carry the same.
     ``skipped`` (rule id -> why, the engine's) puts the rules this profile could not
-    judge in the notes, so "No findings" never reads as "nothing to fix" for them.
+    judge in the notes, so "No findings" never reads as "nothing to fix" for them, and the
+    rules that failed (why ``failed: <error>``), so a failure is never silence.
     ``window`` (the step model's window, as the report states it), ``steps`` (its steps and
     their times: the mean step, advisor.diagnosis.report_steps) and ``combined`` (every fix
     at once, replayed) are copied as given; without ``steps`` the report states the
@@ -276,12 +277,22 @@ _PROFILE_REASONS = {
 }
 
 
+# How the engine marks a rule that failed in its skipped rules, before the error's one line.
+_FAILED = "failed: "
+
+
 def _skipped_notes(skipped: Mapping[str, str]) -> list[str]:
     notes = []
     for reason, lead in _PROFILE_REASONS.items():
         rules = sorted(rule for rule, why in skipped.items() if why == reason)
         if rules:
             notes.append(f"{lead}: {', '.join(rules)}.")
+    # A rule that failed is said in every format, so a reader of the report (CI, an agent)
+    # never takes its silence for a clean bill.
+    for rule, why in sorted(skipped.items()):
+        if isinstance(why, str) and why.startswith(_FAILED):
+            notes.append(f"Rule {rule} failed and was skipped, so its findings are missing from this report: "
+                         f"{why[len(_FAILED):]}")
     return notes
 
 

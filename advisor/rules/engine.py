@@ -7,7 +7,8 @@ own condition, evaluated over one table by :mod:`advisor.rules.packs.evaluate`; 
 is a check function registered under the same id with :func:`register` (the built-in ones
 in advisor.rules.checks, third-party ones in packages loaded through the ``advisor.rules`` entry
 point). Checks read tables only, through a RuleContext. A rule that fails is reported and
-skipped; the others still run.
+skipped; the others still run. Its one-line error is in ``errors`` and, as
+``failed: <error>``, in ``skipped`` under its id, so every report's notes say it failed.
 
 Which rules run: every spec given, except those ``disabled``, preview rules unless
 ``preview`` is on or they are ``enabled``, deprecated rules unless ``enabled``, and rules
@@ -39,12 +40,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXPLAINS_MIN_SHARE",
+    "FAILED",
     "Combined",
     "EngineResult",
     "builtin_specs",
     "cause_graph",
     "checks",
     "combined_estimate",
+    "failure",
     "rank",
     "run_job_rules",
     "run_rules",
@@ -83,9 +86,31 @@ class EngineResult:
     findings: list[Finding]
     errors: list[str]
     ran: list[str]
-    # Rules given but not run, with why (disabled, preview, deprecated, needs steps...).
+    # Rules given but not run, with why (disabled, preview, deprecated, needs steps...; a
+    # rule that failed: FAILED followed by its error).
     skipped: dict[str, str] = field(default_factory=dict)
     combined: Combined | None = None
+
+
+# How a rule that failed is marked in EngineResult.skipped, before its one-line error.
+FAILED = "failed: "
+# The longest error a failed rule is said with: one line, whatever the exception held.
+_MAX_ERROR = 300
+
+
+def failure(exc: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message, and for a
+    validation error (pydantic) the first field and what was wrong with it."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            first = errors()[0]
+            text += f" ({'.'.join(str(part) for part in first['loc'])}: {first['msg']}, got {first['input']!r})"
+        except Exception:  # noqa: BLE001  (an errors() of another shape: the first line says enough)
+            pass
+    return text if len(text) <= _MAX_ERROR else text[:_MAX_ERROR - 3] + "..."
 
 
 def session_facts(model: StepModel) -> dict[str, Any]:
@@ -260,7 +285,8 @@ def run_rules(session: Session, tables: dict[str, pd.DataFrame], specs: list[Rul
         try:
             produced = check(context)
         except Exception as exc:  # noqa: BLE001  (a broken rule must not take the others down)
-            errors.append(f"rule {spec.id} failed and was skipped: {type(exc).__name__}: {exc}")
+            errors.append(f"rule {spec.id} failed and was skipped: {failure(exc)}")
+            skipped[spec.id] = FAILED + failure(exc)
             continue
         ran.append(spec.id)
         if not recurs and not spec.leads:  # a cost seen once in the window is sized as if it recurred
@@ -273,7 +299,7 @@ def run_rules(session: Session, tables: dict[str, pd.DataFrame], specs: list[Rul
     try:
         combined = combined_estimate(model, ranked)
     except Exception as exc:  # noqa: BLE001  (the findings stand without it)
-        errors.append(f"the combined estimate failed: {type(exc).__name__}: {exc}")
+        errors.append(f"the combined estimate failed: {failure(exc)}")
         combined = None
     return EngineResult(findings=ranked, errors=errors, ran=ran, skipped=skipped, combined=combined)
 
@@ -305,7 +331,8 @@ def run_job_rules(tables: dict[str, pd.DataFrame], rank_findings: list[Finding],
         try:
             findings.extend(check(context))
         except Exception as exc:  # noqa: BLE001  (a broken rule must not take the others down)
-            errors.append(f"rule {spec.id} failed and was skipped: {type(exc).__name__}: {exc}")
+            errors.append(f"rule {spec.id} failed and was skipped: {failure(exc)}")
+            skipped[spec.id] = FAILED + failure(exc)
             continue
         ran.append(spec.id)
     leading = frozenset(spec.id for spec in specs if spec.leads)

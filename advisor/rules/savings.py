@@ -79,16 +79,34 @@ def best_workers(fig: StepFigures, contention: float, cap: int) -> int:
 def saving(ctx: RuleContext, ns_per_step: float, basis: str, *, low_ns: float | None = None,
            high_ns: float | None = None, remains: str = "") -> Saving:
     """A finding's saving: the point estimate ``ns_per_step`` (ranking uses it), and where
-    the rule models them, the bounds it lies between and what the fix cannot remove."""
-    step = ctx.run_step_ns
-    ns = max(float(ns_per_step), 0.0)
-    share = min(ns / step, 1.0) if step > 0 else 0.0
+    the rule models them, the bounds it lies between and what the fix cannot remove. A
+    point that is not a finite number is refused: the saving is then 0, its basis says it
+    was not estimated, and the rule goes on; a bound that is none is left out."""
+    step = _finite(ctx.run_step_ns)
     if not ctx.step_count:
         basis += "; no steps were found, so the whole window counts as one step"
-    low = None if low_ns is None else round(min(max(float(low_ns), 0.0), ns) / 1e6, 4)
-    high = None if high_ns is None else round(max(float(high_ns), ns) / 1e6, 4)
+    point = _finite(ns_per_step)
+    if point is None:
+        # Refused here, so the rule still says what it found: a figure that is no number
+        # (a replay over a graph the profile made degenerate) is never ranked or shown.
+        return Saving(ms_per_step=0.0, share_of_step=0.0, remains=remains,
+                      basis=basis + f"; not estimated: the estimate came out as {ns_per_step!r}, not a number of ns")
+    ns = max(point, 0.0)
+    share = min(ns / step, 1.0) if step is not None and step > 0 else 0.0
+    low_ns, high_ns = _finite(low_ns), _finite(high_ns)
+    low = None if low_ns is None else round(min(max(low_ns, 0.0), ns) / 1e6, 4)
+    high = None if high_ns is None else round(max(high_ns, ns) / 1e6, 4)
     return Saving(ms_per_step=round(ns / 1e6, 4), share_of_step=round(share, 4), basis=basis,
                   low_ms_per_step=low, high_ms_per_step=high, remains=remains)
+
+
+def _finite(value: object) -> float | None:
+    """A figure as a finite float, or None where it is none (NaN, infinite, no number)."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def worker_floor(fig: StepFigures, contention: float) -> float:
