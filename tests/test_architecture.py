@@ -232,3 +232,18 @@ def test_no_import_circles():
                          for imported in graph.find_modules_directly_imported_by(module))
     circles = [sorted(c) for c in nx.strongly_connected_components(imports) if len(c) > 1]
     assert circles == [], circles
+
+
+def test_the_readme_is_for_users_and_the_rest_is_the_documentation_site():
+    """The README stays short (what advisor does, the two commands, what it prints, the
+    commands); the rest lives in docs/, built by MkDocs, every page of it in the site's nav."""
+    import yaml
+
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 500
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    listed = {next(iter(entry.values())) for entry in config["nav"]}
+    pages = {p.name for p in (REPO / "docs").glob("*.md")}
+    assert pages == listed, f"pages not in the nav: {sorted(pages - listed)}; missing: {sorted(listed - pages)}"
+    for page in pages - {"index.md"}:
+        assert f"docs/{page}" in readme or page in ("profiler_api.md",), f"the README does not point at docs/{page}"

@@ -78,7 +78,7 @@ def _add_collection(parser: argparse.ArgumentParser) -> None:
 
 def _add_cache(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cache", action="store_true",
-                        help="read traces afresh and keep nothing in the session cache (see README: The cache)")
+                        help="read traces afresh and keep nothing in the session cache (see docs/traces.md: The cache)")
 
 
 def _add_target(parser: argparse.ArgumentParser, with_script_args: bool, *, jobs: bool = True) -> None:
