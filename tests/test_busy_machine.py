@@ -20,6 +20,8 @@ from advisor.collect import cores
 from advisor.collect.assemble import _busy_machine
 
 EXAMPLES = REPO / "examples"
+# Only against a run that hangs, never short enough for a busy machine to fail it.
+HANG_GUARD_S = 1800
 linux_only = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux's")
 
 
@@ -46,9 +48,11 @@ def test_the_usable_cores_follow_a_cgroup_quota(tmp_path, monkeypatch):
                                          else os.cpu_count())
 
 
-def _spin(seconds: float) -> None:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+def _spin(cpu_seconds: float) -> None:
+    """Spin until this thread has had ``cpu_seconds`` of a core: judged in CPU time, so a
+    busy machine stretches how long it takes, never how much work it is."""
+    end = time.thread_time() + cpu_seconds
+    while time.thread_time() < end:
         pass
 
 
@@ -60,8 +64,10 @@ def test_run_delay_counts_the_wait_for_a_core():
     core = sorted(os.sched_getaffinity(0))[0]
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {core})
-    # A process pinned to the same core takes half of it while this thread spins.
-    rival = multiprocessing.get_context("fork").Process(target=_spin, args=(1.5,))
+    # A process pinned to the same core takes half of it while this thread spins; it spins
+    # until it is stopped, so it is there for all of this thread's spin however long the
+    # machine's other work makes that.
+    rival = multiprocessing.get_context("fork").Process(target=_spin, args=(math.inf,))
     try:
         rival.start()
         os.sched_setaffinity(rival.pid, {core})
@@ -70,6 +76,7 @@ def test_run_delay_counts_the_wait_for_a_core():
         waited = delay.read() - began
     finally:
         os.sched_setaffinity(0, before)
+        rival.kill()
         rival.join()
         delay.close()
     assert waited > 50_000_000, f"waited {waited} ns for a core shared with a spinning process"
@@ -83,6 +90,18 @@ def test_a_run_that_waited_for_cores_says_so():
     assert _busy_machine({}) == ""
 
 
+# The loader's "file read": long beside what a busy machine adds to each item (the wait for
+# a core after every sleep, a few ms with a rival on each core and one more busy), so the
+# item is mostly waiting however busy the machine, as the test means it to be. At 2 ms (the
+# example's default) that wait alone made the sleeping loader look CPU-bound with one core
+# busy. Eight items a batch keep the step near the default's length.
+LOADER = ["--steps", "12", "--item-delay-ms", "20", "--batch-size", "8"]
+
+
+def _usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
+
+
 def _diagnose(tmp_path, name: str, rivals: int) -> dict:
     """advisor diagnose examples/starved_loader.py, with ``rivals`` processes spinning on
     every core meanwhile."""
@@ -90,8 +109,8 @@ def _diagnose(tmp_path, name: str, rivals: int) -> dict:
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(rivals)]
     try:
         subprocess.run([sys.executable, "-m", "advisor", "diagnose", "--format", "json", "-o", str(out),
-                        str(EXAMPLES / "starved_loader.py"), "--steps", "12"],
-                       check=True, cwd=REPO, capture_output=True, timeout=600)
+                        str(EXAMPLES / "starved_loader.py"), *LOADER],
+                       check=True, cwd=REPO, capture_output=True, timeout=HANG_GUARD_S)
     finally:
         for spinner in spinners:
             spinner.kill()
@@ -103,7 +122,7 @@ def test_a_waiting_loader_gets_the_same_advice_on_a_busy_machine(tmp_path):
     """The loader sleeps most of each item (a file read): it overlaps the step without a
     free core, so two processes spinning on the cores change nothing of the advice."""
     quiet = _diagnose(tmp_path, "quiet", 0)
-    busy = _diagnose(tmp_path, "busy", max(2, os.cpu_count() or 2))
+    busy = _diagnose(tmp_path, "busy", max(2, _usable_cores()))
     top = [report["findings"][0] for report in (quiet, busy)]
     assert [f["rule"] for f in top] == ["dataloader-starvation"] * 2
     assert top[0]["severity"] == top[1]["severity"] == "high"

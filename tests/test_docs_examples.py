@@ -2,8 +2,9 @@
 
 - Every ```python block of docs/profiler_api.md runs, in a fresh folder (its assertions are
   part of the test), and what a block says it prints, it prints.
-- Each examples/profiler_api_*.py script runs with small sizes (in subprocesses, side by
-  side) and prints what its docstring promises; the Paddle DataLoader case finds the
+- Each examples/profiler_api_*.py script runs with small sizes (in a subprocess, one at a
+  time: side by side they took each other's cores and the loader's share with them) and
+  prints what its docstring promises; the Paddle DataLoader case finds the
   starving loader with num_workers=0 and less of it with workers.
 """
 
@@ -50,30 +51,46 @@ def test_doc_block_runs(index, tmp_path, monkeypatch, capsys):
 
 
 RUNS = {
-    "profiler_api_dataloader": ["--steps", "14", "--record", "3", "8", "--workers", "0", "--workers", "2"],
+    # A 2 ms read a sample (the script's default is 0.5 ms): the loader then outweighs the
+    # model's CPU work by enough that the share stays high when a busy machine slows the
+    # model (and not the sleeps) down.
+    "profiler_api_dataloader": ["--steps", "14", "--record", "3", "8", "--read-ms", "2",
+                                "--workers", "0", "--workers", "2"],
     "profiler_api_schedules": ["--steps", "13"],
     "profiler_api_timer": ["--steps", "12", "--log-every", "6"],
 }
 
 
+# Only against a run that hangs: a script here takes seconds, and a slow machine must never
+# be what fails it.
+HANG_GUARD_S = 1800
+
+
 @pytest.fixture(scope="module")
-def example_runs(tmp_path_factory):
+def spans_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("spans")
+
+
+@pytest.fixture(scope="module")
+def example_runs(spans_dir):
+    """``example_runs(name)``: (exit code, stdout, stderr) of examples/``name``.py run with
+    RUNS' arguments, on its own, the first time a test asks for it."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out_dir = tmp_path_factory.mktemp("spans")
-    processes = {}
-    for name, args in RUNS.items():
-        extra = ["--out", str(out_dir)] if name == "profiler_api_schedules" else []
-        processes[name] = subprocess.Popen([sys.executable, str(EXAMPLES / f"{name}.py"), *args, *extra],
-                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    results = {}
-    for name, process in processes.items():
-        out, err = process.communicate(timeout=300)
-        results[name] = (process.returncode, out, err)
-    return results, out_dir
+    done: dict[str, tuple[int, str, str]] = {}
+
+    def run(name: str) -> tuple[int, str, str]:
+        if name not in done:
+            extra = ["--out", str(spans_dir)] if name == "profiler_api_schedules" else []
+            process = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), *RUNS[name], *extra],
+                                     capture_output=True, text=True, env=env, timeout=HANG_GUARD_S)
+            done[name] = (process.returncode, process.stdout, process.stderr)
+        return done[name]
+
+    return run
 
 
 def test_the_paddle_dataloader_case(example_runs):
-    code, out, err = example_runs[0]["profiler_api_dataloader"]
+    code, out, err = example_runs("profiler_api_dataloader")
     assert code == 0, err
     assert out.count("profiled steps 3-7:") == 2
     before, after = out.split("=== num_workers=2 ===")
@@ -84,9 +101,8 @@ def test_the_paddle_dataloader_case(example_runs):
     assert re.search(r"ips \(timer_only, samples/s\)\s+[\d.]+\s+[\d.]+", out)
 
 
-def test_the_schedules_example(example_runs):
-    results, out_dir = example_runs
-    code, out, err = results["profiler_api_schedules"]
+def test_the_schedules_example(example_runs, spans_dir):
+    code, out, err = example_runs("profiler_api_schedules")
     assert code == 0, err
     # One augment and one loss range a step, counted over the span's steady steps: all three,
     # or two where the span's first step ran far slower than the others and was set apart.
@@ -96,13 +112,13 @@ def test_the_schedules_example(example_runs):
         assert found, out
         steady, augment, loss = (int(g) for g in found.groups())
         assert steady in (2, 3) and augment == loss == steady, found[0]
-    assert sorted(p.name for p in (out_dir / "sessions").iterdir()) == ["schedules_0", "schedules_1"]
-    assert sorted(p.name for p in (out_dir / "timelines").iterdir()) == [
+    assert sorted(p.name for p in (spans_dir / "sessions").iterdir()) == ["schedules_0", "schedules_1"]
+    assert sorted(p.name for p in (spans_dir / "timelines").iterdir()) == [
         "schedules_span0.pt.trace.json", "schedules_span1.pt.trace.json"]
 
 
 def test_the_timer_example(example_runs):
-    code, out, err = example_runs[0]["profiler_api_timer"]
+    code, out, err = example_runs("profiler_api_timer")
     assert code == 0, err
     assert len(re.findall(r"^step (6|12): loss \d\.\d{3} reader_cost: .* images/s$", out, re.M)) == 2
     assert "Perf Summary (timer_only)" in out and out.rstrip().splitlines()[-1].startswith("findings: ")
