@@ -1,7 +1,10 @@
 """The command line of ``advisor verify`` (and ``advisor diagnose --verify``).
 
 The options, the checks made before the script runs, and the step from a diagnosis to its
-findings verified (advisor.verify.run) or, with --dry-run, to the list of trials.
+findings verified (advisor.verify.run) or, with --dry-run, to the list of trials. A Ctrl-C
+or SIGTERM stops verify where it is: during the diagnosis, the diagnosis is the report and
+no trial runs; during the trials, the report has what was measured, and the command ends as
+the interrupt says (130, or 128 + the signal).
 """
 
 from __future__ import annotations
@@ -58,10 +61,28 @@ def verified(args: argparse.Namespace, diagnosis: Any, chosen: Any, say: Any) ->
     after a --dry-run's list is printed."""
     from advisor.collect.steps import DEFAULT_RECORDED_STEPS, DEFAULT_WARMUP_STEPS, StepWindow
     from advisor.collect.torch_hooks import import_torch
-    from advisor.verify.run import DEFAULT_TRIAL_STEPS, MAX_PAIRS, plan_trials, rank_by_measured, verify_findings
+    from advisor.findings import NotVerified
+    from advisor.verify.run import (
+        DEFAULT_TRIAL_STEPS,
+        MAX_PAIRS,
+        TrialsStopped,
+        plan_trials,
+        rank_by_measured,
+        verify_findings,
+    )
 
     specs = {spec.id: spec for spec in chosen.specs}
     findings = list(diagnosis.findings)
+    meta = diagnosis.session.meta
+    if (meta.trace_metadata or {}).get("ending") == "interrupt":
+        # Ctrl-C or a signal stopped the script's run: the diagnosis of what it ran is the
+        # report, and no trial runs the script again.
+        how = _stopped_how(meta.exit_code)
+        print(f"advisor: verify {how} during the diagnosis: no trial runs; the report is the diagnosis of the "
+              "steps that ran", file=sys.stderr)
+        reason = f"not measured: verify was {how} during the diagnosis, before any trial"
+        return [finding.model_copy(update={"not_verified": NotVerified(reason=reason)})
+                if finding.verification is None else finding for finding in findings]
     torch, _ = import_torch()
     gpu = bool(torch is not None and torch.cuda.is_available())
     trials = plan_trials(findings, specs, gpu=gpu, tries=set(args.tries), max_fixes=args.max_fixes)
@@ -78,8 +99,36 @@ def verified(args: argparse.Namespace, diagnosis: Any, chosen: Any, say: Any) ->
         return None
     if any(trial.fix is not None for trial in trials):
         print(f"advisor: {VERIFY_WARNING}", file=sys.stderr)
-    meta = diagnosis.session.meta
     step_source = (meta.trace_metadata or {}).get("step_source")
-    out = verify_findings(findings, trials, script=str(args.target), args=list(args.script_args or []),
-                          step_source=step_source, warmup=warmup, steps=steps, budget_s=args.budget, say=say)
-    return rank_by_measured(out, {spec.id for spec in chosen.specs if spec.leads})
+    leads = {spec.id for spec in chosen.specs if spec.leads}
+    try:
+        out = verify_findings(findings, trials, script=str(args.target), args=list(args.script_args or []),
+                              step_source=step_source, warmup=warmup, steps=steps, budget_s=args.budget, say=say)
+    except TrialsStopped as stopped:
+        _report_so_far(args, diagnosis, rank_by_measured(stopped.findings, leads), str(stopped))
+        raise stopped.interrupt from None
+    return rank_by_measured(out, leads)
+
+
+def _report_so_far(args: argparse.Namespace, diagnosis: Any, findings: list[Any], how: str) -> None:
+    """The report with what the trials measured before they were stopped, written where it
+    was asked for; the command then ends as the interrupt says."""
+    from advisor.reports import render
+
+    print(f"advisor: verify {how} during its trials: no further trial runs; the report has what was measured",
+          file=sys.stderr)
+    render(diagnosis.report.model_copy(update={"findings": findings}), args.format, args.output)
+    if args.output:
+        print(f"advisor: report written to {args.output}", file=sys.stderr)
+
+
+def _stopped_how(exit_code: int | None) -> str:
+    """How a run that ended by an interrupt was stopped, from its exit code (128 + the signal)."""
+    import signal
+
+    if exit_code is not None and exit_code > 128 and exit_code != 130:
+        try:
+            return f"stopped by {signal.Signals(exit_code - 128).name}"
+        except ValueError:
+            pass
+    return "interrupted (Ctrl-C)"

@@ -10,13 +10,16 @@ one that could not be measured says why (Finding.not_verified). Findings are ran
 measured saving where one exists, else by the predicted one.
 
 The script runs several more times: its side effects (files written, a checkpoint, a
-download) are the user's, which the command says before the first trial.
+download) are the user's, which the command says before the first trial. A trial ends with
+its process, whatever the script left running, which is ended with it; a Ctrl-C or SIGTERM
+ends the trial running and runs no other (TrialsStopped carries what was measured).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -28,15 +31,20 @@ from pathlib import Path
 from typing import Any
 
 from advisor.findings import Finding, NotVerified, Verification
+from advisor.verify import processes
 from advisor.verify.fixes import FIXES, FixPlan, plan_fix
 
-__all__ = ["DEFAULT_TRIAL_STEPS", "MAX_PAIRS", "Trial", "plan_trials", "rank_by_measured", "verify_findings"]
+__all__ = ["DEFAULT_TRIAL_STEPS", "MAX_PAIRS", "Trial", "TrialsStopped", "plan_trials", "rank_by_measured",
+           "stopped_by", "verify_findings"]
 
 MIN_PAIRS = 3
 # Steps timed per trial run where --trial-steps does not say: a step's time varies (workers
 # deliver in bursts), and the mean of a few is not the mean of the run.
 DEFAULT_TRIAL_STEPS = 20
 MAX_PAIRS = 8
+# What the script started and left running when a trial ends is asked to stop, then killed
+# after this long.
+LEFTOVER_GRACE_S = 2.0
 # Two-sided 95 % points of Student's t by degrees of freedom (pairs - 1).
 _T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
 
@@ -99,8 +107,30 @@ def verify_findings(findings: list[Finding], trials: list[Trial], *, script: str
         except TrialFailed as failed:
             out[trial.index] = finding.model_copy(update={"not_verified": NotVerified(reason=str(failed))})
             continue
+        except KeyboardInterrupt as stop:  # Ctrl-C, SIGTERM, SIGHUP: no further trial runs
+            reason = f"not measured: verify was {stopped_by(stop)} before this fix's trials were done"
+            for left in measurable[k:]:
+                out[left.index] = out[left.index].model_copy(update={"not_verified": NotVerified(reason=reason)})
+            raise TrialsStopped(out, stop) from None
         out[trial.index] = finding.model_copy(update={"verification": verification})
     return out
+
+
+class TrialsStopped(Exception):
+    """Ctrl-C or a signal stopped verify's trials: ``findings`` as far as they were measured
+    (those left say why not), ``interrupt`` what stopped them, for the caller to raise again
+    once it has reported them."""
+
+    def __init__(self, findings: list[Finding], interrupt: KeyboardInterrupt) -> None:
+        super().__init__(stopped_by(interrupt))
+        self.findings = findings
+        self.interrupt = interrupt
+
+
+def stopped_by(interrupt: KeyboardInterrupt) -> str:
+    """``stopped by SIGTERM`` (advisor.errors.Stopped), or ``interrupted (Ctrl-C)``."""
+    name = getattr(interrupt, "name", None)
+    return f"stopped by {name}" if name else "interrupted (Ctrl-C)"
 
 
 class TrialFailed(Exception):
@@ -170,17 +200,26 @@ def _clear(before: list[float], after: list[float]) -> bool:
 
 
 def run_trial(plan: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    """One trial in a process of its own (advisor.verify.trial); its step times."""
+    """One trial in a process of its own (advisor.verify.trial); its step times. The trial
+    ends when its process does (the steps timed, or the script's end), whatever helpers the
+    script started still hold its output; they are ended with it (advisor.verify.processes).
+    A Ctrl-C or SIGTERM meanwhile ends the trial's processes, then goes on up."""
     with tempfile.TemporaryDirectory(prefix="advisor-verify-") as folder:
         plan_path, out = Path(folder) / "plan.json", Path(folder) / "out.json"
         plan_path.write_text(json.dumps({**plan, "out": str(out)}))
+        said = Path(folder) / "stderr.txt"
+        with open(os.devnull, "wb") as nowhere, said.open("wb") as stderr:
+            process = processes.start([sys.executable, "-m", "advisor.verify.trial", str(plan_path)],
+                                      stdout=nowhere, stderr=stderr)
         try:
-            done = subprocess.run([sys.executable, "-m", "advisor.verify.trial", str(plan_path)],
-                                  capture_output=True, text=True, timeout=timeout_s, check=False)
+            process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return {"durations_ns": [], "error": f"it ran past {timeout_s:.0f} s"}
+        finally:
+            processes.end(process, grace_s=LEFTOVER_GRACE_S)
         if not out.is_file():
-            last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+            text = said.read_text(errors="replace").strip()
+            last = (text.splitlines() or [f"exit code {process.returncode}"])[-1]
             return {"durations_ns": [], "error": f"the script failed: {last}"}
         return json.loads(out.read_text())
 
