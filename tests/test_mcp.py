@@ -105,27 +105,25 @@ def test_diagnose_a_real_trace_then_page_its_tables_and_compare():
 def test_verify_runs_only_a_script_that_is_a_file_and_takes_no_option_from_it(tmp_path, monkeypatch, script, args):
     """A script name that looks like one of advisor's options is not read as one: nothing is
     written where it points, and the tool says the script is not a file."""
-    from mcp.types import CallToolResult, TextContent
-
-    from advisor.api.mcp_server import _verify
+    from advisor.api.mcp_verify import verify_command
     from advisor.errors import UsageError
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("print('ran')\n")
     target = tmp_path / "written"
     with pytest.raises(UsageError, match="is not a file"):
-        _verify(script.replace("OUT", str(target)), args, 30.0, 1, CallToolResult, TextContent)
+        verify_command(script.replace("OUT", str(target)), args, 30.0, 1, None, tmp_path / "report.json")
     assert not target.exists()
 
 
 @pytest.mark.parametrize("budget", [float("inf"), float("nan"), 0.0, -1.0, 1e9])
 def test_verify_refuses_a_budget_that_is_not_a_bounded_time(tmp_path, budget):
-    from mcp.types import CallToolResult, TextContent
-
-    from advisor.api.mcp_server import _verify
+    from advisor.api.mcp_verify import verify_command
     from advisor.errors import UsageError
 
     script = tmp_path / "train.py"
     script.write_text("print('ran')\n")
     with pytest.raises(UsageError, match="budget_s"):
-        _verify(str(script), [], budget, 1, CallToolResult, TextContent)
+        verify_command(str(script), [], budget, 1, None, tmp_path / "report.json")
+    with pytest.raises(UsageError, match="timeout_s"):
+        verify_command(str(script), [], 30.0, 1, budget, tmp_path / "report.json")

@@ -12,21 +12,29 @@ Built on the official `mcp` SDK (``pip install 'advisor[mcp]'``). The tools:
                                          with the fixes applied and measured
 
 A target is a trace file, a saved session folder or a job's folder; only ``verify`` runs a
-script, and says so in its description and annotations. Bad input is a tool error carrying
-advisor's one-line message, and the server stays up. A target's diagnosis is kept while the
-server runs (keyed by the file's size and modification time), so paging through its tables
-reads it once.
+script, and says so in its description and annotations. It runs `advisor verify` in a
+process session of its own, for at most its ``timeout_s`` (the diagnosis and the trials
+together); the call's end, however it comes (done, out of time, cancelled by the client,
+the client gone, the server stopped by a signal), ends the script and every process it
+started (advisor.verify.processes).
+
+Bad input is a tool error carrying advisor's one-line message, and any other failure one
+line with its cause; the server stays up. Diagnoses are kept while the server runs (keyed
+by the file's size and modification time), so paging through a target's tables reads it
+once: the most recent first, within a memory budget in bytes (ADVISOR_MCP_KEEP_MB, 1024 MB
+by default; each diagnosis's events, tables and report estimated), the oldest let go first.
 """
 
 # No `from __future__ import annotations`: the SDK reads the tools' annotations, which name
 # types imported inside build_server.
+import gc
 import json
-import subprocess
-import sys
-import tempfile
+import os
+import threading
 from pathlib import Path
 from typing import Annotated, Any
 
+from advisor.api.mcp_verify import Runs, end_runs_on_signal, run_verify
 from advisor.api.target import Diagnosed, diagnose_target
 from advisor.errors import AdvisorError
 
@@ -34,24 +42,48 @@ __all__ = ["build_server", "serve"]
 
 PAGE_ROWS = 50
 MAX_PAGE_ROWS = 500
-_KEPT = 8  # diagnoses kept while the server runs
+KEEP_MB = 1024  # the diagnoses kept while the server runs, at most (ADVISOR_MCP_KEEP_MB)
+
+
+def _tool_error(exc: Exception) -> Exception:
+    """Any failure as a tool error of one line that says its cause: advisor's own message,
+    the system's words for an OSError, the exception's for anything else."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    if isinstance(exc, AdvisorError):
+        said = str(exc)
+    elif isinstance(exc, MemoryError):
+        said = ("out of memory: this profile needs more memory than the server has left (the diagnoses it kept "
+                "were let go first); `advisor diagnose` on the command line reads it alone")
+    elif isinstance(exc, OSError):
+        said = f"{exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}"
+    else:  # advisor's own bug: still its cause, in one line
+        said = f"internal error ({type(exc).__name__}: {str(exc) or 'no message'})"
+    return ToolError(shown_safely("advisor: " + " ".join(said.split())[:600]))
 
 
 def _errors_as_tool_errors(call: Any) -> Any:
-    """advisor's own errors as tool errors with its one-line message."""
-    from mcp.server.mcpserver.exceptions import ToolError
-
+    """``call()``, its failures as tool errors with their one-line cause."""
     try:
         return call()
-    except AdvisorError as exc:
-        raise ToolError(f"advisor: {exc}") from None
+    except Exception as exc:  # noqa: BLE001  (each said in one line; the server stays up)
+        raise _tool_error(exc) from None
 
 
 class _Diagnoses:
-    """The last few targets' diagnoses, while the file is unchanged."""
+    """Targets' diagnoses while their files are unchanged, the most recently used first,
+    within ``budget_bytes`` (estimated: the events, tables and report each holds). Tools
+    run on worker threads: the lock guards the kept ones, not the diagnoses themselves."""
 
-    def __init__(self) -> None:
-        self._kept: dict[tuple, Diagnosed] = {}
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+        self._kept: dict[tuple, tuple[Diagnosed, int]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def kept_bytes(self) -> int:
+        with self._lock:
+            return sum(size for _, size in self._kept.values())
 
     def get(self, target: str, rules: list[str] | None, gpu: str | None) -> Diagnosed:
         path = Path(target)
@@ -60,14 +92,42 @@ class _Diagnoses:
             key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, tuple(rules or ()), gpu)
         except OSError:
             key = None
-        if key is not None and key in self._kept:
-            return self._kept[key]
-        done = diagnose_target(target, rules=rules, gpu=gpu)
+        with self._lock:
+            if key is not None and key in self._kept:
+                self._kept[key] = self._kept.pop(key)  # now the most recently used
+                return self._kept[key][0]
+        try:
+            done = diagnose_target(target, rules=rules, gpu=gpu)
+        except MemoryError:
+            # What is kept makes room for what is asked now, and it is read once more.
+            with self._lock:
+                if not self._kept:
+                    raise
+                self._kept.clear()
+            gc.collect()
+            done = diagnose_target(target, rules=rules, gpu=gpu)
         if key is not None:
-            while len(self._kept) >= _KEPT:
-                self._kept.pop(next(iter(self._kept)))
-            self._kept[key] = done
+            self._keep(key, done)
         return done
+
+    def _keep(self, key: tuple, done: Diagnosed) -> None:
+        size = diagnosis_bytes(done)
+        if size > self.budget_bytes:  # larger than the whole budget: read again when asked again
+            return
+        with self._lock:
+            while self._kept and sum(kept for _, kept in self._kept.values()) + size > self.budget_bytes:
+                self._kept.pop(next(iter(self._kept)))  # the least recently used
+            self._kept[key] = (done, size)
+
+
+def diagnosis_bytes(done: Diagnosed) -> int:
+    """About how much memory a kept diagnosis holds: its events and tables (pandas' own
+    count, strings included) and its report (three times its JSON: rows as Python objects)."""
+    frames = list(done.tables.values())
+    if done.session is not None:
+        frames.append(done.session.events)
+    size = sum(int(frame.memory_usage(index=True, deep=True).sum()) for frame in frames)
+    return size + 3 * len(done.report.model_dump_json())
 
 
 def shown_safely(text: str) -> str:
@@ -84,7 +144,7 @@ def safe_strings(value: Any) -> Any:
     return safe(value)
 
 
-def _summary_text(report: Any) -> str:
+def summary_text(report: Any) -> str:
     """The report in a few lines: what was read, the top findings, the notes."""
     lines = [f"advisor diagnosed {report.session.source}: {len(report.findings)} findings."]
     for i, finding in enumerate(report.findings[:5], 1):
@@ -98,8 +158,14 @@ def _summary_text(report: Any) -> str:
     return "\n".join(lines)
 
 
-def build_server() -> Any:
-    """The MCP server with advisor's tools (not yet running)."""
+def build_server(*, keep_bytes: int | None = None) -> Any:
+    """The MCP server with advisor's tools (not yet running); ``keep_bytes``: the memory its
+    kept diagnoses may hold (default: ADVISOR_MCP_KEEP_MB, else 1024 MB)."""
+    return _build(keep_bytes)[0]
+
+
+def _build(keep_bytes: int | None) -> tuple[Any, Any]:
+    """The server, and the runs of `advisor verify` it has going (ended when it is stopped)."""
     from mcp.server.mcpserver import MCPServer
     from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
@@ -112,7 +178,8 @@ def build_server() -> Any:
                                     "findings, each with the time its fix saves per step and its evidence. "
                                     "Start with diagnose; summary pages through one table; explain says what a "
                                     "rule checks; verify runs the user's script to measure fixes.")
-    kept = _Diagnoses()
+    kept = _Diagnoses(keep_bytes if keep_bytes is not None else _keep_bytes_from_environment())
+    runs = Runs()
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     @server.tool(annotations=reads)
@@ -122,12 +189,15 @@ def build_server() -> Any:
         rank traces. Returns the ranked findings with savings (ms per step, a range), evidence and the
         report's notes as the JSON report, its summary tables left out (the text names them; the
         summary tool pages through one). rules: paths of rule packs of your own; gpu: judge against
-        this GPU (A100, h100-sxm, ...). Runs no code."""
-        done = _errors_as_tool_errors(lambda: kept.get(target, rules, gpu))
-        text = (_summary_text(done.report) + "".join(f"\nadvisor: {line}" for line in done.said)
-                + f"\nTables (page through one with summary): {', '.join(done.report.tables)}")
-        return CallToolResult(content=[TextContent(type="text", text=shown_safely(text))],
-                              structured_content=_without_tables(done.report))
+        this GPU (A100, h100-sxm, ...). Runs no code: a script is refused (verify runs one)."""
+        def diagnosed() -> Any:
+            done = kept.get(target, rules, gpu)
+            text = (summary_text(done.report) + "".join(f"\nadvisor: {line}" for line in done.said)
+                    + f"\nTables (page through one with summary): {', '.join(done.report.tables)}")
+            return CallToolResult(content=[TextContent(type="text", text=shown_safely(text))],
+                                  structured_content=_without_tables(done.report))
+
+        return _errors_as_tool_errors(diagnosed)
 
     @server.tool(annotations=reads)
     def summary(target: str, table: str, sort: str | None = None, descending: bool = True, offset: int = 0,
@@ -135,8 +205,8 @@ def build_server() -> Any:
         """One summary table of a profile (as `advisor summary`), a page of rows at a time: offset and
         limit (at most 500) page through it, next_offset is null on the last page; sort by a column.
         Tables: the names `diagnose` lists under tables (model, operator, kernel, step_timing, ...)."""
-        done = _errors_as_tool_errors(lambda: kept.get(target, None, None))
-        return _errors_as_tool_errors(lambda: safe_strings(_page(done, table, sort, descending, offset, limit)))
+        return _errors_as_tool_errors(
+            lambda: safe_strings(_page(kept.get(target, None, None), table, sort, descending, offset, limit)))
 
     @server.tool(annotations=reads)
     def compare(before: str, after: str) -> dict[str, Any]:
@@ -151,19 +221,41 @@ def build_server() -> Any:
         return _errors_as_tool_errors(lambda: _explain(rule))
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=True))
-    def verify(script: str, args: list[str] | None = None, budget_s: float = 300.0,
-               max_fixes: int = 3) -> Annotated[CallToolResult, Report]:
-        """RUNS THE USER'S SCRIPT, several times: `advisor verify SCRIPT ARGS`. Diagnoses the training
-        script, then applies each finding's fix that advisor can apply from outside the script and
-        measures it (runs with and without the fix, alternately, within budget_s seconds). Whatever the
-        script does (files, checkpoints, downloads) happens on every run. ``script`` must be an existing
-        file; the whole run is bounded by budget_s plus 600 s for the diagnosis before the trials, and
-        the script's processes end with it. Returns the JSON report, each finding with its verification
-        (measured saving, inside the predicted range?) or why not."""
-        return _errors_as_tool_errors(lambda: _verify(script, args or [], budget_s, max_fixes, CallToolResult,
-                                                      TextContent))
+    async def verify(script: str, args: list[str] | None = None, budget_s: float = 300.0, max_fixes: int = 3,
+                     timeout_s: float | None = None) -> Annotated[CallToolResult, Report]:
+        """RUNS THE USER'S SCRIPT, several times: `advisor verify SCRIPT ARGS`, on this machine, as the
+        server's user. Diagnoses the training script (one run), then applies each finding's fix that
+        advisor can apply from outside the script and measures it (runs with and without the fix,
+        alternately, within budget_s seconds, at most 3600). Whatever the script does (files,
+        checkpoints, downloads) happens on every run. ``script`` must be an existing file. The whole
+        call runs for at most timeout_s seconds (default: budget_s plus 600 s for the diagnosis; at
+        most 4200): then advisor verify is asked to stop (it reports what it measured, given 30 s).
+        Cancelling the call, or closing the connection, ends the script and every process it started.
+        Returns the JSON report, each finding with its verification (measured saving, inside the
+        predicted range?) or why not."""
+        try:
+            return await run_verify(script, args or [], budget_s, max_fixes, timeout_s, runs, CallToolResult,
+                                 TextContent)
+        except Exception as exc:  # noqa: BLE001  (a cancelled call is not an Exception: it goes on up)
+            raise _tool_error(exc) from None
 
-    return server
+    return server, runs
+
+
+def _keep_bytes_from_environment() -> int:
+    from advisor.errors import UsageError
+
+    value = os.environ.get("ADVISOR_MCP_KEEP_MB", "").strip()
+    if not value:
+        return KEEP_MB << 20
+    try:
+        megabytes = float(value)
+    except ValueError:
+        megabytes = -1.0
+    if not 0 <= megabytes < 1 << 30:
+        raise UsageError(f"ADVISOR_MCP_KEEP_MB={value!r}: give the megabytes of diagnoses the server may keep "
+                         "(0 keeps none)")
+    return int(megabytes * (1 << 20))
 
 
 def _without_tables(report: Any) -> dict[str, Any]:
@@ -222,72 +314,18 @@ def _explain(rule: str) -> dict[str, Any]:
             "not_verifiable": spec.not_verifiable}
 
 
-# The diagnosis that comes before verify's trials runs the script once more: this long at
-# most, beside the trials' budget, before the whole command is stopped.
-VERIFY_DIAGNOSIS_S = 600.0
-MAX_VERIFY_BUDGET_S = 3600.0
-
-
-def _verify(script: str, args: list[str], budget_s: float, max_fixes: int, result_type: Any,
-            text_type: Any) -> Any:
-    """`advisor verify` in a process of its own (the script must not run in the server's)."""
-    from advisor.errors import UsageError
-    from advisor.reports import Report
-
-    import math
-    import os
-    import signal
-
-    path = Path(script)
-    if not script or not path.is_file():
-        # Only a script that exists runs; a name starting with "-" is never read as an option.
-        raise UsageError(f"script {script!r} is not a file")
-    if not (isinstance(budget_s, (int, float)) and math.isfinite(budget_s) and 0 < budget_s <= MAX_VERIFY_BUDGET_S):
-        raise UsageError(f"budget_s must be a number of seconds between 0 and {MAX_VERIFY_BUDGET_S:g}")
-    with tempfile.TemporaryDirectory(prefix="advisor-mcp-") as folder:
-        out = Path(folder) / "report.json"
-        # "--" ends advisor's options: the script and its arguments are never read as them.
-        command = [sys.executable, "-m", "advisor", "verify", "--format", "json", "-o", str(out),
-                   "--budget", str(budget_s), "--max-fixes", str(int(max_fixes)), "--", str(path), *map(str, args)]
-        # The whole run is bounded (the diagnosis before the trials too), and the script's
-        # whole process tree ends with it.
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   stdin=subprocess.DEVNULL, env=_no_progress(), start_new_session=True)
-        try:
-            stdout, stderr = process.communicate(timeout=budget_s + VERIFY_DIAGNOSIS_S)
-        except BaseException:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            process.communicate()
-            raise UsageError(f"advisor verify did not finish within {budget_s + VERIFY_DIAGNOSIS_S:.0f} s "
-                             "(its budget and the diagnosis before it); the script's processes were ended") from None
-        done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
-        if not out.is_file():  # the script's own last words too: an agent sees no terminal
-            lines = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
-            said = " | ".join(line.strip() for line in lines[-4:] if line.strip())
-            raise UsageError(said.removeprefix("advisor: "))
-        report = Report.model_validate_json(out.read_text())
-    text = _summary_text(report)
-    for finding in report.findings:
-        v = finding.verification
-        if v is not None:
-            text += (f"\n{finding.rule}: verified, {v.applied} saved {v.measured_saving_ms_per_step:.3g} ms/step "
-                     f"measured ({'inside' if v.inside_range else 'outside'} the predicted range"
-                     f"{'' if v.clear_of_noise else ', not clear of the noise'})")
-        elif finding.not_verified is not None:
-            text += f"\n{finding.rule}: not verified: {finding.not_verified.reason}"
-    return result_type(content=[text_type(type="text", text=shown_safely(text))],
-                       structured_content=json.loads(report.model_dump_json()))
-
-
-def _no_progress() -> dict[str, str]:
-    import os
-
-    return {**os.environ, "ADVISOR_NO_PROGRESS": "1"}
-
-
 def serve() -> None:
-    """Run the server on stdio until the client closes it."""
-    build_server().run("stdio")
+    """Run the server on stdio until the client closes it. Stopped by SIGTERM, SIGHUP or
+    Ctrl-C, it first ends the runs of `advisor verify` it has going, then ends as the
+    signal says."""
+    import anyio
+
+    server, runs = _build(None)
+
+    async def until_stopped() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(end_runs_on_signal, runs)
+            await server.run_stdio_async()
+            group.cancel_scope.cancel()
+
+    anyio.run(until_stopped)
