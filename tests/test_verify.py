@@ -291,6 +291,24 @@ def test_a_dry_run_lists_the_trials_and_runs_none(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "advisor verify would run" in done.stdout and "dataloader-starvation: DataLoader num_workers=" in done.stdout
     assert "side effects" not in done.stderr
+    # 8 steps cannot give a trial its 2 warm-up and 20 timed steps: said before any trial,
+    # with the script's own option to change.
+    assert "the script ran 8 steps, so a trial times 6 of the 20 asked" in done.stderr
+    assert "(--steps 22 or more, it has --steps 8)" in done.stderr
+
+
+def test_the_budget_covers_the_diagnosis_too(tmp_path):
+    """A budget the diagnosis's own run of the script spends leaves no trial to run: said,
+    and each finding says why it was not measured."""
+    out = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "advisor", "verify", "--budget", "1", "--format", "json", "-o",
+                           str(out), str(REPO / "examples" / "starved_loader.py"), "--steps", "8"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "budget of 1 s was spent by the diagnosis: no trial runs" in done.stderr
+    assert "runs the script again" not in done.stderr
+    top = json.loads(out.read_text())["findings"][0]
+    assert top["verification"] is None and "spent verify's whole budget" in top["not_verified"]["reason"]
 
 
 def test_diagnose_verify_is_the_same_command(tmp_path):

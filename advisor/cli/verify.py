@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ VERIFY_HELP = ("advisor verify runs the script again several times, with each fi
 VERIFY_WARNING = ("verify now runs the script again, several times, with each fix and without: whatever it "
                   "does (files it writes, checkpoints, downloads) happens each time.")
 TRIES = ("amp", "compile")
+MAX_BUDGET_S = 7 * 24 * 3600
 
 
 def add_verify_options(parser: argparse.ArgumentParser, *, flag: bool) -> None:
@@ -33,7 +35,8 @@ def add_verify_options(parser: argparse.ArgumentParser, *, flag: bool) -> None:
     parser.add_argument("--max-fixes", type=int, default=3, metavar="N",
                         help="verify the first N findings (default 3)")
     parser.add_argument("--budget", type=float, default=300.0, metavar="SECONDS",
-                        help="time for all trials together (default 300 s); each fix gets an equal share")
+                        help="time for the whole command, the diagnosis's run of the script included (default "
+                             "300 s): the trials get what the diagnosis leaves, each fix an equal share")
     parser.add_argument("--trial-steps", type=int, metavar="N",
                         help="steps timed in each trial run, after the warm-up (default 20, or the recorded "
                              "window's where longer; fewer where the script runs fewer)")
@@ -50,10 +53,14 @@ def check_verify(args: argparse.Namespace) -> None:
                          "or a job cannot be rerun: `advisor diagnose` reads them)")
     if args.max_fixes < 1:
         raise UsageError("--max-fixes must be at least 1")
-    if args.budget <= 0:
-        raise UsageError("--budget must be a positive number of seconds")
+    # nan fails both comparisons; inf, or 1e9 s (past what a process wait takes), would
+    # fail only once the diagnosis had run the script.
+    if not 0 < args.budget <= MAX_BUDGET_S:
+        raise UsageError(f"--budget must be a number of seconds above 0 and at most {MAX_BUDGET_S} (a week)")
     if args.trial_steps is not None and args.trial_steps < 1:
         raise UsageError("--trial-steps must be at least 1")
+    # The budget covers the whole command: its clock starts here, before the diagnosis.
+    args.budget_ends = time.monotonic() + args.budget
 
 
 def verified(args: argparse.Namespace, diagnosis: Any, chosen: Any, say: Any) -> list[Any] | None:
@@ -90,6 +97,12 @@ def verified(args: argparse.Namespace, diagnosis: Any, chosen: Any, say: Any) ->
     warmup = window.start if window is not None else DEFAULT_WARMUP_STEPS
     steps = args.trial_steps or max(DEFAULT_TRIAL_STEPS, window.stop - window.start if window is not None
                                     and window.stop is not None else DEFAULT_RECORDED_STEPS)
+    ran = _steps_the_script_ran(meta)
+    if ran is not None and ran < warmup + steps and any(trial.fix is not None for trial in trials):
+        # Said before any trial: a trial cannot time more steps than the script runs.
+        timed = max(ran - warmup, 0)
+        print(f"advisor: the script ran {ran} steps, so a trial times {timed} of the {steps} asked (after "
+              f"{warmup} warm-up steps){_longer_run(args, warmup + steps)}", file=sys.stderr)
     if args.dry_run:
         print(f"advisor verify would run {args.target} {MAX_PAIRS * 2} times at most per fix "
               f"({warmup} warm-up steps, then {steps} timed), within {args.budget:.0f} s in all:")
@@ -97,17 +110,54 @@ def verified(args: argparse.Namespace, diagnosis: Any, chosen: Any, say: Any) ->
             what = trial.fix.describe() if trial.fix is not None else trial.why_not
             print(f"  {trial.index + 1}. {trial.rule}: {what}")
         return None
+    left = getattr(args, "budget_ends", time.monotonic() + args.budget) - time.monotonic()
+    if left <= 0 and any(trial.fix is not None for trial in trials):
+        print(f"advisor: verify's budget of {args.budget:.0f} s was spent by the diagnosis: no trial runs "
+              "(give a larger --budget)", file=sys.stderr)
+        reason = f"not measured: the diagnosis spent verify's whole budget ({args.budget:.0f} s)"
+        return [finding.model_copy(update={"not_verified": NotVerified(reason=reason)})
+                if finding.verification is None else finding for finding in findings]
     if any(trial.fix is not None for trial in trials):
         print(f"advisor: {VERIFY_WARNING}", file=sys.stderr)
     step_source = (meta.trace_metadata or {}).get("step_source")
     leads = {spec.id for spec in chosen.specs if spec.leads}
     try:
         out = verify_findings(findings, trials, script=str(args.target), args=list(args.script_args or []),
-                              step_source=step_source, warmup=warmup, steps=steps, budget_s=args.budget, say=say)
+                              step_source=step_source, warmup=warmup, steps=steps, budget_s=left, say=say)
     except TrialsStopped as stopped:
         _report_so_far(args, diagnosis, rank_by_measured(stopped.findings, leads), str(stopped))
         raise stopped.interrupt from None
     return rank_by_measured(out, leads)
+
+
+def _steps_the_script_ran(meta: Any) -> int | None:
+    """How many steps the diagnosis's run of the script made (None: not known)."""
+    facts = (meta.trace_metadata or {}).get("advisor") or {}
+    steps = facts.get("steps") if isinstance(facts, dict) else None
+    if isinstance(steps, int) and steps > 0:
+        return steps
+    return len(meta.timed_steps) or None
+
+
+# A script's own options for how long it runs, as training scripts spell them.
+_LENGTH_OPTIONS = ("--steps", "--max-steps", "--max_steps", "--iters", "--iterations", "--num-steps",
+                   "--num_steps", "--epochs", "--num-epochs", "--num_epochs", "--train-steps")
+
+
+def _longer_run(args: argparse.Namespace, needed: int) -> str:
+    """The suggestion that ends the too-few-steps line: the script's own option where it
+    has one of the usual names, else --trial-steps."""
+    script_args = list(args.script_args or [])
+    for i, arg in enumerate(script_args):
+        name, _, value = arg.partition("=")
+        if name in _LENGTH_OPTIONS:
+            given = value or (script_args[i + 1] if i + 1 < len(script_args) else "")
+            unit = "epochs" if "epoch" in name else "steps"
+            if unit == "steps":
+                return f": run the script longer ({name} {needed} or more, it has {name} {given})"
+            return f": run the script longer ({name} more than {given}), or give fewer --trial-steps"
+    return (f": run the script for {needed} steps or more (its own option for how long it runs), "
+            "or give fewer --trial-steps")
 
 
 def _report_so_far(args: argparse.Namespace, diagnosis: Any, findings: list[Any], how: str) -> None:
