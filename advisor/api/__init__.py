@@ -5,4 +5,6 @@
                  its findings, its tables as DataFrames and its JSON report
     mcp_server   `advisor mcp`: diagnose, summary, compare, explain and verify as Model Context
                  Protocol tools on stdio (the official `mcp` SDK, ``advisor[mcp]``)
+    mcp_verify   the MCP verify tool's run of `advisor verify`: bounded in time, cancellable,
+                 ended with every process it started
 """

@@ -234,12 +234,28 @@ def _build(keep_bytes: int | None) -> tuple[Any, Any]:
         Returns the JSON report, each finding with its verification (measured saving, inside the
         predicted range?) or why not."""
         try:
-            return await run_verify(script, args or [], budget_s, max_fixes, timeout_s, runs, CallToolResult,
-                                 TextContent)
+            report, stopped = await run_verify(script, args or [], budget_s, max_fixes, timeout_s, runs)
         except Exception as exc:  # noqa: BLE001  (a cancelled call is not an Exception: it goes on up)
             raise _tool_error(exc) from None
+        return CallToolResult(content=[TextContent(type="text", text=shown_safely(_verified_text(report, stopped)))],
+                              structured_content=json.loads(report.model_dump_json()))
 
     return server, runs
+
+
+def _verified_text(report: Any, stopped: str) -> str:
+    """The summary, each finding's verification or why not; first, where verify ran out of
+    time, that it was stopped."""
+    text = summary_text(report) if not stopped else f"{stopped}; what it measured by then:\n{summary_text(report)}"
+    for finding in report.findings:
+        v = finding.verification
+        if v is not None:
+            text += (f"\n{finding.rule}: verified, {v.applied} saved {v.measured_saving_ms_per_step:.3g} ms/step "
+                     f"measured ({'inside' if v.inside_range else 'outside'} the predicted range"
+                     f"{'' if v.clear_of_noise else ', not clear of the noise'})")
+        elif finding.not_verified is not None:
+            text += f"\n{finding.rule}: not verified: {finding.not_verified.reason}"
+    return text
 
 
 def _keep_bytes_from_environment() -> int:

@@ -11,7 +11,6 @@ way; so does a signal that stops the server (``end_runs_on_signal``).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -90,12 +89,12 @@ def verify_command(script: str, args: list[str], budget_s: float, max_fixes: int
 
 
 async def run_verify(script: str, args: list[str], budget_s: float, max_fixes: int, timeout_s: float | None,
-                  runs: Runs, result_type: Any, text_type: Any) -> Any:
+                     runs: Runs) -> tuple[Any, str]:
     """`advisor verify` in a process session of its own (the script must not run in the
-    server's), waited for without holding the server, ended whole however the call ends."""
+    server's), waited for without holding the server, ended whole however the call ends.
+    Its report (advisor.reports.Report), and, where it ran out of time, a line saying so."""
     import anyio
 
-    from advisor.api.mcp_server import shown_safely, summary_text
     from advisor.errors import UsageError
     from advisor.reports import Report
     from advisor.verify import processes
@@ -127,18 +126,7 @@ async def run_verify(script: str, args: list[str], budget_s: float, max_fixes: i
             lines = said.read_text(errors="replace").strip().splitlines() or [f"exit code {process.returncode}"]
             last = " | ".join(line.strip() for line in lines[-4:] if line.strip()).removeprefix("advisor: ")
             raise UsageError(f"{stopped}: {last}" if stopped else last)
-        report = Report.model_validate_json(out.read_text())
-    text = summary_text(report) if not stopped else f"{stopped}; what it measured by then:\n{summary_text(report)}"
-    for finding in report.findings:
-        v = finding.verification
-        if v is not None:
-            text += (f"\n{finding.rule}: verified, {v.applied} saved {v.measured_saving_ms_per_step:.3g} ms/step "
-                     f"measured ({'inside' if v.inside_range else 'outside'} the predicted range"
-                     f"{'' if v.clear_of_noise else ', not clear of the noise'})")
-        elif finding.not_verified is not None:
-            text += f"\n{finding.rule}: not verified: {finding.not_verified.reason}"
-    return result_type(content=[text_type(type="text", text=shown_safely(text))],
-                       structured_content=json.loads(report.model_dump_json()))
+        return Report.model_validate_json(out.read_text()), stopped
 
 
 def _no_progress() -> dict[str, str]:

@@ -4,4 +4,6 @@
     trial   one run of the script, a fix applied or none, its steps timed (a process of its own)
     run     the trials for each finding, alternating with runs without the fix, until the
             difference is clear of the noise or the budget is spent
+    processes  a command that runs the script (a trial; verify itself, from the MCP server)
+            started in a session of its own, and ended whole with what it started
 """
