@@ -15,7 +15,12 @@ families:
   events not a list, a byte-order mark, UTF-16, double or empty gzip, distributedInfo and
   deviceProperties of the wrong types or sizes;
 - special files named like a trace: a FIFO, a folder, links to /dev/zero and /dev/null, a
-  dangling link, a file name that is not UTF-8.
+  dangling link, a file name that is not UTF-8;
+- what the reader must say or read as it is (LOSS_KINDS): events it leaves out, repairs or
+  cannot tie to a launch (kernels or events without a category, an unknown category or
+  phase, kernels without args, correlations that match nothing), fields of the types other
+  writers use (streams as hex text, devices and ids as text, an arg of the wrong type in
+  every event), and events written twice (all of them, or some).
 
 Every input goes through `advisor diagnose FILE --format json` (the command line's own
 entry point, in a pool of worker processes, 60 s each) and ends as one of:
@@ -23,12 +28,20 @@ entry point, in a pool of worker processes, 60 s each) and ends as one of:
     full report      exit 0, a report valid against its schema that notes no damage
     salvaged report  exit 0, a valid report that says what was skipped, repaired or cut off
     clean error      a non-zero exit with one `advisor:` line
-    traceback        an exception escaped, an internal error, or more than one line of error
+    silent drop      a report that says nothing of what its input lost (a loss kind whose
+                     report notes nothing), or one whose findings moved where its input
+                     only spelled the same profile another way (or twice)
+    internal error   `advisor: internal error` on stderr
+    traceback        an exception escaped, or more than one line of error
     hang             no answer in 60 s
+
+A rule that failed (one `advisor: rule ... failed` line, a note in the report) is listed
+below the table; the run goes on.
 
     python benchmarks/fuzz.py --n 2000
     python benchmarks/fuzz.py --each 1 --events 1500      # every kind once (the test suite's run)
     python benchmarks/fuzz.py --n 200 --seed 3 --base trace.json.gz
+    python benchmarks/fuzz.py --each 40 --loss-kinds     # what the reader must say, 40 of each
 """
 
 from __future__ import annotations
@@ -50,7 +63,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parent.parent / "shared" / "traces" / "bert_small_infer_h100.json.gz"
-OUTCOMES = ("full report", "salvaged report", "clean error", "traceback", "hang")
+OUTCOMES = ("full report", "salvaged report", "clean error", "silent drop", "internal error", "traceback", "hang")
+BAD = ("silent drop", "internal error", "traceback", "hang")
 TIMEOUT_S = 60
 _KEY = re.compile(rb'"(dur|ts|pid|tid|cat|name|args|External id|correlation|Input Dims|ph)": ?')
 _NUMBER = re.compile(rb'(?<=": )-?\d+(\.\d+)?')
@@ -231,10 +245,80 @@ ENCODING_KINDS = {
     "empty gzip": lambda data: gzip.compress(b""),
     "gzip of garbage": lambda data: gzip.compress(bytes(range(256)) * 64),
 }
+
+
+# -- what the reader must say, or read as it is ---------------------------------------------------
+
+
+def _some_x(doc: dict, rng: random.Random, change, share: float = 0.1, where=lambda e: True) -> dict:
+    """``change`` applied to a share of the complete events (at least one) that ``where`` picks."""
+    chosen = [i for i, e in enumerate(doc["traceEvents"]) if isinstance(e, dict) and e.get("ph") == "X" and where(e)]
+    picked = set(rng.sample(chosen, max(1, int(len(chosen) * share)))) if chosen else set()
+    return _each_x(doc, lambda e, i: change(e) if i in picked else e)
+
+
+def _of(category: str):
+    return lambda e: e.get("cat") == category
+
+
+def _args_changed(doc: dict, change) -> dict:
+    """Every complete event's args through ``change`` (a dict -> the dict's new items)."""
+    return _each_x(doc, lambda e, i: {**e, "args": {**e["args"], **change(e["args"])}}
+                   if isinstance(e.get("args"), dict) else e)
+
+
+def _as_text(args: dict, key: str, spell) -> dict:
+    value = args.get(key)
+    return {key: spell(value)} if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else {}
+
+
+def _unmatched(doc: dict, rng: random.Random) -> dict:
+    """Half the kernels given correlation ids that no launch carries."""
+    def moved(event: dict) -> dict:
+        args = event.get("args")
+        if not isinstance(args, dict) or not isinstance(args.get("correlation"), int):
+            return event
+        return {**event, "args": {**args, "correlation": args["correlation"] + 10**12}}
+
+    return _some_x(doc, rng, moved, 0.5, _of("kernel"))
+
+
+def _twice(doc: dict, rng: random.Random, share: float) -> dict:
+    events = doc["traceEvents"]
+    complete = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
+    again = complete if share >= 1 else rng.sample(complete, max(1, int(len(complete) * share)))
+    return {**doc, "traceEvents": events + json.loads(json.dumps(again))}
+
+
+# Each: (the change, what the report must do). "said": its notes (or profile-incomplete)
+# say what was lost or repaired; "same": its findings are the unchanged trace's (rule and
+# severity); both where both hold.
+LOSS_KINDS = {
+    "kernels without a category": (lambda rng, doc: _each_x(doc, lambda e, i: _without(e, "cat")
+                                                           if e.get("cat") == "kernel" else e), {"said"}),
+    "events without a category": (lambda rng, doc: _some_x(doc, rng, lambda e: _without(e, "cat")), {"said"}),
+    "events of an unknown category": (lambda rng, doc: _some_x(doc, rng, lambda e: {**e, "cat": "my_counter"}),
+                                      {"said"}),
+    "kernels without args": (lambda rng, doc: _some_x(doc, rng, lambda e: _without(e, "args"), 0.5, _of("kernel")),
+                             {"said"}),
+    "correlations that match nothing": (lambda rng, doc: _unmatched(doc, rng), {"said"}),
+    "events of an unknown phase": (lambda rng, doc: _some_x(doc, rng, lambda e: {**e, "ph": "Z"}), {"said"}),
+    "events without a phase": (lambda rng, doc: _some_x(doc, rng, lambda e: _without(e, "ph")), {"said"}),
+    "streams as hex text": (lambda rng, doc: _args_changed(doc, lambda a: _as_text(a, "stream", hex)), {"same"}),
+    "devices as text": (lambda rng, doc: _args_changed(doc, lambda a: _as_text(a, "device", str)), {"same"}),
+    "ids as text": (lambda rng, doc: _args_changed(doc, lambda a: {**_as_text(a, "correlation", hex),
+                                                                   **_as_text(a, "External id", str)}), {"same"}),
+    "an arg of the wrong type in every kernel": (lambda rng, doc: _each_x(
+        doc, lambda e, i: {**e, "args": {**e["args"], "registers per thread": [e["args"]["registers per thread"]]}}
+        if e.get("cat") == "kernel" and "registers per thread" in (e.get("args") or {}) else e), {"said"}),
+    "every event twice": (lambda rng, doc: _twice(doc, rng, 1.0), {"said", "same"}),
+    "some events twice": (lambda rng, doc: _twice(doc, rng, 0.1), {"said", "same"}),
+}
+
 # Not a trace at all, named like one.
 SPECIAL_KINDS = ("FIFO", "folder", "link to /dev/zero", "link to /dev/null", "dangling link", "file name not UTF-8")
 
-ALL_KINDS = (*BYTE_KINDS, *FIELD_KINDS, *DOCUMENT_KINDS, *ENCODING_KINDS, *SPECIAL_KINDS)
+ALL_KINDS = (*BYTE_KINDS, *FIELD_KINDS, *DOCUMENT_KINDS, *ENCODING_KINDS, *SPECIAL_KINDS, *LOSS_KINDS)
 
 
 def make_input(kind: str, rng: random.Random, data: bytes, doc: dict, folder: Path, i: int) -> str:
@@ -244,8 +328,9 @@ def make_input(kind: str, rng: random.Random, data: bytes, doc: dict, folder: Pa
         _, mutated, gz = mutate(rng, data, kind)
         path = path.with_name(path.name + (".gz" if gz else ""))
         path.write_bytes(mutated)
-    elif kind in FIELD_KINDS or kind in DOCUMENT_KINDS:
-        changed = _field_mutation(kind, rng, doc) if kind in FIELD_KINDS else DOCUMENT_KINDS[kind](rng, doc)
+    elif kind in FIELD_KINDS or kind in DOCUMENT_KINDS or kind in LOSS_KINDS:
+        changed = (_field_mutation(kind, rng, doc) if kind in FIELD_KINDS else DOCUMENT_KINDS[kind](rng, doc)
+                   if kind in DOCUMENT_KINDS else LOSS_KINDS[kind][0](rng, doc))
         path.write_bytes(json.dumps(changed, ensure_ascii=rng.random() < 0.5).encode("utf-8", "surrogatepass"))
     elif kind in ENCODING_KINDS:
         path = path.with_name(path.name + (".gz" if "gzip" in kind else ""))
@@ -266,8 +351,15 @@ def make_input(kind: str, rng: random.Random, data: bytes, doc: dict, folder: Pa
     return str(path)
 
 
-def run_one(path: str) -> tuple[str, str]:
-    """(outcome, detail) of `advisor diagnose PATH --format json` in this process."""
+def findings_of(report: dict) -> list[tuple[str, str]]:
+    return [(f["rule"], f["severity"]) for f in report["findings"]]
+
+
+def run_one(path: str, expects: frozenset[str] = frozenset(), base: list | None = None
+            ) -> tuple[str, str, list[str], list | None]:
+    """(outcome, detail, rules that failed, findings) of `advisor diagnose PATH --format
+    json` in this process. ``expects``: "said" where the input lost something its report
+    must say, "same" where its findings must be ``base``'s."""
     from advisor.cli import main
     from advisor.reports.schema import validate_report
 
@@ -276,21 +368,29 @@ def run_one(path: str) -> tuple[str, str]:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = main(["diagnose", path, "--format", "json"])
     except BaseException as exc:  # noqa: BLE001  (what the fuzz looks for)
-        return "traceback", f"{type(exc).__name__}: {exc}"[:200]
+        return "traceback", f"{type(exc).__name__}: {exc}"[:200], [], None
     lines = [line for line in err.getvalue().splitlines() if line.strip()]
+    failed = [line[:200] for line in lines if re.match(r"advisor: rule \S+ failed", line)]
+    if any("internal error" in line for line in lines):
+        return "internal error", next(line for line in lines if "internal error" in line)[:200], failed, None
     if code != 0:
-        ok = len(lines) == 1 and lines[0].startswith("advisor: ") and "internal error" not in lines[0]
-        return ("clean error" if ok else "traceback"), (lines[-1] if lines else "")[:200]
-    if any("internal error" in line or "Traceback" in line for line in lines):
-        return "traceback", lines[-1][:200]
+        ok = len(lines) == 1 and lines[0].startswith("advisor: ")
+        return ("clean error" if ok else "traceback"), (lines[-1] if lines else "")[:200], failed, None
+    if any("Traceback" in line for line in lines):
+        return "traceback", lines[-1][:200], failed, None
     try:
         report = json.loads(out.getvalue())
         validate_report(report)
     except Exception as exc:  # noqa: BLE001
-        return "traceback", f"invalid report: {exc}"[:200]
-    damaged = any(re.search(r"skipped|repaired|cut off|damaged|could not", n) for n in report["notes"]) or any(
-        f["rule"] == "profile-incomplete" for f in report["findings"])
-    return ("salvaged report" if damaged else "full report"), ""
+        return "traceback", f"invalid report: {exc}"[:200], failed, None
+    damaged = any(re.search(r"skipped|repaired|cut off|damaged|could not|left out|copies|tied to no launch", n)
+                  for n in report["notes"]) or any(f["rule"] == "profile-incomplete" for f in report["findings"])
+    found = findings_of(report)
+    if "said" in expects and not damaged:
+        return "silent drop", "the report says nothing of what the input lost", failed, found
+    if "same" in expects and base is not None and found != base:
+        return "silent drop", f"findings {found} where the trace as written gives {base}"[:200], failed, found
+    return ("salvaged report" if damaged else "full report"), "", failed, found
 
 
 def base_trace(events: int = 20_000) -> bytes:
@@ -316,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
                              "trace exists)")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds an input may take")
     parser.add_argument("--base", type=Path, help="the trace to mutate (default: the shared BERT trace)")
+    parser.add_argument("--loss-kinds", action="store_true",
+                        help="only the kinds whose report must say what was lost or find the same (LOSS_KINDS)")
     args = parser.parse_args(argv)
     os.environ["ADVISOR_NO_CACHE"] = "1"
     os.environ["ADVISOR_NO_PROGRESS"] = "1"
@@ -323,27 +425,39 @@ def main(argv: list[str] | None = None) -> int:
             else args.base.read_bytes() if args.base else base_trace(args.events))
     doc = json.loads(data)
     rng = random.Random(args.seed)
-    kinds = [k for k in ALL_KINDS for _ in range(args.each)] if args.each else \
-        [rng.choice(ALL_KINDS) for _ in range(args.n)]
+    drawn = tuple(LOSS_KINDS) if args.loss_kinds else ALL_KINDS
+    kinds = [k for k in drawn for _ in range(args.each)] if args.each else [rng.choice(drawn) for _ in range(args.n)]
     counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     examples: dict[tuple[str, str], str] = {}
+    failures: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as folder:
+        # The trace as written: what a loss kind that only spells it another way must give.
+        unchanged = Path(folder) / "unchanged.json"
+        unchanged.write_bytes(data)
+        base = run_one(str(unchanged))[3]
         jobs = [(kind, make_input(kind, rng, data, doc, Path(folder), i)) for i, kind in enumerate(kinds)]
         context = multiprocessing.get_context("spawn")
         pool = context.Pool(args.workers)
+
+        def submit(kind: str, path: str):
+            expects = frozenset(LOSS_KINDS[kind][1]) if kind in LOSS_KINDS else frozenset()
+            return pool.apply_async(run_one, (path, expects, base))
+
         try:
-            pending = [(kind, path, pool.apply_async(run_one, (path,))) for kind, path in jobs]
+            pending = [(kind, path, submit(kind, path)) for kind, path in jobs]
             for done, (kind, path, result) in enumerate(pending, 1):
                 try:
-                    outcome, detail = result.get(timeout=args.timeout)
+                    outcome, detail, failed, _ = result.get(timeout=args.timeout)
                 except multiprocessing.TimeoutError:
-                    outcome, detail = "hang", ""
+                    outcome, detail, failed = "hang", "", []
                     pool.terminate()
                     pool = context.Pool(args.workers)
                     # the rest are resubmitted to the new pool
-                    pending[done:] = [(k, p, pool.apply_async(run_one, (p,))) for k, p, _ in pending[done:]]
+                    pending[done:] = [(k, p, submit(k, p)) for k, p, _ in pending[done:]]
                 counts[kind][outcome] += 1
                 examples.setdefault((kind, outcome), detail)
+                for line in failed:
+                    failures.setdefault(kind, line)
                 if done % 100 == 0:
                     print(f"fuzz: {done} of {len(pending)}", file=sys.stderr, flush=True)
         finally:
@@ -357,9 +471,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{kind:{width}}" + "".join(f"{counts[kind][o]:>17}" for o in OUTCOMES))
         total.update(counts[kind])
     print(f"{'all':{width}}" + "".join(f"{total[o]:>17}" for o in OUTCOMES))
-    bad = [(k, o, d) for (k, o), d in examples.items() if o in ("traceback", "hang")]
+    bad = [(k, o, d) for (k, o), d in examples.items() if o in BAD]
     for kind, outcome, detail in bad:
         print(f"  {outcome} on {kind}: {detail}")
+    for kind, line in sorted(failures.items()):
+        print(f"  a rule failed (said in the report) on {kind}: {line}")
     return 1 if bad else 0
 
 
