@@ -68,7 +68,7 @@ def _verify(tmp_path: Path, steps: int) -> tuple[subprocess.Popen, Path, Path]:
     script, log, report = tmp_path / "starved.py", tmp_path / "runs.log", tmp_path / "report.json"
     script.write_text(STARVED)
     # Ctrl-C as at a terminal: SIGINT handled, whatever the test runner ignores.
-    command = [sys.executable, "-m", "advisor", "verify", "--budget", "60", "--trial-steps", "40", "--format", "json",
+    command = [sys.executable, "-m", "advisor", "verify", "--budget", "600", "--trial-steps", "40", "--format", "json",
                "-o", str(report), "--", str(script), str(log), str(steps)]
     process = subprocess.Popen(command, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True,

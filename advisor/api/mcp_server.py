@@ -226,10 +226,11 @@ def _build(keep_bytes: int | None) -> tuple[Any, Any]:
         """RUNS THE USER'S SCRIPT, several times: `advisor verify SCRIPT ARGS`, on this machine, as the
         server's user. Diagnoses the training script (one run), then applies each finding's fix that
         advisor can apply from outside the script and measures it (runs with and without the fix,
-        alternately, within budget_s seconds, at most 3600). Whatever the script does (files,
-        checkpoints, downloads) happens on every run. ``script`` must be an existing file. The whole
-        call runs for at most timeout_s seconds (default: budget_s plus 600 s for the diagnosis; at
-        most 4200): then advisor verify is asked to stop (it reports what it measured, given 30 s).
+        alternately, in what is left of budget_s seconds, at most 3600, after the diagnosis). Whatever
+        the script does (files, checkpoints, downloads) happens on every run. ``script`` must be an
+        existing file. The whole call runs for at most timeout_s seconds (default: budget_s plus 600 s,
+        for a diagnosis that runs the script past the budget; at most 4200): then advisor verify is
+        asked to stop (it reports what it measured, given 30 s).
         Cancelling the call, or closing the connection, ends the script and every process it started.
         Returns the JSON report, each finding with its verification (measured saving, inside the
         predicted range?) or why not."""

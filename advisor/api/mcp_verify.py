@@ -23,8 +23,9 @@ from typing import Any
 
 __all__ = ["Runs", "end_runs_on_signal", "run_verify", "verify_command"]
 
-# The diagnosis that comes before verify's trials runs the script once more: the whole call
-# (diagnosis and trials) runs for at most the trials' budget and this, unless timeout_s says.
+# verify's budget covers its diagnosis too, but the diagnosis runs the script to its end,
+# which may be later: the whole call runs for at most the budget and this, unless timeout_s
+# says.
 VERIFY_DIAGNOSIS_S = 600.0
 MAX_VERIFY_BUDGET_S = 3600.0
 MAX_VERIFY_TIMEOUT_S = MAX_VERIFY_BUDGET_S + VERIFY_DIAGNOSIS_S
