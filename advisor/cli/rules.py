@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING
 
 from advisor.errors import UsageError
 
+# How many of a valid pack's rule ids `rules validate` names on its line.
+_IDS_NAMED = 20
+
 # Only the parser is built on every start of `advisor`; what loads rules (pydantic, pandas)
 # is imported when a command needs it.
 if TYPE_CHECKING:
@@ -186,8 +189,12 @@ def _validate(args: argparse.Namespace) -> int:
             if errors:
                 failed += 1
                 continue
-            print(f"{pack.source}: ok, {len(pack.rules)} rule{'s' if len(pack.rules) != 1 else ''} "
-                  f"({', '.join(s.id for s in pack.rules)})")
+            ids = [s.id for s in pack.rules]
+            # A large pack's ids are named in part: `advisor rules list --rules PACK` lists them all.
+            named = ", ".join(ids[:_IDS_NAMED])
+            if len(ids) > _IDS_NAMED:
+                named += f" and {len(ids) - _IDS_NAMED} more"
+            print(f"{pack.source}: ok, {len(ids)} rule{'s' if len(ids) != 1 else ''} ({named})")
             known |= {s.id for s in pack.rules}
     if failed:
         print(f"advisor: {failed} rule pack{'s' if failed > 1 else ''} with problems", file=sys.stderr)

@@ -39,7 +39,7 @@ from advisor.rules.packs.spec import (
     ValueRef,
 )
 from advisor.rules.packs.templates import TemplateError, check_template
-from advisor.rules.packs.yamlsource import Located, YamlSourceError, read_yaml
+from advisor.rules.packs.yamlsource import MAX_PACK_CHARS, Located, YamlSourceError, read_yaml
 
 __all__ = ["PackError", "PackInvalid", "read_pack", "table_columns", "validate_file", "validate_text"]
 
@@ -356,6 +356,11 @@ def validate_file(path: str | Path, *, known_ids: Iterable[str] = (),
     if special is not None:
         return None, [PackError(source, 0, f"is {special}, not a rule pack file")]
     try:
+        # Refused before it is read: a pack larger than yamlsource reads would be held whole first.
+        size = path.stat().st_size
+        if size > MAX_PACK_CHARS:
+            return None, [PackError(source, 0, f"is {size:,} bytes: larger than a rule pack may be "
+                                               f"({MAX_PACK_CHARS:,} bytes)")]
         raw = path.read_bytes()
     except IsADirectoryError:
         return None, [PackError(source, 0, "is a folder, not a rule pack file")]

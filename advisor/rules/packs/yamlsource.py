@@ -70,25 +70,36 @@ class Located:
         return first
 
 
-# Nodes a document may expand to, its aliases followed: a rule pack has a few thousand; a
-# chain of anchors that each repeat the last ("billion laughs") has billions, and reading
-# it as data would never end.
-MAX_EXPANDED_NODES = 200_000
+# Values a document's aliases may add: each alias repeats the node it names, with all that
+# is below it. A rule pack uses a few (thresholds shared between rules); a chain of anchors
+# that each repeat the last ("billion laughs") adds billions, and reading it as data would
+# never end. The values the text itself holds are bounded by its size (MAX_PACK_CHARS), not
+# here: a pack of thousands of rules is large, not a bomb.
+MAX_ALIAS_VALUES = 200_000
+
+
+class _Refused(YamlSourceError):
+    """YAML refused for its shape or size, not for its syntax: the other parser is not
+    asked for its words."""
 
 
 def _within_budget(root: yaml.Node) -> None:
-    seen = 0
+    written: set[int] = set()  # the nodes the text holds, by identity (an alias repeats one)
+    repeated = 0
     stack = [(root, 0)]
     while stack:
         node, depth = stack.pop()
-        seen += 1
         if depth > MAX_FLOW_DEPTH:
-            raise YamlSourceError(node.start_mark.line + 1, f"values nested more than {MAX_FLOW_DEPTH} deep: "
-                                                            "deeper than a rule pack needs")
-        if seen > MAX_EXPANDED_NODES:
-            raise YamlSourceError(node.start_mark.line + 1,
-                                  f"anchors and aliases expand to more than {MAX_EXPANDED_NODES:,} values; a rule "
-                                  "pack is far smaller (is this a YAML bomb?)")
+            raise _Refused(node.start_mark.line + 1, f"values nested more than {MAX_FLOW_DEPTH} deep: "
+                                                     "deeper than a rule pack needs")
+        if id(node) in written:
+            repeated += 1
+            if repeated > MAX_ALIAS_VALUES:
+                raise _Refused(node.start_mark.line + 1,
+                               f"anchors and aliases expand to more than {MAX_ALIAS_VALUES:,} values "
+                               "beyond those written; a rule pack repeats far fewer (is this a YAML bomb?)")
+        else:
+            written.add(id(node))
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
                 stack.extend(((key, depth + 1), (value, depth + 1)))
@@ -137,32 +148,41 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # PyYAML's composer and constructor recurse, and 5 000 levels would overflow the stack.
 MAX_INDENT = 256
 MAX_FLOW_DEPTH = 64
+# How large a pack may be, in characters: the parser holds some hundreds of bytes per value
+# it reads, so this bounds its memory (a pack of 5,000 fully documented rules, 12 MB, takes
+# 0.4 GB to read).
+MAX_PACK_CHARS = 16 * 2**20
 # Characters YAML does not allow in a document: C0 controls but tab, newline and return, DEL,
 # C1 controls but NEL, lone surrogates, and U+FFFE/U+FFFF.
 _NOT_ALLOWED = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x80-\x84\x86-\x9f\ud800-\udfff\ufffe\uffff]")
+_DEEP_INDENT = re.compile(f"^ {{{MAX_INDENT + 1},}}", re.MULTILINE)
+_BRACKETS = re.compile(r"[\[\]{}]")
 
 
 def _shape_checked(text: str) -> None:
-    """Refuse, before parsing, what the parser would choke on: control characters and
-    nesting deeper than any pack needs."""
+    """Refuse, before parsing, what the parser would choke on: a text larger than any pack,
+    control characters and nesting deeper than any pack needs. (Found by regular
+    expressions, not a loop over the characters: a large pack has millions.)"""
+    if len(text) > MAX_PACK_CHARS:
+        raise _Refused(0, f"{len(text):,} characters: larger than a rule pack may be ({MAX_PACK_CHARS:,})")
     bad = _NOT_ALLOWED.search(text)
     if bad is not None:
         line = text.count("\n", 0, bad.start()) + 1
-        raise YamlSourceError(line, f"control character U+{ord(bad.group()):04X} is not allowed in YAML")
-    depth = deepest = 0
-    for number, line in enumerate(text.splitlines(), 1):
-        if len(line) - len(line.lstrip(" ")) > MAX_INDENT:
-            raise YamlSourceError(number, f"indented more than {MAX_INDENT} columns: nested deeper than a rule "
-                                          "pack needs")
-        for char in line:
-            if char in "[{":
-                depth += 1
-                deepest = max(deepest, depth)
-            elif char in "]}":
-                depth = max(depth - 1, 0)
-        if deepest > MAX_FLOW_DEPTH:
-            raise YamlSourceError(number, f"[ and {{ nested more than {MAX_FLOW_DEPTH} deep: deeper than a rule "
-                                          "pack needs")
+        raise _Refused(line, f"control character U+{ord(bad.group()):04X} is not allowed in YAML")
+    deep = _DEEP_INDENT.search(text)
+    if deep is not None:
+        raise _Refused(text.count("\n", 0, deep.start()) + 1, f"indented more than {MAX_INDENT} columns: nested "
+                                                               "deeper than a rule pack needs")
+    depth = 0
+    for bracket in _BRACKETS.finditer(text):
+        if bracket.group() in "[{":
+            depth += 1
+            if depth > MAX_FLOW_DEPTH:
+                raise _Refused(text.count("\n", 0, bracket.start()) + 1, f"[ and {{ nested more than "
+                                                                         f"{MAX_FLOW_DEPTH} deep: deeper than a "
+                                                                         "rule pack needs")
+        else:
+            depth = max(depth - 1, 0)
 
 
 def read_yaml(text: str) -> Located:
@@ -170,6 +190,8 @@ def read_yaml(text: str) -> Located:
     _shape_checked(text)
     try:
         return _read(text, _LOADER)
+    except _Refused:
+        raise
     except YamlSourceError:
         if _LOADER is yaml.SafeLoader:
             raise
