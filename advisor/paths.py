@@ -42,17 +42,42 @@ def table_columns_file() -> Path:
 
 
 def special_file(path: str | Path) -> str | None:
-    """What ``path`` is where it is neither a regular file nor a folder ("a FIFO", "a
+    """What ``path`` is where it is not a regular file or folder of data ("a FIFO", "a
     character device"...), told without opening it: reading a FIFO blocks until someone
-    writes to it, and a device never ends. None for a file, a folder, or nothing there."""
+    writes to it, and a device never ends. Files of the kernel's own file systems (/proc,
+    /sys) are refused too: they call themselves regular, are made as they are read, and
+    some block until the kernel has something to say (/proc/kmsg). None for a file, a
+    folder, or nothing there."""
     try:
-        mode = os.stat(path).st_mode
+        mode = (info := os.stat(path)).st_mode
     except (OSError, ValueError):  # absent, unreadable, a NUL in the name: the reader says so
         return None
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        if _of_the_kernel(path, info):
+            return f"a {'file' if stat.S_ISREG(mode) else 'folder'} of the kernel's (/proc, /sys)"
         return None
     for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
         if test(mode):
             return what
     return "not a regular file"
+
+
+# The kernel's pseudo-file systems, where they are mounted on every Linux system.
+_KERNEL_MOUNTS = ("/proc", "/sys")
+
+
+def _of_the_kernel(path: str | Path, info: os.stat_result) -> bool:
+    """Whether ``path`` (whose stat is ``info``) lies on /proc or /sys: the same device as
+    either mount, or a path inside either once links are followed."""
+    for mount in _KERNEL_MOUNTS:
+        try:
+            if os.stat(mount).st_dev == info.st_dev:
+                return True
+        except OSError:
+            continue
+    try:
+        real = os.path.realpath(path)
+    except (OSError, ValueError):
+        return False
+    return any(real == mount or real.startswith(mount + os.sep) for mount in _KERNEL_MOUNTS)

@@ -37,8 +37,16 @@ def selection(rules: list[str] | None, said: list[str]) -> Any:
     from advisor.rules.packs.catalog import load_rules
     from advisor.rules.packs.config import find_config, load_config
 
+    from advisor.errors import RulePackError
+    from advisor.rules.packs.validate import PackInvalid
+
     config = load_config(find_config([Path.cwd()]))
-    ruleset = load_rules(list(rules or []), config=config)
+    try:
+        ruleset = load_rules(list(rules or []), config=config)
+    except PackInvalid as exc:
+        # The caller may be an agent naming any file this user can read as a pack: what is
+        # wrong is said by where, never by the file's keys and values.
+        raise RulePackError(exc.without_content()) from None
     said.extend(str(problem) for problem in ruleset.problems)
     chosen = ruleset.configure(config, preview=False)
     said.extend(chosen.notes)
@@ -47,6 +55,8 @@ def selection(rules: list[str] | None, said: list[str]) -> Any:
 
 def diagnose_target(target: str | Path, *, rules: list[str] | None = None, gpu: str | None = None) -> Diagnosed:
     """The diagnosis of the trace, saved session or job at ``target`` (see the module)."""
+    if not str(target).strip():  # Path("") is the working folder, which no caller meant
+        raise UsageError("no target: name a trace file, a saved session folder or a job's folder")
     path = Path(target)
     if path.suffix == ".py":
         raise UsageError(f"{path} is a script: this reads profiles only (a trace, a saved session, a job); "

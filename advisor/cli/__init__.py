@@ -47,6 +47,7 @@ from advisor.cli.rules import (
     selection_for,
 )
 from advisor.errors import AdvisorError, UsageError
+from advisor.paths import special_file
 
 SEVERITIES = ("info", "low", "medium", "high", "critical")
 FAIL_ON_EXIT = 3
@@ -382,7 +383,8 @@ def _read_ahead(args: argparse.Namespace, *targets: str, imports: bool = True) -
     started = []
     for target in targets:
         path = Path(target)
-        if _is_script(path) or not path.is_file():
+        # A file that is not one of data (/proc/kmsg blocks its reader) is left to load, which says so.
+        if _is_script(path) or not path.is_file() or special_file(path) is not None:
             started.append(None)
             continue
         started.append(start(path, processes=processes_allowed()))
@@ -1048,9 +1050,25 @@ def _leave(code: int) -> None:
     os._exit(code)
 
 
+def _refuse_special_targets(args: argparse.Namespace) -> None:
+    """A target that is not a file or folder of data (a FIFO, a device, /proc/kmsg, which
+    blocks its reader until the kernel logs something) refused before anything reads it:
+    the read ahead, the report cache's key and the merged-ranks check all look at its
+    first bytes before the loader would."""
+    from advisor.errors import TraceError
+
+    for target in (getattr(args, name, None) for name in ("target", "before", "after")):
+        if not isinstance(target, str) or not target:
+            continue
+        special = special_file(target)
+        if special is not None:
+            raise TraceError(f"{target} is {special}, not a trace file or a session folder")
+
+
 def _command(parser: argparse.ArgumentParser, args: argparse.Namespace, kept) -> int:
     """Run the command; each failure as one line and its exit code."""
     try:
+        _refuse_special_targets(args)
         if args.command in ("diagnose", "verify"):
             return _diagnose(args, kept)
         if args.command == "summary":

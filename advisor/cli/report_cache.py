@@ -71,12 +71,13 @@ class ReportCache:
         """The record for diagnosing ``args.target``; None where no record applies (not
         one trace file, the cache off, a --save) or its name cannot be worked out."""
         from advisor.importers import cache
+        from advisor.paths import special_file
 
         target = Path(args.target)
         if (not cache.enabled() or getattr(args, "save", None) or getattr(args, "script_args", None)
                 or getattr(args, "ncu", None) or getattr(args, "kernel_counters", None)  # files the key cannot see
-                or target.suffix == ".py" or not target.is_file()):
-            return None
+                or target.suffix == ".py" or not target.is_file() or special_file(target) is not None):
+            return None  # (a file that is not one of data, /proc/kmsg, blocks the reading of its key)
         try:
             folder = cache.root(create=True)
             if folder is None:

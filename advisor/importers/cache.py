@@ -296,7 +296,7 @@ def tables(session: Session, compute: Callable[[Session, list[str] | None], dict
 
 
 def _tables_key(session: Session) -> str:
-    digest = hashlib.sha256(session.meta.model_dump_json().encode())
+    digest = hashlib.sha256(session.meta.json_text().encode())
     digest.update(code_fingerprint().encode())
     return digest.hexdigest()[:24]
 

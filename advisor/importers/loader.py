@@ -31,6 +31,7 @@ from advisor.paths import special_file
 from advisor.session import is_session_dir, text
 from advisor.session.attribute import attribute, name_matches
 from advisor.session.calls import LAUNCH_CALLS
+from advisor.units import valid_text
 
 # The Session's models (pydantic) are imported where a Session is built, not here: a
 # forked read (advisor.importers.ahead) runs read_kineto alone and need not wait for them.
@@ -71,8 +72,9 @@ def load(path: str | Path, *, progress: Callable[[int, int], None] | None = None
         return session
     found = cache.cached(target)
     if found is not None:
-        # The entry is the file's, whatever path reached it: the source is the one given now.
-        found.meta = found.meta.model_copy(update={"source": str(target)})
+        # The entry is the file's, whatever path reached it: the source is the one given now
+        # (as valid text, as the metadata's validator makes it: model_copy does not validate).
+        found.meta = found.meta.model_copy(update={"source": valid_text(str(target))})
         if ahead is not None:  # kept by another command since the read began
             ahead.stop()
         if progress is not None:

@@ -76,6 +76,17 @@ class PackInvalid(RulePackError):
             first += f" (and {more} more problem{'s' if more > 1 else ''}: `advisor rules validate {file}` lists them)"
         super().__init__(first)
 
+    def without_content(self) -> str:
+        """The problems said by where the first is and how many there are, quoting nothing
+        of the file: a problem's words hold its keys and values, which are whatever the file
+        holds (a caller that may name any file, an agent, must not read them back)."""
+        if not self.errors:
+            return "invalid rule pack"
+        first, count = self.errors[0], len(self.errors)
+        where = f"{first.file}:{first.line}" if first.line else first.file
+        return (f"{where}: not a valid rule pack ({count} problem{'s' if count > 1 else ''}; "
+                f"`advisor rules validate {first.file}` lists them)")
+
 
 @functools.cache
 def table_columns() -> dict[str, list[str]]:
