@@ -1,6 +1,7 @@
 """Smaller inputs made to break advisor, each with its reproducer: a file name that is not
 UTF-8 once cached, a verify budget that is not a time, a kernel file that blocks its
-reader, an MCP target that is empty or a rule pack that is someone's secrets."""
+reader, an MCP target that is empty or a rule pack that is someone's secrets, a full
+standard output, SIGTERM after the script ended."""
 
 from __future__ import annotations
 
@@ -135,3 +136,64 @@ def test_diagnose_target_refuses_an_empty_target_and_quotes_no_pack_content(tmp_
         diagnose_target(trace, rules=[str(secrets)])
     assert f"{secrets}:1: not a valid rule pack" in str(refused.value)
     assert "hunter2" not in str(refused.value) and "password" not in str(refused.value)
+
+
+# -- a full standard output ---------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this machine")
+@pytest.mark.parametrize("argv", [["rules", "list"], ["--help"], ["--version"], ["doctor"],
+                                  ["calibrate", "--seconds", "0.2"], ["calibrate", "--help"]],
+                         ids=lambda argv: " ".join(argv))
+def test_a_full_standard_output_is_one_line_and_a_failure(tmp_path, argv):
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "advisor", *argv], stdout=full, stderr=subprocess.PIPE,
+                              text=True, cwd=REPO, check=False,
+                              env={**os.environ, "ADVISOR_CALIBRATION": str(tmp_path / "calibration.json")})
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines() == ["advisor: the output could not be written: No space left on device"]
+
+
+# -- SIGTERM after the script ended -----------------------------------------------------------------
+
+
+TRAIN = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+model = nn.Linear(8, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,))), batch_size=8)
+for x, y in loader:
+    optimizer.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+"""
+
+# advisor as its command runs it, with SIGTERM arriving once the script has ended, while its
+# profile is put on disk (sent from there: a scheduler's timing, made exact).
+TERMINATED_AFTER = """
+import os, signal, sys
+import advisor.cli as cli
+collect = cli._collect_or_load
+def collected_then_terminated(*args, **kwargs):
+    out = collect(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return out
+cli._collect_or_load = collected_then_terminated
+sys.argv = ["advisor", "diagnose", sys.argv[1]]
+cli.console_main()
+"""
+
+
+def test_sigterm_after_the_script_ended_is_said_as_sigterm_with_its_exit_code(tmp_path):
+    import signal
+
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    done = subprocess.run([sys.executable, "-c", TERMINATED_AFTER, str(script)], capture_output=True, text=True,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("advisor: stopped by SIGTERM; the profile collected is kept in "), done.stderr
+    assert "Traceback" not in done.stderr

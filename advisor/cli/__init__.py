@@ -303,8 +303,21 @@ def _collected(args: argparse.Namespace, kept, *, spawned_ranks: bool = False):
     finally:
         held.release()
     if held.came:
-        raise KeyboardInterrupt
+        _raise_held(held.signum)
     return session, exit_code, launched
+
+
+def _raise_held(signum: int | None) -> None:
+    """The interrupt held while the profile was put on disk, raised as the signal it was:
+    SIGTERM and SIGHUP as advisor.errors.Stopped (said by name, exit 128 + the signal),
+    Ctrl-C as KeyboardInterrupt (exit 130)."""
+    import signal
+
+    from advisor.errors import Stopped
+
+    if signum is not None and signum != signal.SIGINT:
+        raise Stopped(signum)
+    raise KeyboardInterrupt
 
 
 def _steady(session):
@@ -925,10 +938,32 @@ def console_main() -> None:
     finalizers may need it."""
     _whole_stdout()
     _stop_on_signals()
-    code, quick = _main(None)
+    try:
+        code, quick = _main(None)
+    except SystemExit as exc:  # argparse's own ends: --help, --version, a usage error
+        code, quick = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1), False
+    code = _written_out(code)
     if quick:
         _leave(code)
     sys.exit(code)
+
+
+def _written_out(code: int) -> int:
+    """``code`` once standard output is flushed, here rather than at the interpreter's exit,
+    where a failure (a full disk, /dev/full) is printed as a traceback. A flush that fails
+    is said in one line (where the command had not failed already and said why) and the
+    exit code is 1; nothing more is written there."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader stopped reading: as they wished
+        _quiet_stdout()
+    except (OSError, ValueError) as exc:
+        _quiet_stdout()
+        if code == 0:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            print(f"advisor: the output could not be written: {reason}", file=sys.stderr)
+        return code or 1
+    return code
 
 
 def _stop_on_signals() -> None:

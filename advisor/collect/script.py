@@ -524,6 +524,7 @@ class HeldInterrupts:
 
     def __init__(self) -> None:
         self.came = False
+        self.signum: int | None = None  # the last signal held: SIGINT, SIGTERM or SIGHUP
         self._previous: Any = None
 
     def start(self) -> None:
@@ -533,6 +534,7 @@ class HeldInterrupts:
 
     def _note(self, signum: int, frame: Any) -> None:
         self.came = True
+        self.signum = signum
 
     def release(self) -> None:
         if self._previous is not None:
