@@ -22,7 +22,7 @@ Bad input is a tool error carrying advisor's one-line message, and any other fai
 line with its cause; the server stays up. Diagnoses are kept while the server runs (keyed
 by the file's size and modification time), so paging through a target's tables reads it
 once: the most recent first, within a memory budget in bytes (ADVISOR_MCP_KEEP_MB, 1024 MB
-by default; each diagnosis's events, tables and report estimated), the oldest let go first.
+by default; each diagnosis's size estimated from all it holds), the oldest let go first.
 """
 
 # No `from __future__ import annotations`: the SDK reads the tools' annotations, which name
@@ -30,7 +30,9 @@ by default; each diagnosis's events, tables and report estimated), the oldest le
 import gc
 import json
 import os
+import sys
 import threading
+import types
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -72,7 +74,7 @@ def _errors_as_tool_errors(call: Any) -> Any:
 
 class _Diagnoses:
     """Targets' diagnoses while their files are unchanged, the most recently used first,
-    within ``budget_bytes`` (estimated: the events, tables and report each holds). Tools
+    within ``budget_bytes`` (each one's size estimated by diagnosis_bytes). Tools
     run on worker threads: the lock guards the kept ones, not the diagnoses themselves."""
 
     def __init__(self, budget_bytes: int) -> None:
@@ -120,14 +122,47 @@ class _Diagnoses:
             self._kept[key] = (done, size)
 
 
+# Objects a size estimate visits at most: a diagnosis holds a few thousand besides its
+# frames, which count in bulk.
+_MOST_OBJECTS = 1_000_000
+
+
 def diagnosis_bytes(done: Diagnosed) -> int:
-    """About how much memory a kept diagnosis holds: its events and tables (pandas' own
-    count, strings included) and its report (three times its JSON: rows as Python objects)."""
-    frames = list(done.tables.values())
-    if done.session is not None:
-        frames.append(done.session.events)
-    size = sum(int(frame.memory_usage(index=True, deep=True).sum()) for frame in frames)
-    return size + 3 * len(done.report.model_dump_json())
+    """About how much memory a kept diagnosis holds: everything it reaches (the report, the
+    session, the step model with its graph and frames, the tables), each object once; pandas
+    counts its frames, strings included, numpy its arrays. The events and tables alone are
+    about a third of what keeping a diagnosis makes the process grow by."""
+    import numpy as np
+    import pandas as pd
+
+    seen: set[int] = set()
+    size, waiting = 0, [done]
+    while waiting and len(seen) < _MOST_OBJECTS:
+        value = waiting.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, (pd.DataFrame, pd.Series, pd.Index)):
+            used = value.memory_usage(deep=True)
+            size += int(used.sum()) if hasattr(used, "sum") else int(used)
+        elif isinstance(value, np.ndarray):
+            size += value.nbytes
+        elif isinstance(value, (str, bytes, int, float, bool, type(None))):
+            size += sys.getsizeof(value)
+        elif isinstance(value, dict):
+            size += sys.getsizeof(value)
+            waiting.extend(value.keys())
+            waiting.extend(value.values())
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            size += sys.getsizeof(value)
+            waiting.extend(value)
+        elif not (isinstance(value, (type, types.ModuleType)) or callable(value)):  # code is shared, not held
+            size += sys.getsizeof(value)
+            if hasattr(value, "__dict__"):
+                waiting.append(vars(value))
+            waiting.extend(getattr(value, name) for name in getattr(type(value), "__slots__", ())
+                           if isinstance(name, str) and hasattr(value, name))
+    return size
 
 
 def shown_safely(text: str) -> str:
