@@ -213,6 +213,17 @@ def test_a_trace_whose_metadata_holds_a_lone_surrogate_is_saved_and_read_back(tm
     assert comment.startswith("half a pair \ufffd") and comment.encode("utf-8")  # replaced, as every writer needs
 
 
+def test_a_session_saved_from_a_trace_at_the_reader_s_time_range_reads_back(tmp_path, capsys):
+    """A trace's times as far out as its reader keeps them (5e15 us) are a session's too."""
+    events = _trace_events()
+    events[-1]["ts"] = 5e15
+    trace = write_trace(tmp_path / "t.json", events)
+    folder = tmp_path / "session"
+    assert main(["diagnose", str(trace), "--save", str(folder), "--format", "json"]) == 0
+    capsys.readouterr()
+    assert Session.load(folder).events["start_ns"].max() == 5 * 10**18
+
+
 # -- a saved job ----------------------------------------------------------------------------------
 
 

@@ -34,10 +34,11 @@ __all__ = ["MAX_META_DEPTH", "MAX_TIME_NS", "Schema", "check_events", "read_even
 # recurses until the interpreter's stack runs out.
 MAX_META_DEPTH = 64
 
-# Times a session may hold, either side of its clock's zero: 4e18 ns is 126 years, past any
-# clock a profiler uses (the Unix epoch in ns is 1.8e18), and far enough inside int64 that
-# a duration, a sum of two times or a midpoint cannot overflow.
-MAX_TIME_NS = 4 * 10**18
+# Times a session may hold, either side of its clock's zero: those the trace reader keeps
+# (advisor.importers.kineto, 9e15 us: as nanoseconds, just inside int64), so a session
+# advisor saved reads back; int64's own extremes, which no reader makes and which the
+# tables' arithmetic overflows on, are refused.
+MAX_TIME_NS = 9 * 10**18
 
 # Columns the session format has gained since it was first written: a session saved before
 # holds none of them, and they read as not recorded. ``id`` is the row's position and is
@@ -186,7 +187,7 @@ def check_events(events: pd.DataFrame, path: Path | str, schema: Schema) -> None
         if out.any():
             row = int(np.argmax(out))
             raise SessionError(f"{path}: row {row}: {column} {values[row]} is out of range (a session's times "
-                               "lie within 4e18 ns, 126 years, of its clock's zero)")
+                               "lie within 9e18 ns of its clock's zero)")
     kind = events["kind"]
     backwards = ints["end_ns"] < ints["start_ns"]
     if backwards.any():
