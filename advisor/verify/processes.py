@@ -35,7 +35,7 @@ def start(command: Sequence[str], *, stdout: IO[Any] | int, stderr: IO[Any] | in
 def end(process: subprocess.Popen, *, grace_s: float) -> None:
     """End ``process`` and whatever it started that is still running: SIGTERM to each, then
     SIGKILL to what is left after ``grace_s`` seconds. A Ctrl-C meanwhile ends them at once."""
-    known = _descendants(process.pid)
+    known = _descendants(process)
     try:
         _signal_all(process, known, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
@@ -43,20 +43,23 @@ def end(process: subprocess.Popen, *, grace_s: float) -> None:
             time.sleep(_POLL_S)
     finally:
         # Those the process started while being asked to stop are ended too.
-        _signal_all(process, known + _descendants(process.pid), signal.SIGKILL)
+        _signal_all(process, known + _descendants(process), signal.SIGKILL)
         try:
             process.wait(timeout=5)
         except subprocess.TimeoutExpired:  # not ours to wait for any longer (a process stuck in the kernel)
             pass
 
 
-def _descendants(pid: int) -> list[Any]:
-    """The processes ``pid`` started, theirs too (psutil.Process objects, which refuse to
-    signal a process whose id was reused), while ``pid`` runs."""
+def _descendants(process: subprocess.Popen) -> list[Any]:
+    """The processes ``process`` started, theirs too (psutil.Process objects, which refuse to
+    signal a process whose id was reused), while it runs. Once it is waited for, its id may
+    be another process's: what it left is found by its process group instead."""
+    if process.poll() is not None:
+        return []
     try:
         import psutil
 
-        return psutil.Process(pid).children(recursive=True)
+        return psutil.Process(process.pid).children(recursive=True)
     except Exception:  # noqa: BLE001  (gone already, or psutil missing: its process group is still ended)
         return []
 
