@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from advisor.errors import UsageError
 from advisor.importers import load
+from advisor.session import intervals as iv
 from advisor.session import (
     GPU_KINDS,
     DistributedInfo,
@@ -449,9 +450,28 @@ def sessions(draw):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sessions())
 def test_properties(session):
+    check_properties(session)
+
+
+def test_properties_hold_with_a_start_up_inside_the_window():
+    """A slow first launch between ops is set apart inside the window: neither a cause of
+    idle time nor the steady busy time (found by test_properties)."""
+    t = Trace()
+    t.op("aten::mm", 0, 3.7)
+    op = t.op("aten::mm", 4.1, 4.2)
+    t.gpu("Mem memcpy", "memcpy", 4.1, 4.1, launch=t.call("cudaLaunchKernel", 4.1, 4.15, parent=op), stream=7)
+    op = t.op("aten::mm", 10, 22)
+    t.gpu("k1", "kernel", 10, 12.5, launch=t.call("cudaLaunchKernel", 10, 16, parent=op), stream=7)
+    session = t.session(gpu_measured=True)
+    assert [a.kind for a in build_step_model(session).window.set_apart] == ["start-up"]
+    check_properties(session)
+
+
+def check_properties(session):
     first = all_tables(session)
     second = all_tables(session)
-    lo, hi = build_step_model(session).session.window()  # the steady window the tables judge
+    step_model = build_step_model(session)
+    lo, hi = step_model.session.window()  # the steady window the tables judge
     window = hi - lo
     for name, frame in first.items():
         check_frame(name, frame, session)
@@ -469,9 +489,16 @@ def test_properties(session):
     idle = first["gpu_idle"]
     if len(idle):
         # The partition: each idle nanosecond of the window has one cause, so the window's
-        # causes and the GPU's busy time make the window.
+        # causes, the GPU's busy time and what is set apart inside the window (a start-up or
+        # warm-up step between steady ones: no cause's, busy or not) make the window.
+        part = step_model.partition
         inside = idle[idle["in_window"].astype(bool)]
-        assert inside["idle_ns"].sum() + device.loc["gpu:0", "busy_ns"] == window
+        assert inside["idle_ns"].sum() == part.idle_ns
+        assert part.idle_ns + part.busy.length + part.apart.length == window
+        busy_apart = iv.intersect(part.apart, iv.union(tuple(
+            session.events.loc[session.events["kind"].isin(["kernel", "memcpy", "memset"]), c].to_numpy()
+            for c in ("start_ns", "end_ns")))).length
+        assert device.loc["gpu:0", "busy_ns"] == part.busy.length + busy_apart
     model = first["model"]
     if len(model):
         phases = model.loc[["Dataloader", "Forward", "Backward", "Optimization", "Others"], "cpu_total_ns"].sum()
