@@ -440,12 +440,18 @@ def test_the_timer_agrees_with_the_perf_table(capsys):
         for batch in DataLoader(SlowReads(24, 0.0003), batch_size=4):
             time.sleep(0.001)
             prof.step(num_samples=len(batch))
-    stats = prof._timer.stats()
+    timer = prof._timer
+    assert timer.stats().steps == 6
+    # The table averages the steady steps; a first step that a loaded machine made an
+    # outlier is set apart (start-up), so the timer's figures are taken over the same steps.
+    steady = build_step_model(prof.session).facts.steps["step"].to_numpy()
+    assert len(steady) >= 4
+    at = [list(timer.numbers).index(n) for n in steady]
+    batch = [timer.ends[i] - timer.starts[i] for i in at]
     perf = compute_tables(prof.session, ["perf"])["perf"]
-    assert stats.steps == 6
-    assert perf.loc["batch_cost", "avg"] == pytest.approx(stats.batch_cost_s * 1e9)
-    assert perf.loc["reader_cost", "avg"] == pytest.approx(stats.reader_cost_s * 1e9)
-    assert perf.loc["ips", "avg"] == pytest.approx(stats.ips)
+    assert perf.loc["batch_cost", "avg"] == pytest.approx(sum(batch) / len(at))
+    assert perf.loc["reader_cost", "avg"] == pytest.approx(sum(timer.reader[i] for i in at) / len(at))
+    assert perf.loc["ips", "avg"] == pytest.approx(4 * len(at) * 1e9 / sum(batch))  # samples over time
     assert perf.loc["reader_cost", "avg"] >= 4 * 0.0003 * 1e9
 
 
