@@ -18,6 +18,7 @@ profilers have no samples, so the table is empty for them.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -61,27 +62,50 @@ def stack_facts(stacks: np.ndarray, roots: tuple[str, ...]) -> pd.DataFrame:
     file, line), the user frames outermost first, whether its innermost frame of all is
     the user's own code, whether the user frame was called by the data loader (a Dataset,
     a collate function), and whether the thread was waiting (a queue, a lock, a pipe)."""
+    # Distinct stacks share most of their frames (the loop, the interpreter's start): each
+    # frame's text is parsed and judged once, not once per stack it is in.
+    frames_seen: dict[str, _Frame | None] = {}
+
+    def parsed(part: str) -> _Frame | None:
+        try:
+            return frames_seen[part]
+        except KeyError:
+            match = _FRAME.match(part)
+            frame = None if match is None else _Frame(match["file"], match["line"], match["function"],
+                                                      is_library(match["file"], roots))
+            frames_seen[part] = frame
+            return frame
+
     rows = []
     for stack in stacks:
-        frames = [m for m in (_FRAME.match(part) for part in str(stack).split(";")) if m]
-        user = [m for m in frames if not is_library(m["file"], roots)]
+        parts = str(stack).split(";")
+        frames = [m for m in map(parsed, parts) if m is not None]
+        user = [m for m in frames if not m.library]
         innermost = user[0] if user else None
-        waiting = bool(frames) and bool(_WAITING.search(str(stack).split(";")[0].strip()))
+        waiting = bool(frames) and bool(_WAITING.search(parts[0].strip()))
         # Whether the user frame was reached through torch.utils.data (a Dataset's
         # __getitem__, a collate function) rather than being the loop that reads the loader.
         below = frames[frames.index(innermost) + 1:] if innermost is not None else []
-        in_loader = any("/torch/utils/data/" in m["file"] for m in below)
+        in_loader = any("/torch/utils/data/" in m.file for m in below)
         rows.append({
             "in_loader": in_loader,
-            "function": innermost["function"] if innermost else "",
-            "file": innermost["file"] if innermost else "",
-            "line": int(innermost["line"]) if innermost else -1,
+            "function": innermost.function if innermost else "",
+            "file": innermost.file if innermost else "",
+            "line": int(innermost.line) if innermost else -1,
             "own_code": bool(frames) and innermost is frames[0],
             "waiting": waiting,
-            "user_stack": " > ".join(f"{m['function']} ({m['file']}:{m['line']})"
-                                     for m in reversed(user[:STACK_FRAMES])),
+            "user_stack": " > ".join(f"{m.function} ({m.file}:{m.line})" for m in reversed(user[:STACK_FRAMES])),
         })
     return pd.DataFrame(rows)
+
+
+class _Frame(NamedTuple):
+    """One frame of a sampled stack, as the sampler wrote it: ``file(line): function``."""
+
+    file: str
+    line: str
+    function: str
+    library: bool  # installed code, not the user's
 
 
 def samples_in_steps(f: Facts) -> tuple[pd.DataFrame, int]:
