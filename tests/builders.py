@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -120,3 +121,12 @@ def synth_trace(path: Path, events: int) -> Path:
     spec.loader.exec_module(module)
     module.generate(path, events)
     return path
+
+
+def one_line(done: subprocess.CompletedProcess) -> str:
+    """The run failed with one advisor line on stderr and no traceback: that line."""
+    assert done.returncode != 0, done.stdout[-500:]
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("advisor"), done.stderr
+    return lines[0]

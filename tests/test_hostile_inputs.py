@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from builders import write_trace
+from builders import one_line, write_trace
 from conftest import REPO
 
 
@@ -27,15 +27,6 @@ def _steps(n: int = 4, name: str = "aten::mm") -> list[dict]:
 def advisor(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "advisor", *args], capture_output=True, text=True,
                           cwd=cwd or REPO, timeout=timeout, check=False)
-
-
-def one_line(done: subprocess.CompletedProcess) -> str:
-    """The run failed with one advisor line on stderr and no traceback."""
-    assert done.returncode != 0, done.stdout[-500:]
-    assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("advisor"), done.stderr
-    return lines[0]
 
 
 def report_of(done: subprocess.CompletedProcess) -> dict:

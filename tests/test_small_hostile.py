@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from builders import write_trace
+from builders import one_line, write_trace
 from conftest import REPO
 
 from advisor.cli import main
@@ -28,14 +28,6 @@ def _steps(n: int = 4) -> list[dict]:
 def advisor(*args: str, cwd: Path | None = None, env: dict | None = None, **run) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "advisor", *args], capture_output=True, text=True,
                           cwd=cwd or REPO, env={**os.environ, **(env or {})}, check=False, **run)
-
-
-def one_line(done: subprocess.CompletedProcess) -> str:
-    assert done.returncode != 0, done.stdout[-500:]
-    assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("advisor"), done.stderr
-    return lines[0]
 
 
 # -- a file name that is not UTF-8, once cached ------------------------------------------------------
