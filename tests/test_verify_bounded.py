@@ -85,17 +85,23 @@ def _when(condition, process: subprocess.Popen) -> None:
         time.sleep(0.1)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "Ctrl-C"])
-def test_a_signal_during_the_diagnosis_stops_verify_with_the_diagnosis_reported(tmp_path, signum, code):
-    process, log, report = _verify(tmp_path, steps=100_000)  # the diagnosis's run would not end by itself
+def _signal_when(process: subprocess.Popen, ready, signum: int) -> str:
+    """Send ``signum`` to verify once ``ready()`` holds; its stderr after it ended."""
     try:
-        _when(lambda: _lines(log, "ready"), process)
+        _when(ready, process)
         process.send_signal(signum)
         _, stderr = process.communicate(timeout=HANG_GUARD_S)
     finally:
         if process.poll() is None:
             process.kill()
+    return stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "Ctrl-C"])
+def test_a_signal_during_the_diagnosis_stops_verify_with_the_diagnosis_reported(tmp_path, signum, code):
+    process, log, report = _verify(tmp_path, steps=100_000)  # the diagnosis's run would not end by itself
+    stderr = _signal_when(process, lambda: _lines(log, "ready"), signum)
     assert process.returncode == code, stderr
     assert len(_lines(log, "started")) == 1, stderr  # no trial ran the script again
     # (the script's own traceback where Ctrl-C stopped it, as Python shows it; none of advisor's)
@@ -109,13 +115,8 @@ def test_a_signal_during_the_diagnosis_stops_verify_with_the_diagnosis_reported(
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "Ctrl-C"])
 def test_a_signal_during_the_trials_ends_the_trial_runs_no_other_and_writes_the_report(tmp_path, signum, code):
     process, log, report = _verify(tmp_path, steps=60)
-    try:
-        _when(lambda: len(_lines(log, "ready")) >= 2, process)  # the first trial is under way
-        process.send_signal(signum)
-        _, stderr = process.communicate(timeout=HANG_GUARD_S)
-    finally:
-        if process.poll() is None:
-            process.kill()
+    # (two runs ready: the diagnosis's and the first trial, which is under way)
+    stderr = _signal_when(process, lambda: len(_lines(log, "ready")) >= 2, signum)
     assert process.returncode == code, stderr
     started = _lines(log, "started")
     assert len(started) == 2, stderr  # the diagnosis's run and the trial stopped: no other
