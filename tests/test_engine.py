@@ -152,3 +152,22 @@ def test_a_data_rule_and_a_python_rule_share_the_cause_graph(monkeypatch):
     assert [f.rule for f in result.findings] == ["test-cause"]
     assert [f.rule for f in result.findings[0].explains] == ["test-symptom"]
     assert result.findings[0].message.startswith("Backward takes ")
+
+
+def test_rules_that_explain_each_other_lose_no_finding():
+    """A circle of ``explains`` (two user rules naming each other) orders the rules as given
+    and nests one finding under the other, never each under the other."""
+    specs = [_spec("a", ["b"]), _spec("b", ["a"]), _spec("c")]
+    graph = cause_graph(specs)
+    assert graph.order() == ["a", "b", "c"] and graph.ancestors("a") == {"b"}
+    ranked = rank([_finding("a", 10), _finding("b", 5), _finding("c", 1)], graph)
+    assert [f.rule for f in ranked] == ["a", "c"] and [f.rule for f in ranked[0].explains] == ["b"]
+    assert not ranked[0].explains[0].explains
+
+
+def test_the_cause_graph_orders_causes_before_symptoms_and_knows_their_ancestors():
+    specs = [_spec("leaf"), _spec("middle", ["leaf"]), _spec("root", ["middle"]), _spec("apart")]
+    graph = cause_graph(specs)
+    order = graph.order()
+    assert order.index("root") < order.index("middle") < order.index("leaf") and "apart" in order
+    assert graph.ancestors("leaf") == {"middle", "root"} and graph.ancestors("root") == set()

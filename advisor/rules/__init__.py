@@ -1,7 +1,7 @@
 """Rules: what turns the summary tables into findings.
 
     engine      runs the chosen rules over the tables, ranks the findings and nests each
-                symptom under the cause that explains it (a networkx cause graph)
+                symptom under the cause that explains it (the cause graph: rules ordered causes first)
     registry    the Python checks by rule id, and RuleContext: what a check may read
     savings     a fix replayed on the step model's graph as a finding's saving, and the
                 floors worker processes and cores set

@@ -14,17 +14,19 @@ Which rules run: every spec given, except those ``disabled``, preview rules unle
 ``preview`` is on or they are ``enabled``, deprecated rules unless ``enabled``, and rules
 whose ``requires`` (steps, a measured GPU) the session does not meet.
 
-The cause graph is a networkx DiGraph with an edge cause -> symptom for each
-``explains`` entry. When both ends fire, the symptom is nested under its cause instead of
-being ranked beside it; roots are ranked by estimated saving per step.
+The cause graph has an edge cause -> symptom for each ``explains`` entry (a few dozen rules:
+the standard library's graphlib orders it; networkx, which every command would wait
+0.25 s to import, is kept for the step graph's export). When both ends fire, the symptom
+is nested under its cause instead of being ranked beside it; roots are ranked by estimated
+saving per step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from graphlib import CycleError, TopologicalSorter
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import pandas as pd
 
 import advisor.rules.checks  # noqa: F401  (importing the built-in checks registers them)
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EXPLAINS_MIN_SHARE",
     "FAILED",
+    "CauseGraph",
     "Combined",
     "EngineResult",
     "builtin_specs",
@@ -125,16 +128,55 @@ def session_facts(model: StepModel) -> dict[str, Any]:
 EXPLAINS_MIN_SHARE = 0.25
 
 
-def cause_graph(specs: list[RuleSpec]) -> nx.DiGraph:
-    graph = nx.DiGraph()
+@dataclass
+class CauseGraph:
+    """Rules as nodes, an edge cause -> symptom for each ``explains`` entry."""
+
+    causes: dict[str, list[str]] = field(default_factory=dict)  # rule -> the rules that explain it, in order
+
+    def add(self, rule: str) -> None:
+        self.causes.setdefault(rule, [])
+
+    def explains(self, cause: str, symptom: str) -> None:
+        self.add(cause)
+        self.add(symptom)
+        if cause not in self.causes[symptom]:
+            self.causes[symptom].append(cause)
+
+    def __contains__(self, rule: object) -> bool:
+        return rule in self.causes
+
+    def order(self) -> list[str]:
+        """Causes before their symptoms; the rules as added where the explains edges make
+        a circle."""
+        try:
+            return list(TopologicalSorter(self.causes).static_order())
+        except CycleError:
+            return list(self.causes)
+
+    def ancestors(self, rule: str) -> set[str]:
+        """Every rule that explains ``rule``, however indirectly."""
+        seen: set[str] = set()
+        todo = list(self.causes.get(rule, ()))
+        while todo:
+            cause = todo.pop()
+            if cause not in seen:
+                seen.add(cause)
+                todo.extend(self.causes.get(cause, ()))
+        seen.discard(rule)
+        return seen
+
+
+def cause_graph(specs: list[RuleSpec]) -> CauseGraph:
+    graph = CauseGraph()
     for spec in specs:
-        graph.add_node(spec.id)
+        graph.add(spec.id)
         for symptom in spec.explains:
-            graph.add_edge(spec.id, symptom)
+            graph.explains(spec.id, symptom)
     return graph
 
 
-def rank(findings: list[Finding], graph: nx.DiGraph, leading: frozenset[str] = frozenset()) -> list[Finding]:
+def rank(findings: list[Finding], graph: CauseGraph, leading: frozenset[str] = frozenset()) -> list[Finding]:
     """Nest symptoms under their fired causes, then rank the roots by saving; findings of
     the ``leading`` rules (about the profile itself) come first."""
     fired = {f.rule for f in findings}
@@ -143,17 +185,17 @@ def rank(findings: list[Finding], graph: nx.DiGraph, leading: frozenset[str] = f
     for finding in findings:
         by_rule.setdefault(finding.rule, []).append(finding)
     nested: set[int] = set()
+    parent: dict[int, Finding] = {}  # id of a nested finding -> the finding it is nested under
     # A symptom goes under the fired cause with the largest saving; causes are visited
     # in topological order so a chain cause -> cause -> symptom nests fully.
-    order = list(nx.topological_sort(graph)) if nx.is_directed_acyclic_graph(graph) else list(graph.nodes)
-    for rule_id in reversed(order):
-        causes = [c for c in graph.predecessors(rule_id) if c in fired] if rule_id in graph else []
+    for rule_id in reversed(graph.order()):
+        causes = [c for c in graph.causes.get(rule_id, ()) if c in fired]
         if not causes or rule_id not in by_rule:
             continue
         # Where one fired cause explains another, the symptom goes to the deeper cause (the
         # one nothing else fired explains), so a chain nests as a chain: queued work ->
         # the host's syncs waiting on it -> the idle GPU.
-        deeper = {c: not any(a in causes for a in nx.ancestors(graph, c)) for c in causes}
+        deeper = {c: not any(a in causes for a in graph.ancestors(c)) for c in causes}
         best = max((f for c in causes for f in by_rule[c]), key=lambda f: (deeper[f.rule], f.saving.ms_per_step))
         for symptom in by_rule[rule_id]:
             # A cause explains a symptom only where it accounts for a real part of it: a
@@ -161,8 +203,17 @@ def rank(findings: list[Finding], graph: nx.DiGraph, leading: frozenset[str] = f
             # would hide the larger problem under the smaller.
             if best.saving.ms_per_step < EXPLAINS_MIN_SHARE * symptom.saving.ms_per_step:
                 continue
+            # Rules that explain each other (a circle in user packs) never nest two findings
+            # under each other: both would leave the report.
+            above, circle = best, False
+            while above is not None and not circle:
+                circle = above is symptom
+                above = parent.get(id(above))
+            if circle:
+                continue
             best.explains.append(symptom)
             nested.add(id(symptom))
+            parent[id(symptom)] = best
     for finding in findings:
         if id(finding) not in nested:
             roots.append(finding)

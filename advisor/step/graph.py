@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING, NamedTuple
 
-import networkx as nx
 import numpy as np
 import pandas as pd
 
@@ -36,6 +36,9 @@ from advisor.session import intervals as iv
 from advisor.step.facts import Facts
 from advisor.step.idle import Partition, _host_recorded, launch_calls, model_ranges
 from advisor.step.waits import blocking_calls
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["HOST_STATES", "LAUNCH_LATENCY_CAP_NS", "StepGraph"]
 
@@ -51,6 +54,23 @@ CROSS_STREAM_SLACK_NS = 10_000
 WAKE_NS = 1_000
 
 HOST, GPU = 0, 1
+
+
+class _Plan(NamedTuple):
+    """The graph's dependencies as lists, for the replay (``StepGraph._plan``)."""
+
+    order: list[int]
+    kind: list[int]
+    host_prev: list[int]
+    launch_src: list[int]
+    latency: list[int]
+    stream_prev: list[int]
+    cross_prev: list[int]
+    extra: list[int]
+    fixed: list[int]
+    ready: list[int]
+    has_wait: np.ndarray
+    awaits: list[list[int]]
 
 
 @dataclass
@@ -233,6 +253,27 @@ class StepGraph:
 
     # -- replay --------------------------------------------------------------------------------
 
+    @cached_property
+    def _plan(self) -> _Plan:
+        """What every replay reads and no replay changes, as Python lists: a replay walks
+        the nodes one at a time, and list items are read several times faster than array
+        items."""
+        n = len(self)
+        has_wait = np.fromiter((len(a) > 0 for a in self.awaits), dtype=bool, count=len(self.awaits))
+        if len(has_wait) < n:
+            has_wait = np.concatenate([has_wait, np.zeros(n - len(has_wait), dtype=bool)])
+        lo = self.lo
+        return _Plan(
+            order=self.order.tolist(), kind=self.kind.tolist(), host_prev=self.host_prev.tolist(),
+            launch_src=self.launch_src.tolist(), latency=self.latency.tolist(),
+            stream_prev=self.stream_prev.tolist(), cross_prev=self.cross_prev.tolist(),
+            extra=self.extra_delay.tolist(),
+            # Times relative to the window's start: as floats, nanoseconds since 1970 keep
+            # only 256 ns of resolution.
+            fixed=np.where(self.fixed_start >= 0, self.fixed_start - lo, -1).tolist(),
+            ready=np.where(self.ready_before != 0, self.ready_before - lo, 0).tolist(),
+            has_wait=has_wait, awaits=[a.tolist() for a in self.awaits])
+
     def replay(self, host_scale: np.ndarray | None = None, gpu_scale: np.ndarray | None = None,
                keep_waits: np.ndarray | None = None, free_gpu: bool = False,
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -242,30 +283,22 @@ class StepGraph:
         stream and keeps no delay the profile does not explain; and each node's binding
         dependency."""
         n = len(self)
+        plan = self._plan
         scale = np.ones(n) if host_scale is None else np.asarray(host_scale, dtype=np.float64)
         if gpu_scale is not None:
             scale = scale * np.asarray(gpu_scale, dtype=np.float64)
         dur = (self.duration * scale).tolist()
         base = (self.base * scale).tolist()
-        waits = np.ones(n, dtype=bool) if keep_waits is None else keep_waits
-        kind, host_prev = self.kind.tolist(), self.host_prev.tolist()
-        launch_src, latency = self.launch_src.tolist(), self.latency.tolist()
-        stream_prev = self.stream_prev.tolist()
-        cross_prev = (np.full(n, -1, dtype=np.int64) if free_gpu else self.cross_prev).tolist()
-        extra = (np.zeros(n, dtype=np.int64) if free_gpu else self.extra_delay).tolist()
-        # Times relative to the window's start: as floats, nanoseconds since 1970 keep only
-        # 256 ns of resolution.
-        lo = self.lo
-        fixed = np.where(self.fixed_start >= 0, self.fixed_start - lo, -1).tolist()
-        has_ready = (self.ready_before != 0).tolist()
-        ready_before = (self.ready_before - lo).tolist()
-        awaits = self.awaits
-        has_wait = [len(a) > 0 for a in awaits]
-        is_wait = [h and bool(waits[i]) for i, h in enumerate(has_wait)]
+        kind, host_prev, launch_src, latency = plan.kind, plan.host_prev, plan.launch_src, plan.latency
+        stream_prev, fixed, ready, awaits = plan.stream_prev, plan.fixed, plan.ready, plan.awaits
+        cross_prev = [-1] * n if free_gpu else plan.cross_prev
+        extra = [0] * n if free_gpu else plan.extra
+        has_wait = plan.has_wait.tolist()
+        is_wait = (plan.has_wait if keep_waits is None else plan.has_wait & keep_waits).tolist()
         s = [0.0] * n
         e = [0.0] * n
         why = [-1] * n
-        for i in self.order.tolist():
+        for i in plan.order:
             if kind[i] == HOST:
                 p = host_prev[i]
                 t = e[p] if p >= 0 else 0.0
@@ -273,10 +306,10 @@ class StepGraph:
                 s[i] = t
                 if is_wait[i]:
                     a = awaits[i]
-                    ends = [e[j] for j in a.tolist()]
+                    ends = [e[j] for j in a]
                     last = max(ends)
                     if last > t:
-                        why[i] = int(a[ends.index(last)])
+                        why[i] = a[ends.index(last)]
                         t = last
                     e[i] = t + base[i]
                 elif has_wait[i]:  # a wait dropped: the call's own cost only
@@ -288,12 +321,16 @@ class StepGraph:
                     t, w = float(fixed[i]), -1
                 else:
                     src = launch_src[i]
-                    t, w = (e[src] + latency[i], src) if src >= 0 else (float(ready_before[i]) if has_ready[i] else 0.0, -1)
-                for dep in (stream_prev[i], cross_prev[i]):
-                    if dep >= 0 and e[dep] > t:
-                        t, w = e[dep], dep
+                    t, w = (e[src] + latency[i], src) if src >= 0 else (float(ready[i]), -1)
+                dep = stream_prev[i]
+                if dep >= 0 and e[dep] > t:
+                    t, w = e[dep], dep
+                dep = cross_prev[i]
+                if dep >= 0 and e[dep] > t:
+                    t, w = e[dep], dep
                 t += extra[i]
                 s[i], e[i], why[i] = t, t + dur[i], w
+        lo = self.lo
         return np.asarray(s) + lo, np.asarray(e) + lo, np.asarray(why)
 
     def span(self, ends: np.ndarray) -> float:
@@ -377,10 +414,26 @@ class StepGraph:
 
     def waited_ns(self, keep: np.ndarray) -> float:
         """The time the host spent waiting in the waits ``keep`` drops, as measured."""
-        dropped = np.array([len(a) > 0 for a in self.awaits], dtype=bool) & ~keep
+        dropped = self._plan.has_wait & ~keep
         return float(np.maximum(self.duration[dropped] - self.base[dropped], 0).sum())
 
     # -- reading it ----------------------------------------------------------------------------
+
+    @cached_property
+    def _gpu_by_row(self) -> tuple[np.ndarray, np.ndarray]:
+        """The GPU nodes' event rows, sorted, and the node of each."""
+        gpu = np.flatnonzero(self.kind != HOST)
+        order = np.argsort(self.row[gpu], kind="stable")
+        return self.row[gpu][order], gpu[order]
+
+    def gpu_nodes_of(self, rows: np.ndarray) -> np.ndarray:
+        """The GPU node of each event row id in ``rows`` (-1 where no GPU node holds it)."""
+        sorted_rows, nodes = self._gpu_by_row
+        at = np.searchsorted(sorted_rows, rows)
+        inside = at < len(sorted_rows)
+        hit = np.zeros(len(rows), dtype=bool)
+        hit[inside] = sorted_rows[at[inside]] == rows[inside]
+        return np.where(hit, nodes[np.minimum(at, max(len(nodes) - 1, 0))] if len(nodes) else -1, -1)
 
     def host_nodes(self, *states: str) -> np.ndarray:
         """Mask of the host nodes in the given states."""
@@ -451,6 +504,8 @@ class StepGraph:
         """The graph in networkx form: nodes with kind, state, row and duration; edges
         host -> host (order), host -> GPU (launch), GPU -> GPU (stream, cross-stream),
         GPU -> host (wait), each with its ``dependency``."""
+        import networkx as nx  # for this export only: every command would wait for its import
+
         g = nx.DiGraph()
         for i in range(len(self)):
             g.add_node(i, kind="host" if self.kind[i] == HOST else "gpu",

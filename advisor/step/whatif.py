@@ -128,13 +128,12 @@ def scales(graph: StepGraph, fix: Fix) -> tuple[np.ndarray, np.ndarray]:
         factor = np.minimum(factor, partial)
         touched |= share > 0
     if fix.gpu_rows:
-        rows = np.fromiter(fix.gpu_rows.keys(), dtype=np.int64)
-        values = np.fromiter(fix.gpu_rows.values(), dtype=np.float64)
-        position = {int(r): i for i, r in enumerate(graph.row)} if len(rows) else {}
-        for r, v in zip(rows.tolist(), values.tolist()):
-            i = position.get(r)
-            if i is not None and graph.kind[i] != HOST:
-                factor[i] = min(factor[i], v)
+        rows = np.fromiter(fix.gpu_rows.keys(), dtype=np.int64, count=len(fix.gpu_rows))
+        values = np.fromiter(fix.gpu_rows.values(), dtype=np.float64, count=len(fix.gpu_rows))
+        nodes = graph.gpu_nodes_of(rows)
+        found = nodes >= 0
+        # np.minimum.at: a node named twice keeps the stronger change.
+        np.minimum.at(factor, nodes[found], values[found])
     if fix.rest_factor != 1.0:
         rest = host & ~touched & ~graph.host_nodes("wait", "unrecorded")
         factor[rest] *= fix.rest_factor

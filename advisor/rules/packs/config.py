@@ -32,11 +32,6 @@ from advisor.paths import special_file
 from advisor.findings import Severity
 from advisor.rules.packs.spec import Number
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
 __all__ = ["AdvisorConfig", "ConfigInvalid", "find_config", "load_config"]
 
 CONFIG_NAMES = ("advisor.toml", "pyproject.toml")
@@ -74,6 +69,13 @@ class AdvisorConfig(BaseModel):
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    # Imported here, where a file is found: tomllib compiles its patterns on import (0.1 s),
+    # which a command without a configuration file would wait for.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+
     special = special_file(path)  # a found advisor.toml that is a FIFO: refused, not read
     if special is not None:
         raise ConfigInvalid(f"{path}: is {special}, not a configuration file")
