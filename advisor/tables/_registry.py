@@ -60,7 +60,7 @@ def table(name: str, *, title: str, description: str, key: str, columns: dict[st
 
 
 def empty_frame(spec: TableSpec) -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=object) for c in spec.doc.columns}, index=pd.Index([], dtype=object))
+    return pd.DataFrame(index=pd.Index([], dtype=object), columns=pd.Index(list(spec.doc.columns)), dtype=object)
 
 
 def finish(frame: pd.DataFrame | None, spec: TableSpec) -> pd.DataFrame:
