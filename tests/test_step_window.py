@@ -41,6 +41,17 @@ def test_a_first_step_three_times_the_others_is_left_out():
     assert "ProfilerStep#1" in set(steady.events["name"].astype(str))
 
 
+def test_the_perf_summary_says_which_steps_it_leaves_out():
+    """The Perf Summary is over the steady steps; a timer over every step would differ, so
+    the table says which step it left out and why."""
+    perf = compute_tables(steady_of(session([60, 10, 11, 10])), ["perf"])["perf"]
+    assert perf.at["batch_cost", "max"] == pytest.approx(11 * MS)
+    (note,) = [n for n in perf.attrs["notes"] if "set apart" in n]
+    assert note.startswith("Over the 3 steady steps: 1 step set apart left out (step #1:")
+    steady = compute_tables(session([10, 10, 11, 10]), ["perf"])["perf"]
+    assert not [n for n in steady.attrs["notes"] if "set apart" in n]
+
+
 @pytest.mark.parametrize("durations", [[25, 10, 10, 10], [60, 10], [10, 10, 10]])
 def test_a_steady_first_step_or_too_few_steps_change_nothing(durations):
     original = session(durations)

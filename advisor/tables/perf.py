@@ -74,6 +74,14 @@ def perf_table(f: Facts) -> pd.DataFrame | None:
     out = pd.DataFrame.from_dict(rows, orient="index")
     if size is None:
         with_notes(out, "Batch size not recorded: ips is in steps/s.")
+    # Steps the window set apart (a start-up step, a periodic validation) are not in these
+    # figures; a reader comparing them with a timer over every step must be told.
+    window = getattr(f.model, "window", None)
+    apart = [s for s in (window.set_apart if window is not None else ()) if s.kind.endswith(" step")]
+    if apart:
+        named = "; ".join(s.what for s in apart[:3]) + ("; ..." if len(apart) > 3 else "")
+        with_notes(out, f"Over the {n} steady step{'s' if n != 1 else ''}: {len(apart)} step"
+                        f"{'s' if len(apart) != 1 else ''} set apart left out ({named}).")
     return out
 
 
