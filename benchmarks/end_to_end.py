@@ -67,7 +67,8 @@ def main() -> None:
                         help="another checkout of advisor to measure in the same rounds (a git worktree)")
     args = parser.parse_args()
 
-    traces = args.traces if args.traces is not None else [SHARED / name for name in DEFAULT_TRACES]
+    # Absolute: every command runs in a folder of its own.
+    traces = [t.resolve() for t in (args.traces if args.traces is not None else [SHARED / n for n in DEFAULT_TRACES])]
     missing = [str(t) for t in traces if not t.is_file()]
     if missing:
         raise SystemExit(f"no such trace: {', '.join(missing)} (the shared traces are at {SHARED})")
