@@ -199,3 +199,10 @@ def test_grouped_union_length_with_huge_span_takes_the_safe_path():
         [0, 1, 2, 3, 0], pair([(0, 10), (big, big + 5), (-big, -big + 1), (5, 6), (5, 20)])
     )
     assert lengths.to_dict() == {0: 20, 1: 5, 2: 1, 3: 1}
+
+
+@given(st.lists(st.integers(-(2**62), 2**62), max_size=200))
+def test_distinct_is_numpy_unique(values):
+    expected = np.unique(np.asarray(values, dtype=np.int64))
+    got = iv.distinct(values)
+    assert got.dtype == np.int64 and np.array_equal(got, expected)

@@ -24,6 +24,7 @@ __all__ = [
     "as_intervals",
     "clip",
     "covers",
+    "distinct",
     "grouped_union_length",
     "intersect",
     "intersection_length",
@@ -210,3 +211,16 @@ def covered_before(spans: Intervals, points) -> np.ndarray:
     i = np.searchsorted(spans.starts, points, side="right") - 1
     inside = np.clip(points - spans.starts[np.maximum(i, 0)], 0, lengths[np.maximum(i, 0)])
     return np.where(i >= 0, before[np.maximum(i, 0)] + inside, 0)
+
+
+def distinct(values) -> np.ndarray:
+    """The distinct values among ``values`` (int64: time points, row ids), sorted: ``np.unique`` by a
+    sort, which numpy 2.4's hashing unique is not (1.3 s for a million random int64 where
+    a sort takes 0.02 s)."""
+    values = np.sort(np.asarray(values, dtype=np.int64), kind="stable")
+    if len(values) < 2:
+        return values
+    keep = np.empty(len(values), dtype=bool)
+    keep[0] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]

@@ -708,7 +708,7 @@ def _host_segments(f: Facts, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, 
     points = [np.array([lo, hi], dtype=np.int64)]
     points += [np.concatenate([s.starts, s.ends]) for s in owned]
     points += [l_start, l_end, calls["start_ns"].to_numpy(), calls["end_ns"].to_numpy()]
-    cuts = np.unique(np.clip(np.concatenate(points).astype(np.int64), lo, hi))
+    cuts = iv.distinct(np.clip(np.concatenate(points).astype(np.int64), lo, hi))
     # A blocking call is one node from where its own copy becomes ready (the start of the
     # launch call inside it) to its end: the wait. Cuts strictly inside it go.
     waiting = iv.union((calls["start_ns"].to_numpy() + 1, calls["end_ns"].to_numpy()))

@@ -126,9 +126,8 @@ def launch_calls(f: Facts) -> np.ndarray:
     waits)."""
     def compute() -> np.ndarray:
         launch = f.gpu["launch"].to_numpy()
-        rows = np.unique(launch[launch >= 0])
-        waits = blocking_calls(f)["row"].to_numpy()
-        return np.setdiff1d(rows, waits)
+        rows = iv.distinct(launch[launch >= 0])
+        return rows[~np.isin(rows, blocking_calls(f)["row"].to_numpy())]
 
     return f.memo("launch_calls", compute)
 
