@@ -524,7 +524,13 @@ def test_diagnose_and_report(recorded, tmp_path):
     import json
 
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report["session"]["steps"]["numbers"] == [2, 3, 4, 5]
+    assert prof.session.steps()["step"].tolist() == [2, 3, 4, 5]  # what the schedule recorded
+    # The report's steps are the steady ones: a first recorded step that a loaded machine
+    # made an outlier is set apart as start-up, and the window names it.
+    numbers = report["session"]["steps"]["numbers"]
+    assert numbers in ([2, 3, 4, 5], [3, 4, 5]), numbers
+    if numbers == [3, 4, 5]:
+        assert any(s["what"].startswith("step #2:") for s in report["session"]["window"]["set_apart"])
     assert [f["rule"] for f in report["findings"]] == [f.rule for f in findings]
 
 

@@ -125,9 +125,14 @@ def _reads_the_file(reader: EventReader) -> bool:
 def _with_parts(progress: Callable[..., None], with_events: bool, slots: Progress) -> Callable[..., None]:
     """The user's progress callable, hearing of every part's bytes and events."""
 
+    most = [0]
+
     def heard(done: int, total: int, events: int | None = None) -> None:
         more_bytes, more_events = slots.total()
-        done = min(total, done + more_bytes)
+        # A progress bar never goes back: the sum of the parts' slots, read while their
+        # processes write them, once came out lower than a sum heard before it (a CI run,
+        # not reproduced since), and a bar that shrinks reads as a restart.
+        done = most[0] = max(most[0], min(total, done + more_bytes))
         if with_events:
             progress(done, total, events=(events or 0) + more_events)
         else:
