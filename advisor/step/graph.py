@@ -57,29 +57,23 @@ HOST, GPU = 0, 1
 
 
 class _Plan(NamedTuple):
-    """The graph's dependencies as lists, for the replay (``StepGraph._plan``)."""
+    """What every replay reads and no replay changes (``StepGraph._plan``). The host nodes
+    are one chain (nodes 0..n_host-1, each after the one before: ``build`` cuts the host's
+    timeline into segments in time order), so between two waits the host's time is a
+    running sum; the GPU nodes go one at a time in topological order, their dependencies
+    as lists (list items are read several times faster than array items)."""
 
-    order: list[int]
-    kind: list[int]
-    host_prev: list[int]
-    launch_src: list[int]
-    latency: list[int]
-    stream_prev: list[int]
-    cross_prev: list[int]
-    extra: list[int]
-    fixed: list[int]
-    ready: list[int]
-    has_wait: np.ndarray
-    awaits: dict[int, list[int]]  # the waiting host nodes' awaited GPU nodes
-    # Where the host nodes are one chain (nodes 0..n_host-1, each after the one before, in
-    # that order in ``order``) and the GPU nodes follow them: the host's time between two
-    # waits is a running sum (``StepGraph._replay_chain``). 0 where they are not.
     n_host: int
+    has_wait: np.ndarray  # per host node: it waits on GPU work
+    awaits: dict[int, list[int]]  # the waiting host nodes' awaited GPU nodes
     host_position: np.ndarray  # each host node's place in ``order``
     gpu_order: list[int]  # the GPU nodes in ``order``
     gpu_index: np.ndarray  # the same, as an array
     gpu_position: np.ndarray  # their places in ``order``
-    gpu: tuple[list[int], ...]  # their fixed, launch_src, latency, stream_prev, cross_prev, extra, in that order
+    # Per GPU node, in that order: fixed start, launching host node, launch latency, node
+    # before it on its stream, node on another stream it waited for, unexplained delay,
+    # ready time where launched before the window (relative to the window's start).
+    gpu: tuple[list[int], ...]
 
 
 @dataclass
@@ -261,44 +255,30 @@ class StepGraph:
 
     @cached_property
     def _plan(self) -> _Plan:
-        """What every replay reads and no replay changes, as Python lists: a replay walks
-        the nodes one at a time, and list items are read several times faster than array
-        items."""
-        n = len(self)
-        # Few nodes wait: look only at those with a wait's call (a wait the topological
-        # order emptied has no call left to wait on).
-        has_wait = np.zeros(n, dtype=bool)
-        waiting = [int(i) for i in np.flatnonzero(self.wait_rows[:n] >= 0) if len(self.awaits[i])] \
-            if len(self.wait_rows) else [i for i, a in enumerate(self.awaits) if len(a)]
-        has_wait[waiting] = True
-        lo = self.lo
-        return _Plan(
-            order=self.order.tolist(), kind=self.kind.tolist(), host_prev=self.host_prev.tolist(),
-            launch_src=self.launch_src.tolist(), latency=self.latency.tolist(),
-            stream_prev=self.stream_prev.tolist(), cross_prev=self.cross_prev.tolist(),
-            extra=self.extra_delay.tolist(),
-            # Times relative to the window's start: as floats, nanoseconds since 1970 keep
-            # only 256 ns of resolution.
-            fixed=np.where(self.fixed_start >= 0, self.fixed_start - lo, -1).tolist(),
-            ready=np.where(self.ready_before != 0, self.ready_before - lo, 0).tolist(),
-            has_wait=has_wait, awaits={i: self.awaits[i].tolist() for i in waiting}, **self._chain())
-
-    def _chain(self) -> dict:
-        """The host chain's shape for ``_Plan`` (n_host 0 where the host nodes are no chain)."""
         n = len(self)
         position = np.empty(n, dtype=np.int64)
         position[self.order] = np.arange(n)
         on_host = self.kind == HOST
         n_host = int(on_host.sum())
-        chain = (n_host > 0 and bool(on_host[:n_host].all()) and int(self.host_prev[0]) == -1
-                 and np.array_equal(self.host_prev[1:n_host], np.arange(n_host - 1))
-                 and bool((np.diff(position[:n_host]) > 0).all()))
+        if not (on_host[:n_host].all() and np.array_equal(self.host_prev[:n_host], np.arange(n_host) - 1)
+                and (np.diff(position[:n_host]) > 0).all()):
+            raise RuntimeError("the step graph's host nodes are not one chain in time order")
+        # Few nodes wait: look only at those with a wait's call (a wait the topological
+        # order emptied has no call left to wait on).
+        waiting = [int(i) for i in np.flatnonzero(self.wait_rows >= 0) if len(self.awaits[i])]
+        has_wait = np.zeros(n_host, dtype=bool)
+        has_wait[waiting] = True
         gpu = self.order[~on_host[self.order]]
-        fixed = np.where(self.fixed_start >= 0, self.fixed_start - self.lo, -1)
-        return {"n_host": n_host if chain else 0, "host_position": position[:n_host],
-                "gpu_order": gpu.tolist(), "gpu_index": gpu, "gpu_position": position[gpu],
-                "gpu": tuple(a[gpu].tolist() for a in (fixed, self.launch_src, self.latency, self.stream_prev,
-                                                       self.cross_prev, self.extra_delay))}
+        # Times relative to the window's start: as floats, nanoseconds since 1970 keep only
+        # 256 ns of resolution.
+        lo = self.lo
+        fixed = np.where(self.fixed_start >= 0, self.fixed_start - lo, -1)
+        ready = np.where(self.ready_before != 0, self.ready_before - lo, 0)
+        return _Plan(n_host=n_host, has_wait=has_wait, awaits={i: self.awaits[i].tolist() for i in waiting},
+                     host_position=position[:n_host], gpu_order=gpu.tolist(), gpu_index=gpu,
+                     gpu_position=position[gpu],
+                     gpu=tuple(a[gpu].tolist() for a in (fixed, self.launch_src, self.latency, self.stream_prev,
+                                                          self.cross_prev, self.extra_delay, ready)))
 
     def replay(self, host_scale: np.ndarray | None = None, gpu_scale: np.ndarray | None = None,
                keep_waits: np.ndarray | None = None, free_gpu: bool = False,
@@ -313,87 +293,26 @@ class StepGraph:
         scale = np.ones(n) if host_scale is None else np.asarray(host_scale, dtype=np.float64)
         if gpu_scale is not None:
             scale = scale * np.asarray(gpu_scale, dtype=np.float64)
-        if plan.n_host:
-            return self._replay_chain(scale, keep_waits, free_gpu)
-        return self._replay_loop(scale, keep_waits, free_gpu)
-
-    def _replay_loop(self, scale: np.ndarray, keep_waits: np.ndarray | None, free_gpu: bool,
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``replay``, one node at a time in topological order: any graph."""
-        n = len(self)
-        plan = self._plan
-        dur = (self.duration * scale).tolist()
-        base = (self.base * scale).tolist()
-        kind, host_prev, launch_src, latency = plan.kind, plan.host_prev, plan.launch_src, plan.latency
-        stream_prev, fixed, ready, awaits = plan.stream_prev, plan.fixed, plan.ready, plan.awaits
-        cross_prev = [-1] * n if free_gpu else plan.cross_prev
-        extra = [0] * n if free_gpu else plan.extra
-        has_wait = plan.has_wait.tolist()
-        is_wait = (plan.has_wait if keep_waits is None else plan.has_wait & keep_waits).tolist()
-        s = [0.0] * n
-        e = [0.0] * n
-        why = [-1] * n
-        for i in plan.order:
-            if kind[i] == HOST:
-                p = host_prev[i]
-                t = e[p] if p >= 0 else 0.0
-                why[i] = p
-                s[i] = t
-                if is_wait[i]:
-                    a = awaits[i]
-                    ends = [e[j] for j in a]
-                    last = max(ends)
-                    if last > t:
-                        why[i] = a[ends.index(last)]
-                        t = last
-                    e[i] = t + base[i]
-                elif has_wait[i]:  # a wait dropped: the call's own cost only
-                    e[i] = t + base[i]
-                else:
-                    e[i] = t + dur[i]
-            else:
-                if fixed[i] >= 0:
-                    t, w = float(fixed[i]), -1
-                else:
-                    src = launch_src[i]
-                    t, w = (e[src] + latency[i], src) if src >= 0 else (float(ready[i]), -1)
-                dep = stream_prev[i]
-                if dep >= 0 and e[dep] > t:
-                    t, w = e[dep], dep
-                dep = cross_prev[i]
-                if dep >= 0 and e[dep] > t:
-                    t, w = e[dep], dep
-                t += extra[i]
-                s[i], e[i], why[i] = t, t + dur[i], w
-        lo = self.lo
-        return np.asarray(s) + lo, np.asarray(e) + lo, np.asarray(why)
-
-    def _replay_chain(self, scale: np.ndarray, keep_waits: np.ndarray | None, free_gpu: bool,
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``replay`` where the host nodes are one chain: between two waits that hold, each
-        host node starts where the one before it ended, so their ends are a running sum
-        (np.cumsum adds in order, as the loop does: the same floats); the GPU nodes and the
-        waits go one at a time, as in ``_replay_loop``. Two thirds of a graph's nodes are
-        the host's, so this replays a large graph in about half the time."""
-        n = len(self)
-        plan = self._plan
+        # Between two waits that hold, each host node starts where the one before it
+        # ended: their ends are a running sum (np.cumsum adds in order, as one node at a
+        # time would: the same floats). The GPU nodes and the waits go one at a time.
         n_host = plan.n_host
         dur_all = self.duration * scale
         base_all = self.base * scale
         base = base_all.tolist()
-        has_wait = plan.has_wait[:n_host]
+        has_wait = plan.has_wait
         held = has_wait if keep_waits is None else has_wait & np.asarray(keep_waits[:n_host], dtype=bool)
         # A host node's own time: a wait (held or dropped) costs its base, any other node its duration.
         cost = np.where(has_wait, base_all[:n_host], dur_all[:n_host])
         # The GPU nodes' dependencies, in their order (``_Plan.gpu``): one pass of zip reads them.
-        gpu_order, ready, awaits = plan.gpu_order, plan.ready, plan.awaits
-        fixed, launch_src, latency, stream_prev, cross_prev, extra = plan.gpu
+        gpu_order, awaits = plan.gpu_order, plan.awaits
+        fixed, launch_src, latency, stream_prev, cross_prev, extra, ready = plan.gpu
         if free_gpu:
             cross_prev, extra = [-1] * len(gpu_order), [0] * len(gpu_order)
         gpu_dur = dur_all[plan.gpu_index].tolist()
         s = [0.0] * n
         e = [0.0] * n
-        why = plan.host_prev[:n_host] + [-1] * (n - n_host)
+        why = list(range(-1, n_host - 1)) + [-1] * (n - n_host)
         waits = np.flatnonzero(held)
         # The GPU nodes to run before each wait: those before it in the order.
         gpu_until = np.searchsorted(plan.gpu_position, plan.host_position[waits]).tolist() + [len(gpu_order)]
@@ -405,15 +324,15 @@ class StepGraph:
                 s[h:w] = run[:-1].tolist()
                 e[h:w] = run[1:].tolist()
                 end = e[w - 1]
-            for i, at, src, lag, dep, other, more, d in zip(
+            for i, at, src, lag, dep, other, more, early, d in zip(
                     gpu_order[g:g_end], fixed[g:g_end], launch_src[g:g_end], latency[g:g_end],
-                    stream_prev[g:g_end], cross_prev[g:g_end], extra[g:g_end], gpu_dur[g:g_end]):
+                    stream_prev[g:g_end], cross_prev[g:g_end], extra[g:g_end], ready[g:g_end], gpu_dur[g:g_end]):
                 if at >= 0:
                     t, b = float(at), -1
                 elif src >= 0:
                     t, b = e[src] + lag, src
                 else:
-                    t, b = float(ready[i]), -1
+                    t, b = float(early), -1
                 if dep >= 0 and e[dep] > t:
                     t, b = e[dep], dep
                 if other >= 0 and e[other] > t:
@@ -516,7 +435,9 @@ class StepGraph:
 
     def waited_ns(self, keep: np.ndarray) -> float:
         """The time the host spent waiting in the waits ``keep`` drops, as measured."""
-        dropped = self._plan.has_wait & ~keep
+        n_host = self._plan.n_host
+        dropped = np.zeros(len(self), dtype=bool)
+        dropped[:n_host] = self._plan.has_wait & ~np.asarray(keep[:n_host], dtype=bool)
         return float(np.maximum(self.duration[dropped] - self.base[dropped], 0).sum())
 
     # -- reading it ----------------------------------------------------------------------------
@@ -531,11 +452,10 @@ class StepGraph:
     def gpu_nodes_of(self, rows: np.ndarray) -> np.ndarray:
         """The GPU node of each event row id in ``rows`` (-1 where no GPU node holds it)."""
         sorted_rows, nodes = self._gpu_by_row
-        at = np.searchsorted(sorted_rows, rows)
-        inside = at < len(sorted_rows)
-        hit = np.zeros(len(rows), dtype=bool)
-        hit[inside] = sorted_rows[at[inside]] == rows[inside]
-        return np.where(hit, nodes[np.minimum(at, max(len(nodes) - 1, 0))] if len(nodes) else -1, -1)
+        if not len(nodes):
+            return np.full(len(rows), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(sorted_rows, rows), len(nodes) - 1)
+        return np.where(sorted_rows[at] == rows, nodes[at], -1)
 
     def host_nodes(self, *states: str) -> np.ndarray:
         """Mask of the host nodes in the given states."""
