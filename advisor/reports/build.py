@@ -128,15 +128,18 @@ def table_from_frame(name: str, frame: pd.DataFrame, doc: Mapping[str, Any] | No
     doc = dict(doc or {})
     if "key" in frame.columns and isinstance(frame.index, pd.RangeIndex) and frame.index.name is None:
         frame = frame.set_index("key")
-    columns = [str(c) for c in frame.columns if str(c) != "key"]
+    kept = [i for i, c in enumerate(frame.columns) if str(c) != "key"]
+    columns = [str(frame.columns[i]) for i in kept]
     descriptions = doc.get("columns") or {}
     keys = [_row_key(k) for k in frame.index]
-    values = {str(c): frame[c].tolist() for c in frame.columns if str(c) != "key"}
+    # The whole frame as one object array, a block at a time: a Series per column cost more
+    # than the values (each one a copy of the frame's attrs).
+    values = frame.to_numpy(dtype=object)[:, kept].tolist() if len(keys) else []
     rows = []
-    for i, key in enumerate(keys):
+    for key, cells in zip(keys, values):
         row: dict[str, Any] = {"key": key}
-        for column in columns:
-            row[column] = to_python(values[column][i])
+        for column, cell in zip(columns, cells):
+            row[column] = to_python(cell)
         rows.append(row)
     index_name = frame.index.name if frame.index.name not in (None, "key") else ""
     return Table(

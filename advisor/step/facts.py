@@ -332,17 +332,38 @@ def unique_keys(keys) -> np.ndarray:
     return np.where(repeat > 0, keys + "#" + repeat.astype(str), keys)
 
 
+def _grouped(keys) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct keys, sorted; each row's position among them). numpy and one
+    factorize rather than a pandas groupby: the tables group small frames many times
+    over, and a groupby's fixed cost was most of their time on a small trace."""
+    codes, distinct = pd.factorize(np.asarray(keys), sort=True)
+    return np.asarray(distinct), codes
+
+
+def _runs(sorted_values: np.ndarray) -> np.ndarray:
+    """Where each run of equal values starts in ``sorted_values``."""
+    if not len(sorted_values):
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.concatenate(([True], sorted_values[1:] != sorted_values[:-1])))
+
+
 def stats(keys, durations, *, prefix: str) -> pd.DataFrame:
-    """calls and {prefix}_total/avg/max/min_ns per key (int64 totals, float avg)."""
-    frame = pd.DataFrame({"key": np.asarray(keys), "d": np.asarray(durations, dtype=np.int64)})
-    grouped = frame.groupby("key", sort=True)["d"]
+    """calls and {prefix}_total/avg/max/min_ns per key (int64 totals, float avg), one row
+    per distinct key in sorted order."""
+    distinct, codes = _grouped(keys)
+    durations = np.asarray(durations, dtype=np.int64)[codes >= 0]  # a missing key is in no group
+    codes = codes[codes >= 0]
+    order = np.argsort(codes, kind="stable")
+    ordered = durations[order]
+    starts = _runs(codes[order])
     out = pd.DataFrame(
         {
-            "calls": grouped.size(),
-            f"{prefix}_total_ns": grouped.sum(),
-            f"{prefix}_max_ns": grouped.max(),
-            f"{prefix}_min_ns": grouped.min(),
-        }
+            "calls": np.diff(np.append(starts, len(ordered))).astype(np.int64),
+            f"{prefix}_total_ns": np.add.reduceat(ordered, starts) if len(ordered) else ordered,
+            f"{prefix}_max_ns": np.maximum.reduceat(ordered, starts) if len(ordered) else ordered,
+            f"{prefix}_min_ns": np.minimum.reduceat(ordered, starts) if len(ordered) else ordered,
+        },
+        index=pd.Index(distinct, name="key"),
     )
     out[f"{prefix}_avg_ns"] = out[f"{prefix}_total_ns"] / out["calls"]
     return out
@@ -350,27 +371,47 @@ def stats(keys, durations, *, prefix: str) -> pd.DataFrame:
 
 def most_common(keys, values, *, missing: Any = "") -> pd.Series:
     """The most frequent value per key, ``missing`` values ignored (ties: the smallest)."""
-    frame = pd.DataFrame({"k": np.asarray(keys), "v": np.asarray(values)})
-    frame = frame[frame["v"].notna() & (frame["v"] != missing)]
-    if not len(frame):
+    keys, values = np.asarray(keys), np.asarray(values)
+    kept = ~pd.isna(values) & (values != missing)
+    keys, values = keys[kept], values[kept]
+    if not len(keys):
         return pd.Series(dtype=object)
-    counts = frame.groupby(["k", "v"], sort=True).size().rename("n").reset_index()
-    counts = counts.sort_values(["k", "n"], ascending=[True, False], kind="stable")
-    best = counts.drop_duplicates("k")
-    return pd.Series(best["v"].to_numpy(), index=best["k"].to_numpy())
+    key_labels, key_codes = _grouped(keys)
+    value_labels, value_codes = _grouped(values)
+    value_codes = value_codes[key_codes >= 0]  # a missing key is in no group
+    key_codes = key_codes[key_codes >= 0]
+    pairs = np.sort(key_codes.astype(np.int64) * len(value_labels) + value_codes)
+    starts = _runs(pairs)
+    counts = np.diff(np.append(starts, len(pairs)))
+    pair = pairs[starts]  # the distinct (key, value) pairs, by key then value
+    key_of, value_of = pair // len(value_labels), pair % len(value_labels)
+    order = np.lexsort((-counts, key_of))  # stable: within a key, most first, ties by value
+    best = order[_runs(key_of[order])]
+    return pd.Series(value_labels[value_of[best]], index=key_labels[key_of[best]])
 
 
 def top_names(keys, names, weights, *, limit: int, labels: np.ndarray | None = None) -> pd.Series:
     """Per key, the ``limit`` names with the largest summed weight, joined by "; ".
     ``names`` may be codes, with ``labels`` to decode them."""
-    frame = pd.DataFrame({"k": np.asarray(keys), "n": np.asarray(names), "w": np.asarray(weights, dtype="float64")})
-    if not len(frame):
+    keys, names = np.asarray(keys), np.asarray(names)
+    if not len(keys):
         return pd.Series(dtype=object)
-    sums = frame.groupby(["k", "n"], sort=True)["w"].sum().reset_index()
-    sums = sums.sort_values(["k", "w"], ascending=[True, False], kind="stable")
-    head = sums.groupby("k", sort=True).head(limit)
-    text = decode(head["n"].to_numpy(), labels) if labels is not None else head["n"].astype(str).to_numpy()
-    joined = {}
-    for key, name in zip(head["k"].to_numpy(), text):
+    key_labels, key_codes = _grouped(keys)
+    name_labels, name_codes = _grouped(names)
+    valid = (key_codes >= 0) & (name_codes >= 0)  # a missing key or name is in no group
+    width = len(name_labels)
+    pair_codes, pairs = pd.factorize(key_codes[valid].astype(np.int64) * width + name_codes[valid], sort=True)
+    weights = np.asarray(weights, dtype="float64")[valid]
+    sums = np.bincount(pair_codes, weights=weights, minlength=len(pairs))
+    key_of, name_of = pairs // width, pairs % width
+    order = np.lexsort((-sums, key_of))  # stable: within a key, heaviest first, ties by name
+    key_of, name_of = key_of[order], name_of[order]
+    starts = _runs(key_of)
+    rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.append(starts, len(order))))
+    head = rank < limit
+    named = name_labels[name_of[head]]
+    text = decode(named, labels) if labels is not None else np.array([str(n) for n in named], dtype=object)
+    joined: dict[Any, str] = {}
+    for key, name in zip(key_labels[key_of[head]], text):
         joined[key] = f"{joined[key]}; {name}" if key in joined else name
     return pd.Series(joined, dtype=object)

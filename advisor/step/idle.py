@@ -287,9 +287,12 @@ def host_frames(f: Facts, within: iv.Intervals) -> pd.DataFrame:
     names = text(pd.Series(ranges["name"]).astype("category"))
     kinds = ranges["kind"].astype(str).to_numpy()
     user, outer = _user_lines(names, kinds, parents)
-    out = pd.DataFrame({"name": names, "kind": kinds, "ns": own, "user_line": [u[0] for u in user],
-                        "user_function": [u[1] for u in user], "outer_line": [o[0] for o in outer],
-                        "outer_function": [o[1] for o in outer]})
+    # Object columns, as made: pandas would otherwise copy each into an Arrow string array, a
+    # string at a time, for a frame that is grouped and dropped.
+    texts = {"name": names, "kind": kinds, "user_line": [u[0] for u in user], "user_function": [u[1] for u in user],
+             "outer_line": [o[0] for o in outer], "outer_function": [o[1] for o in outer]}
+    out = pd.DataFrame({**{column: pd.Series(values, dtype=object) for column, values in texts.items()}, "ns": own},
+                       columns=["name", "kind", "ns", *_USER_COLUMNS])
     out = out[out["ns"] > 0]
     top = parents < 0
     uncovered = total - int(inclusive[top].sum())

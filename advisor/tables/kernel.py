@@ -17,6 +17,7 @@ from advisor.tables._op_costs import (
     op_calls,
     op_cost_groups,
     per_call,
+    unknown_sums,
 )
 from advisor.tables._registry import table
 
@@ -115,7 +116,8 @@ def _roofline_columns(f: Facts, kernels: pd.DataFrame, names: np.ndarray, durati
         "measured_ns": duration[rows].astype(float), "ideal_ns": np.fmax(compute_ns, memory_ns),
     })
     per_name = frame.groupby("code").agg(flops=("flops", "sum"), bytes=("bytes", "sum"), measured_ns=("measured_ns", "sum"),
-                                         ideal_ns=("ideal_ns", lambda v: v.sum(min_count=1)))
+                                         ideal_ns=("ideal_ns", "sum"), ideal_ns_count=("ideal_ns", "count"))
+    unknown_sums(per_name, ("ideal_ns",))
     add_rates(per_name)
     aligned = per_name.reindex(out.index)
     for column in ("bytes", "ideal_ns", "efficiency", "achieved_flops_per_s", "achieved_bytes_per_s"):

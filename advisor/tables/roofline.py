@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.step.facts import Facts
-from advisor.tables._op_costs import DIMS, add_rates, call_target, per_call
+from advisor.tables._op_costs import DIMS, add_rates, call_target, per_call, unknown_sums
 from advisor.tables._registry import table, with_notes
 
 
@@ -63,11 +63,13 @@ def roofline_table(f: Facts) -> pd.DataFrame | None:
     out = grouped.agg(
         name=("name", "first"), input_dims=("input_dims", "first"), kind=("kind", "first"),
         dtype=("dtype", "first"), calls=("name", "size"), flops=("flops", "sum"), bytes=("bytes", "sum"),
-        measured_ns=("measured_ns", lambda s: s.sum(min_count=1)), ideal_ns=("ideal_ns", lambda s: s.sum(min_count=1)),
+        measured_ns=("measured_ns", "sum"), ideal_ns=("ideal_ns", "sum"),
+        measured_ns_count=("measured_ns", "count"), ideal_ns_count=("ideal_ns", "count"),
         compute_ns=("compute_ns", "sum"), memory_ns=("memory_ns", "sum"), unit=("unit", "first"),
         tc_yes=("tc_yes", "sum"), tc_no=("tc_no", "sum"),
         **{d: (d, "first") for d in DIMS},
     )
+    unknown_sums(out, ("measured_ns", "ideal_ns"))
     add_rates(out)
     out["bound"] = np.where(out["ideal_ns"].isna(), "",
                             np.where(out["compute_ns"] >= out["memory_ns"], "compute", "memory"))
