@@ -332,11 +332,12 @@ def unique_keys(keys) -> np.ndarray:
     return np.where(repeat > 0, keys + "#" + repeat.astype(str), keys)
 
 
-def _grouped(keys) -> tuple[np.ndarray, np.ndarray]:
-    """(the distinct keys, sorted; each row's position among them). numpy and one
-    factorize rather than a pandas groupby: the tables group small frames many times
-    over, and a groupby's fixed cost was most of their time on a small trace."""
-    codes, distinct = pd.factorize(np.asarray(keys), sort=True)
+def _grouped(keys, sort: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct keys, sorted or as they first come; each row's position among them, -1
+    for a missing key). numpy and one factorize rather than a pandas groupby: the tables
+    group small frames many times over, and a groupby's fixed cost was most of their time
+    on a small trace."""
+    codes, distinct = pd.factorize(np.asarray(keys), sort=sort)
     return np.asarray(distinct), codes
 
 
@@ -347,23 +348,87 @@ def _runs(sorted_values: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.concatenate(([True], sorted_values[1:] != sorted_values[:-1])))
 
 
+class Groups:
+    """Rows grouped by a key, as a pandas groupby groups them (a missing key in no group;
+    ``sort``: the keys sorted, else as they first come), for the per-group sums, extremes,
+    counts and first values the tables take: ``keys`` the distinct keys in order, each
+    reduction one value per key. Missing values are skipped, as pandas skips them."""
+
+    def __init__(self, keys, sort: bool = True):
+        self.keys, codes = _grouped(keys, sort)
+        self._rows = np.flatnonzero(codes >= 0)
+        self._order = self._rows[np.argsort(codes[self._rows], kind="stable")]  # by group, rows in order
+        self._starts = _runs(codes[self._order])
+
+    def _sorted(self, values) -> np.ndarray:
+        return np.asarray(values)[self._order]
+
+    def size(self) -> np.ndarray:
+        return np.diff(np.append(self._starts, len(self._order))).astype(np.int64)
+
+    def count(self, values) -> np.ndarray:
+        return self.sum(~pd.isna(np.asarray(values))).astype(np.int64)
+
+    def sum(self, values) -> np.ndarray:
+        """Sums (0 for a group with no value), int64 for integers and flags."""
+        ordered = self._sorted(values)
+        if ordered.dtype.kind == "b":
+            ordered = ordered.astype(np.int64)
+        elif ordered.dtype.kind == "f":
+            ordered = np.where(np.isnan(ordered), 0.0, ordered)
+        if not len(ordered):
+            return np.zeros(0, dtype=ordered.dtype)
+        return np.add.reduceat(ordered, self._starts)
+
+    def min(self, values) -> np.ndarray:
+        ordered = self._sorted(values)
+        return np.fmin.reduceat(ordered, self._starts) if len(ordered) else ordered
+
+    def max(self, values) -> np.ndarray:
+        ordered = self._sorted(values)
+        return np.fmax.reduceat(ordered, self._starts) if len(ordered) else ordered
+
+    def any(self, values) -> np.ndarray:
+        return self.sum(np.asarray(values, dtype=bool)) > 0
+
+    def first(self, values) -> np.ndarray:
+        """Each group's first value that is not missing (NaN where it has none)."""
+        ordered = self._sorted(values)
+        if not len(ordered):
+            return ordered
+        at = np.where(pd.isna(ordered), len(ordered), np.arange(len(ordered)))
+        first = np.minimum.reduceat(at, self._starts)
+        out = ordered[np.minimum(first, len(ordered) - 1)]
+        if (first == len(ordered)).any():
+            out = out.astype(object if out.dtype.kind not in "fc" else out.dtype)
+            out[first == len(ordered)] = np.nan
+        return out
+
+
+def sums_by(keys, columns: dict[str, Any], *, unknown_if_none: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Per distinct key (sorted, the index): each of ``columns`` summed, missing values
+    skipped; a column named in ``unknown_if_none`` is NaN for a key with no value to sum
+    (pandas' min_count=1), where the others give 0."""
+    groups = Groups(keys)
+    out = pd.DataFrame({name: groups.sum(values) for name, values in columns.items()}, index=pd.Index(groups.keys))
+    for name in unknown_if_none:
+        out[name] = out[name].where(groups.count(columns[name]) > 0)
+    return out
+
+
 def stats(keys, durations, *, prefix: str) -> pd.DataFrame:
     """calls and {prefix}_total/avg/max/min_ns per key (int64 totals, float avg), one row
     per distinct key in sorted order."""
-    distinct, codes = _grouped(keys)
-    durations = np.asarray(durations, dtype=np.int64)[codes >= 0]  # a missing key is in no group
-    codes = codes[codes >= 0]
-    order = np.argsort(codes, kind="stable")
-    ordered = durations[order]
-    starts = _runs(codes[order])
+    groups = Groups(keys)
+    durations = np.asarray(durations, dtype=np.int64)
     out = pd.DataFrame(
         {
-            "calls": np.diff(np.append(starts, len(ordered))).astype(np.int64),
-            f"{prefix}_total_ns": np.add.reduceat(ordered, starts) if len(ordered) else ordered,
-            f"{prefix}_max_ns": np.maximum.reduceat(ordered, starts) if len(ordered) else ordered,
-            f"{prefix}_min_ns": np.minimum.reduceat(ordered, starts) if len(ordered) else ordered,
+            "calls": groups.size(),
+            f"{prefix}_total_ns": groups.sum(durations),
+            f"{prefix}_max_ns": groups.max(durations),
+            f"{prefix}_min_ns": groups.min(durations),
         },
-        index=pd.Index(distinct, name="key"),
+        index=pd.Index(groups.keys, name="key"),
     )
     out[f"{prefix}_avg_ns"] = out[f"{prefix}_total_ns"] / out["calls"]
     return out

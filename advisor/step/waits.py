@@ -16,7 +16,7 @@ import pandas as pd
 
 from advisor.session import calls, select_rows
 from advisor.session.attribute import name_matches
-from advisor.step.facts import Facts, ancestors, coded, user_frame
+from advisor.step.facts import Facts, Groups, ancestors, coded, user_frame
 
 __all__ = ["CALL_REASONS", "DEVICE_SYNC", "EVENT_SYNC", "ITEM_OPS", "PAGEABLE_COPY", "REASON_ORDER", "STREAM_SYNC",
            "SYNC_COPY", "SYNC_COPY_CALL", "TO_HOST", "TO_HOST_OPS", "blocking_calls", "pageable", "source_lines"]
@@ -105,16 +105,12 @@ def _blocking_calls(f: Facts) -> pd.DataFrame:
         absorber[where[hit]] = anc[hit]
     taken = absorber >= 0
     downloads = gpu["launch"].to_numpy()[(gpu["copy_kind"] == "DtoH").to_numpy()]
-    absorbed = pd.DataFrame(
-        {
-            "op": absorber[taken],
-            "rank": pd.Series(reason[taken]).map({r: i for i, r in enumerate(REASON_ORDER)}).to_numpy(),
-            "download": np.isin(blocking["id"].to_numpy()[taken], downloads),
-        }
-    ).groupby("op", sort=True).agg(rank=("rank", "min"), download=("download", "any"))
-    op_ids = absorbed.index.to_numpy(dtype=np.int64)
-    op_reason = np.asarray(REASON_ORDER, dtype=object)[absorbed["rank"].to_numpy()]
-    to_host = absorbed["download"].to_numpy() | np.isin(f.names_of(op_ids), ITEM_OPS)
+    by_op = Groups(absorber[taken])
+    order = {r: i for i, r in enumerate(REASON_ORDER)}
+    rank = pd.Series(reason[taken], dtype=object).map(order).to_numpy(dtype=np.int64)
+    op_ids = by_op.keys.astype(np.int64)
+    op_reason = np.asarray(REASON_ORDER, dtype=object)[by_op.min(rank)]
+    to_host = by_op.any(np.isin(blocking["id"].to_numpy()[taken], downloads)) | np.isin(f.names_of(op_ids), ITEM_OPS)
     op_reason[to_host] = TO_HOST
     if not (ev["kind"].isin(("runtime", "driver"))).any():
         # No CUDA calls recorded: .item() is taken at its word (its inner

@@ -86,14 +86,6 @@ def add_rates(out: pd.DataFrame) -> None:
         out["achieved_bytes_per_s"] = np.where(measured > 0, out["bytes"] / measured * 1e9, np.nan)
 
 
-def unknown_sums(out: pd.DataFrame, columns: tuple[str, ...]) -> None:
-    """Each of ``columns``, summed per group, made NaN where the group had no value to sum
-    (its count, column "<name>_count", is 0), and the counts dropped: a group's sum with
-    min_count=1, without a Python call per group."""
-    for column in columns:
-        out[column] = out[column].where(out.pop(f"{column}_count") > 0)
-
-
 def per_call(f: Facts) -> pd.DataFrame | None:
     """One row per costed op call (each FLOP once): its cost, measured and ideal time on
     the target (``call_target``). Shared by the roofline, operator and kernel tables

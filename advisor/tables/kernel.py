@@ -8,7 +8,7 @@ import pandas as pd
 from advisor.knowledge import hardware as kb
 from advisor.knowledge.costs import kernel_costs
 from advisor.knowledge.roofline import MATRIX_KINDS, compute_dtypes
-from advisor.step.facts import Facts, coded, decode, most_common, stats, top_names
+from advisor.step.facts import Facts, coded, decode, most_common, stats, sums_by, top_names
 from advisor.tables._op_costs import (
     TENSOR_DTYPES,
     add_rates,
@@ -17,7 +17,6 @@ from advisor.tables._op_costs import (
     op_calls,
     op_cost_groups,
     per_call,
-    unknown_sums,
 )
 from advisor.tables._registry import table
 
@@ -111,13 +110,8 @@ def _roofline_columns(f: Facts, kernels: pd.DataFrame, names: np.ndarray, durati
     tensor = np.isin(kind, MATRIX_KINDS) & (np.isin(dtype.astype(str), TENSOR_DTYPES) | tensor_name)
     nbytes = costs["bytes"].to_numpy(dtype=float)[rows]
     compute_ns, memory_ns, _ = ideal_parts(target, dtype, tensor, flops, nbytes)
-    frame = pd.DataFrame({
-        "code": names[rows], "flops": flops, "bytes": nbytes,
-        "measured_ns": duration[rows].astype(float), "ideal_ns": np.fmax(compute_ns, memory_ns),
-    })
-    per_name = frame.groupby("code").agg(flops=("flops", "sum"), bytes=("bytes", "sum"), measured_ns=("measured_ns", "sum"),
-                                         ideal_ns=("ideal_ns", "sum"), ideal_ns_count=("ideal_ns", "count"))
-    unknown_sums(per_name, ("ideal_ns",))
+    per_name = sums_by(names[rows], {"flops": flops, "bytes": nbytes, "measured_ns": duration[rows].astype(float),
+                                     "ideal_ns": np.fmax(compute_ns, memory_ns)}, unknown_if_none=("ideal_ns",))
     add_rates(per_name)
     aligned = per_name.reindex(out.index)
     for column in ("bytes", "ideal_ns", "efficiency", "achieved_flops_per_s", "achieved_bytes_per_s"):

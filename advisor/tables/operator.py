@@ -19,9 +19,10 @@ from advisor.step.facts import (
     decode,
     most_common,
     stats,
+    sums_by,
     top_names,
 )
-from advisor.tables._op_costs import add_rates, op_calls, per_call, unknown_sums
+from advisor.tables._op_costs import add_rates, op_calls, per_call
 from advisor.tables._registry import table, with_notes
 
 TOP_KERNELS = 3
@@ -117,11 +118,9 @@ def _roofline_columns(f: Facts, out: pd.DataFrame, keys: np.ndarray) -> None:
         out[column] = np.nan
     if costed is None:
         return
-    by_operator = costed.groupby("operator").agg(
-        flops=("flops", "sum"), bytes=("bytes", "sum"), measured_ns=("measured_ns", "sum"), ideal_ns=("ideal_ns", "sum"),
-        measured_ns_count=("measured_ns", "count"), ideal_ns_count=("ideal_ns", "count"),
-    )
-    unknown_sums(by_operator, ("measured_ns", "ideal_ns"))
+    by_operator = sums_by(costed["operator"].to_numpy(), {c: costed[c].to_numpy() for c in
+                                                          ("flops", "bytes", "measured_ns", "ideal_ns")},
+                          unknown_if_none=("measured_ns", "ideal_ns"))
     add_rates(by_operator)
     aligned = by_operator.reindex(pd.Index(keys))
     for column in ("bytes", "ideal_ns", "efficiency", "achieved_flops_per_s", "achieved_bytes_per_s"):

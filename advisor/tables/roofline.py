@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from advisor.step.facts import Facts
-from advisor.tables._op_costs import DIMS, add_rates, call_target, per_call, unknown_sums
+from advisor.step.facts import Facts, Groups
+from advisor.tables._op_costs import DIMS, add_rates, call_target, per_call
 from advisor.tables._registry import table, with_notes
 
 
@@ -59,17 +59,18 @@ def roofline_table(f: Facts) -> pd.DataFrame | None:
     if calls is None:
         return None
     target, note = call_target(f)
-    grouped = calls.groupby("key", sort=False)
-    out = grouped.agg(
-        name=("name", "first"), input_dims=("input_dims", "first"), kind=("kind", "first"),
-        dtype=("dtype", "first"), calls=("name", "size"), flops=("flops", "sum"), bytes=("bytes", "sum"),
-        measured_ns=("measured_ns", "sum"), ideal_ns=("ideal_ns", "sum"),
-        measured_ns_count=("measured_ns", "count"), ideal_ns_count=("ideal_ns", "count"),
-        compute_ns=("compute_ns", "sum"), memory_ns=("memory_ns", "sum"), unit=("unit", "first"),
-        tc_yes=("tc_yes", "sum"), tc_no=("tc_no", "sum"),
-        **{d: (d, "first") for d in DIMS},
-    )
-    unknown_sums(out, ("measured_ns", "ideal_ns"))
+    groups = Groups(calls["key"].to_numpy(), sort=False)  # rows in the order their key first comes
+    column = {c: calls[c].to_numpy() for c in calls.columns}
+    out = pd.DataFrame({
+        **{c: groups.first(column[c]) for c in ("name", "input_dims", "kind", "dtype")},
+        "calls": groups.size(),
+        **{c: groups.sum(column[c]) for c in ("flops", "bytes", "measured_ns", "ideal_ns", "compute_ns", "memory_ns")},
+        "unit": groups.first(column["unit"]),
+        **{c: groups.sum(column[c]) for c in ("tc_yes", "tc_no")},
+        **{d: groups.first(column[d]) for d in DIMS},
+    }, index=pd.Index(groups.keys, name="key"))
+    for c in ("measured_ns", "ideal_ns"):  # unknown where no call's time is known, not 0
+        out[c] = out[c].where(groups.count(column[c]) > 0)
     add_rates(out)
     out["bound"] = np.where(out["ideal_ns"].isna(), "",
                             np.where(out["compute_ns"] >= out["memory_ns"], "compute", "memory"))
