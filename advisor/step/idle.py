@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -255,6 +256,46 @@ def _outside(f: Facts, window: SteadyWindow, on_gpu: bool) -> dict[str, iv.Inter
 _USER_COLUMNS = ("user_line", "user_function", "outer_line", "outer_function")
 
 
+class _HostRanges(NamedTuple):
+    """The loop thread's ranges as host_frames reads them, worked out once per session:
+    each range's name, kind, start, end (clipped to its parent's), parent and user lines."""
+
+    names: np.ndarray
+    kinds: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    parents: np.ndarray
+    user: dict[str, np.ndarray]
+
+
+def _host_ranges(f: Facts) -> _HostRanges | None:
+    def compute() -> _HostRanges | None:
+        ranges = _main_ranges(f)
+        ranges = ranges[ranges["kind"].astype(str).to_numpy() != "phase"].reset_index(drop=True)
+        if not len(ranges):
+            return None
+        start = ranges["start_ns"].to_numpy()
+        end = ranges["end_ns"].to_numpy().copy()
+        parents = parents_of_sorted(start, end)
+        has = parents >= 0
+        # A range that outlives its parent (a user range begun inside one Python frame and
+        # ended in another) is cut at its parent's end, so ranges nest and no time counts twice.
+        for _ in range(512):
+            clipped = np.where(has, np.minimum(end, end[np.maximum(parents, 0)]), end)
+            if np.array_equal(clipped, end):
+                break
+            end = clipped
+        names = text(pd.Series(ranges["name"]).astype("category"))
+        kinds = ranges["kind"].astype(str).to_numpy()
+        user, outer = _user_lines(names, kinds, parents)
+        lines = {"user_line": [u[0] for u in user], "user_function": [u[1] for u in user],
+                 "outer_line": [o[0] for o in outer], "outer_function": [o[1] for o in outer]}
+        return _HostRanges(names, kinds, start, np.maximum(end, start), parents,
+                           {column: np.asarray(values, dtype=object) for column, values in lines.items()})
+
+    return f.memo("host_ranges", compute)
+
+
 def host_frames(f: Facts, within: iv.Intervals) -> pd.DataFrame:
     """The time of ``within`` by the innermost Python frame, user range or operator the
     loop's thread was in, each nanosecond once: one row per range with ``ns`` its own time
@@ -262,44 +303,32 @@ def host_frames(f: Facts, within: iv.Intervals) -> pd.DataFrame:
     innermost enclosing frame of the user's own code (``user_line``, "file:line") and the
     outermost one (``outer_line``, ``outer_function``). Time in no range is the row
     NOTHING."""
-    ranges = _main_ranges(f)
-    ranges = ranges[ranges["kind"].astype(str).to_numpy() != "phase"].reset_index(drop=True)
+    ranges = _host_ranges(f)
     total = within.length
-    if not len(ranges) or not total:
+    if ranges is None or not total:
         rows = 1 if total else 0
         return pd.DataFrame({"name": [NOTHING] * rows, "kind": ["none"] * rows, "ns": [total] * rows,
                              **{column: [""] * rows for column in _USER_COLUMNS}})
-    start = ranges["start_ns"].to_numpy()
-    end = ranges["end_ns"].to_numpy().copy()
-    parents = parents_of_sorted(start, end)
+    parents = ranges.parents
     has = parents >= 0
-    # A range that outlives its parent (a user range begun inside one Python frame and
-    # ended in another) is cut at its parent's end, so ranges nest and no time counts twice.
-    for _ in range(512):
-        clipped = np.where(has, np.minimum(end, end[np.maximum(parents, 0)]), end)
-        if np.array_equal(clipped, end):
-            break
-        end = clipped
-    inclusive = (iv.covered_before(within, np.maximum(end, start)) - iv.covered_before(within, start)).astype(np.int64)
-    children = np.zeros(len(ranges), dtype=np.int64)
+    inclusive = (iv.covered_before(within, ranges.end) - iv.covered_before(within, ranges.start)).astype(np.int64)
+    children = np.zeros(len(parents), dtype=np.int64)
     np.add.at(children, parents[has], inclusive[has])
     own = np.maximum(inclusive - children, 0)
-    names = text(pd.Series(ranges["name"]).astype("category"))
-    kinds = ranges["kind"].astype(str).to_numpy()
-    user, outer = _user_lines(names, kinds, parents)
-    # Object columns, as made: pandas would otherwise copy each into an Arrow string array, a
-    # string at a time, for a frame that is grouped and dropped.
-    texts = {"name": names, "kind": kinds, "user_line": [u[0] for u in user], "user_function": [u[1] for u in user],
-             "outer_line": [o[0] for o in outer], "outer_function": [o[1] for o in outer]}
-    out = pd.DataFrame({**{column: pd.Series(values, dtype=object) for column, values in texts.items()}, "ns": own},
-                       columns=["name", "kind", "ns", *_USER_COLUMNS])
-    out = out[out["ns"] > 0]
+    kept = own > 0
     top = parents < 0
     uncovered = total - int(inclusive[top].sum())
+    # Object columns, as made: pandas would otherwise copy each into an Arrow string array, a
+    # string at a time, for a frame that is grouped and dropped.
+    texts = {"name": ranges.names[kept], "kind": ranges.kinds[kept],
+             **{column: values[kept] for column, values in ranges.user.items()}}
+    ns = own[kept]
     if uncovered > 0:
-        out = pd.concat([out, pd.DataFrame({"name": [NOTHING], "kind": ["none"], "ns": [uncovered],
-                                            **{column: [""] for column in _USER_COLUMNS}})], ignore_index=True)
-    return out.reset_index(drop=True)
+        texts = {column: np.append(values, NOTHING if column == "name" else "none" if column == "kind" else "")
+                 for column, values in texts.items()}
+        ns = np.append(ns, uncovered)
+    return pd.DataFrame({**{column: pd.Series(values, dtype=object) for column, values in texts.items()}, "ns": ns},
+                        columns=["name", "kind", "ns", *_USER_COLUMNS])
 
 
 _FRAME = re.compile(r"^\s*(?P<file>.+?)\((?P<line>\d+)\): (?P<function>.*)$")

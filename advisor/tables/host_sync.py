@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from advisor.step.facts import Facts
+from advisor.step.facts import Facts, Groups
 from advisor.step.waits import DEVICE_SYNC, EVENT_SYNC, PAGEABLE_COPY, STREAM_SYNC, SYNC_COPY, TO_HOST, blocking_calls
 from advisor.tables._registry import table
 
@@ -45,12 +45,25 @@ def host_sync_table(f: Facts) -> pd.DataFrame | None:
     calls = blocking_calls(f)
     if not len(calls):
         return None
-    calls = calls.assign(duration=calls["end_ns"] - calls["start_ns"])
-    grouped = calls.groupby(["name", "reason", "source"], sort=True)
-    out = grouped.agg(calls=("row", "size"), host_total_ns=("duration", "sum")).reset_index()
-    longest = calls.sort_values(["duration", "row"], ascending=[False, True], kind="stable")
-    examples = longest.groupby(["name", "reason", "source"], sort=True)["row"].agg(lambda r: [int(x) for x in r[:EXAMPLES]])
-    out["example_event_ids"] = examples.to_numpy()
+    duration = (calls["end_ns"] - calls["start_ns"]).to_numpy()
+    row = calls["row"].to_numpy()
+    # Grouped by (name, reason, source), sorted: each text's sorted code, combined.
+    group = np.zeros(len(calls), dtype=np.int64)
+    for column in ("name", "reason", "source"):
+        codes, labels = pd.factorize(calls[column].to_numpy(), sort=True)
+        group = group * len(labels) + codes
+    groups = Groups(group)
+    first = groups.first(np.arange(len(calls)))
+    out = pd.DataFrame({column: calls[column].to_numpy()[first] for column in ("name", "reason", "source")})
+    out["calls"] = groups.size()
+    out["host_total_ns"] = groups.sum(duration)
+    # Each group's longest calls (ties: the earlier event), up to EXAMPLES.
+    at = np.searchsorted(groups.keys, group)
+    longest = np.lexsort((row, -duration, at))  # by group, then longest first
+    starts = np.searchsorted(at[longest], np.arange(len(out)))
+    out["example_event_ids"] = pd.Series(
+        [[int(r) for r in row[longest[a:b]][:EXAMPLES]] for a, b in zip(starts, [*starts[1:], len(longest)])],
+        dtype=object)
     n_steps = len(f.steps)
     out["per_step_ns"] = out["host_total_ns"] / n_steps if n_steps else np.nan
     out["share_of_step"] = f.ratio(out["host_total_ns"], f.step_total_ns)
