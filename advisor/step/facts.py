@@ -356,8 +356,8 @@ class Groups:
 
     def __init__(self, keys, sort: bool = True):
         self.keys, codes = _grouped(keys, sort)
-        self._rows = np.flatnonzero(codes >= 0)
-        self._order = self._rows[np.argsort(codes[self._rows], kind="stable")]  # by group, rows in order
+        rows = np.flatnonzero(codes >= 0)
+        self._order = rows[np.argsort(codes[rows], kind="stable")]  # by group, rows in order
         self._starts = _runs(codes[self._order])
 
     def _sorted(self, values) -> np.ndarray:
