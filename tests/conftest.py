@@ -51,10 +51,23 @@ def pytest_configure(config):
                                        "`pytest -m 'not slow'` leaves them out")
 
 
+# The longest tests (a minute to three each on two cores), started first: two processes
+# (-n 2) then end on short tests together, rather than one waiting out the fuzzer alone.
+LONGEST_FIRST = ("test_fuzz.py::test_every_kind_of_hostile_input_is_a_report_or_one_line",
+                 "test_verify.py::test_verify_measures_the_starved_loaders_fix_inside_its_range",
+                 "test_job.py::test_torchrun_under_advisor_profiles_every_rank_and_names_the_straggler",
+                 "test_busy_machine.py::test_a_waiting_loader_gets_the_same_advice_on_a_busy_machine",
+                 "test_job.py::test_ranks_a_script_spawns_itself_are_profiled_as_a_job",
+                 "test_job.py::test_a_rank_that_crashes_loses_nothing_the_others_collected",
+                 "test_tables.py::test_properties")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.module.__name__.rpartition(".")[2] in SLOW_MODULES or item.originalname in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+    first = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(item.nodeid.rpartition("/")[2], len(first)))  # stable: the rest as collected
 
 
 def pytest_unconfigure(config):
