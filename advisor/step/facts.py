@@ -356,6 +356,7 @@ class Groups:
 
     def __init__(self, keys, sort: bool = True):
         self.keys, codes = _grouped(keys, sort)
+        self.codes = codes  # each row's group: its position in ``keys`` (-1: in none)
         rows = np.flatnonzero(codes >= 0)
         self._order = rows[np.argsort(codes[rows], kind="stable")]  # by group, rows in order
         self._starts = _runs(codes[self._order])

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.session import intervals as iv
-from advisor.step.facts import Facts
+from advisor.step.facts import Facts, Groups
 from advisor.step.idle import NOTHING, host_frames, model_ranges
 from advisor.tables._registry import table, with_notes
 
@@ -74,29 +74,22 @@ def gpu_idle_host_table(f: Facts) -> pd.DataFrame | None:
         frames.append(rows.assign(**{column: rows["ns"], ("outside_model_ns" if column == "in_model_ns"
                                                             else "in_model_ns"): 0}))
     rows = pd.concat(frames, ignore_index=True)
-    rows = rows[rows["name"].notna().to_numpy()]
+    rows = rows[rows["name"].notna().to_numpy()]  # a row without a name is in no group
     kind = rows["kind"].to_numpy()
     source = np.select([kind == "python", kind == "op", kind == "none"], ["python", "op", "none"], default="range")
-    # Grouped by name in the order names first appear, with numpy: a pandas groupby per
-    # column cost more than the rest of the table.
-    code, names = pd.factorize(rows["name"].to_numpy())
-    first = np.unique(code, return_index=True)[1]
-    out = pd.DataFrame({
-        "source": source[first],
-        "in_model_ns": np.bincount(code, weights=rows["in_model_ns"].to_numpy(), minlength=len(names)).astype(np.int64),
-        "outside_model_ns": np.bincount(code, weights=rows["outside_model_ns"].to_numpy(),
-                                        minlength=len(names)).astype(np.int64),
-    }, index=pd.Index(names, dtype=object, name="name"))
+    by_name = Groups(rows["name"].to_numpy(), sort=False)  # names in the order they first come
+    out = pd.DataFrame({"source": by_name.first(source),
+                        **{c: by_name.sum(rows[c].to_numpy()) for c in ("in_model_ns", "outside_model_ns")}},
+                       index=pd.Index(by_name.keys, dtype=object, name="name"))
     # One function runs under several callers: name the user's lines that hold most of its time.
     ns = rows["ns"].to_numpy()
     for column in ("user_line", "user_function", "outer_line", "outer_function"):
         value, values = pd.factorize(rows[column].fillna("").to_numpy())
-        pair, pairs = pd.factorize(code * len(values) + value)  # (name, line) pairs as they first appear
-        held = np.bincount(pair, weights=ns, minlength=len(pairs))
-        order = np.argsort(-held, kind="stable")  # most time first, ties as they appear
-        name_of = pairs[order] // len(values)
-        best = order[np.unique(name_of, return_index=True)[1]]  # per name (in code order), its first pair
-        out[column] = np.asarray(values, dtype=object)[pairs[best] % len(values)]
+        pairs = Groups(by_name.codes * len(values) + value, sort=False)  # (name, line) pairs as they first come
+        order = np.argsort(-pairs.sum(ns), kind="stable")  # most time first, ties as they come
+        name_of = pairs.keys[order] // len(values)
+        best = order[np.unique(name_of, return_index=True)[1]]  # per name (in key order), its first pair
+        out[column] = np.asarray(values, dtype=object)[pairs.keys[best] % len(values)]
     out["idle_ns"] = out["in_model_ns"] + out["outside_model_ns"]
     out = out[out["idle_ns"] > 0].sort_values("idle_ns", ascending=False, kind="stable")
     if len(out) > MAX_ROWS:
