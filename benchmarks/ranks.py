@@ -4,6 +4,8 @@ Synthesises R rank traces of E events each (benchmarks/synth.py; one trace writt
 others linked to it, so each rank costs what one does), then summarises and diagnoses the
 job as `advisor diagnose DIR` does, each way in a fresh process:
 
+    default        as `advisor diagnose DIR` chooses (advisor.job.run): ranks read in the
+                   parent while a pool would not pay, the rest in a pool of one per core
     one process    every rank read in the parent, one after another (no pool)
     1 worker       a pool of one worker process
     2 workers      a pool of two
@@ -42,7 +44,7 @@ from synth import generate
 
 # Runs in a fresh process: summarise and diagnose the job, then say the peaks.
 _DRIVER = """
-import json, resource, sys
+import json, os, resource, sys
 from pathlib import Path
 from advisor.job import job_sources, order_ranks, summarise_job
 from advisor.job.diagnose import diagnose_job
@@ -53,7 +55,7 @@ diagnosis = diagnose_job(job)
 peaks = {}
 for s in summaries:
     peaks[s.worker_pid] = max(peaks.get(s.worker_pid, 0), s.worker_peak_rss_bytes)
-print(json.dumps({"ranks": len(job.ranks), "findings": [f.rule for f in diagnosis.findings],
+print(json.dumps({"ranks": len(job.ranks), "findings": [f.rule for f in diagnosis.findings], "parent_pid": os.getpid(),
                   "parent_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "workers": peaks}))
 """
 
@@ -73,7 +75,7 @@ def run(folder: Path, workers: int, dask: str | None = None, *, pool: bool = Tru
     return out
 
 
-MODES = ("one", "pool1", "pool2", "dask")
+MODES = ("default", "one", "pool1", "pool2", "dask")
 
 
 def measure(ranks: int, events: int, root: Path, dask: bool, modes: tuple[str, ...] = MODES) -> list[tuple[str, dict]]:
@@ -83,6 +85,8 @@ def measure(ranks: int, events: int, root: Path, dask: bool, modes: tuple[str, .
     for r in range(1, ranks):
         (folder / f"rank-{r}.json.gz").symlink_to(folder / "rank-0.json.gz")
     rows = []
+    if "default" in modes:
+        rows.append(("default", run(folder, 0, pool=False)))
     if "one" in modes:
         rows.append(("one process", run(folder, 1, pool=False)))
     if "pool1" in modes:
@@ -100,7 +104,7 @@ def measure(ranks: int, events: int, root: Path, dask: bool, modes: tuple[str, .
     print(f"{'how':18} {'seconds':>8} {'s/rank':>7} {'parent peak MiB':>16} {'worker peaks MiB':>28} {'ranks':>6} "
           f"{'findings':>8}")
     for name, out in rows:
-        workers = sorted(v / 2**20 for v in out["workers"].values()) if name != "one process" else []
+        workers = sorted(v / 2**20 for pid, v in out["workers"].items() if int(pid) != out["parent_pid"])
         shown = ", ".join(f"{w:.0f}" for w in workers) or "-"
         print(f"{name:18} {out['seconds']:8.1f} {out['seconds'] / ranks:7.2f} {out['parent_kib'] / 1024:16.0f} "
               f"{shown:>28} {out['ranks']:6} {len(out['findings']):8}  {', '.join(out['findings'])}", flush=True)

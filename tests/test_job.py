@@ -165,6 +165,37 @@ def test_worker_processes_and_a_dask_cluster_give_the_same_summaries(tmp_path):
         assert [f.rule for f in a.report.findings] == [f.rule for f in b.report.findings]
 
 
+def test_small_ranks_are_read_in_this_process_unless_workers_are_asked_for(tmp_path):
+    """A worker's start-up costs more than a small rank: by default such ranks are read
+    here, one after another; --workers N still gets N worker processes."""
+    folder = write_job(tmp_path / "job", 3, {1: 3000.0})
+    here = summarise_job(job_sources([folder]))
+    assert {s.worker_pid for s in here} == {os.getpid()}
+    in_workers = summarise_job(job_sources([folder]), workers=2)
+    assert os.getpid() not in {s.worker_pid for s in in_workers}
+    for a, b in zip(here, in_workers, strict=True):
+        assert a.error is None and a.figures == b.figures and a.calls.equals(b.calls)
+
+
+def test_a_large_first_rank_sends_every_rank_to_the_workers(tmp_path, monkeypatch):
+    from advisor.job import run
+
+    folder = write_job(tmp_path / "job", 2, {1: 3000.0})
+    monkeypatch.setattr(run, "LARGE_RANK_BYTES", 1)  # every rank file is 'large'
+    summaries = summarise_job(job_sources([folder]))
+    assert os.getpid() not in {s.worker_pid for s in summaries} and all(s.error is None for s in summaries)
+
+
+def test_the_pool_pays_only_for_ranks_that_outlast_a_workers_start():
+    from advisor.job.run import WORKER_START_S, _pool_pays
+
+    assert not _pool_pays(100.0, 1, 8)  # one rank left: nothing to share
+    assert not _pool_pays(WORKER_START_S / 10, 4, 2)  # four small ranks: 0.4 s here
+    assert _pool_pays(WORKER_START_S, 4, 2)  # 4 s here, 1 + 2 s in two workers
+    assert not _pool_pays(WORKER_START_S, 2, 2)  # 2 s here, 1 + 1 s in two workers: no faster
+    assert not _pool_pays(10.0, 4, 1)  # one worker: never faster than here
+
+
 def test_a_saved_job_renders_again_with_the_same_findings(tmp_path):
     folder = write_job(tmp_path / "job", 2, {1: 3000.0})
     first = advisor("diagnose", str(folder), "--format", "json", "--save", str(tmp_path / "saved"))

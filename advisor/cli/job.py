@@ -17,8 +17,8 @@ from advisor.errors import UsageError
 
 def add_job_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=None, metavar="N",
-                        help="for a job of many ranks: summarise ranks in N worker processes (default: one per "
-                             "core, at most one per rank)")
+                        help="for a job of many ranks: summarise ranks in N worker processes (default: small ranks "
+                             "in advisor's own process, the others in one worker per core, at most one per rank)")
     parser.add_argument("--dask", metavar="ADDRESS", default=None,
                         help="for a job of many ranks: summarise each rank on this Dask distributed scheduler "
                              "(tcp://host:8786); its workers open the trace files, so the paths must be theirs too")

@@ -1,10 +1,14 @@
 """Run the per-rank work of a job where the ranks' data is, and put the ranks in order.
 
-Each rank is summarised by :func:`advisor.job.summarise.summarise_rank` in a worker
-process of its own (``workers``; one per core by default, at most one per rank), or on an
-existing Dask distributed cluster (``dask_address``), whose workers open the trace files
-themselves. Only :class:`RankSummary` objects come back, so the parent's memory grows with
-ranks times summary size, never with events.
+Each rank is summarised by :func:`advisor.job.summarise.summarise_rank`: in a worker
+process of its own where ``workers`` asks for them; by default in this process while the
+ranks are small (a worker's start-up, a fresh interpreter importing advisor, would cost
+more than the rank), the rest in a pool of one worker per core (at most one per rank) once
+the ranks read so far say it pays; or on an existing Dask distributed cluster
+(``dask_address``), whose workers open the trace files themselves. Only
+:class:`RankSummary` objects come back or are kept, so the parent's memory grows with ranks
+times summary size, never with events (a rank read here lets its events go before the
+next).
 
 ``order_ranks`` decides each summary's rank (the trace's distributedInfo, else the file
 name, else the order given) and refuses what cannot be one job: ranks of different world
@@ -14,6 +18,7 @@ sizes, or the same rank twice.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -51,6 +56,16 @@ class Job:
     command: list[str] | None = None
 
 
+# What a worker process costs before it reads a byte: a fresh interpreter importing advisor
+# (pandas, the rules), about a second on a laptop core. Ranks that take less than that are
+# read faster here, one after another (benchmarks/ranks.py).
+WORKER_START_S = 1.0
+# A rank this large on disk takes longer than that to read (benchmarks/ranks.py: 200 k events,
+# 1.3 MiB gzipped, 2.6 s): with such a first rank the pool takes every rank from the start,
+# rather than after the first is timed here.
+LARGE_RANK_BYTES = 1 << 20
+
+
 def default_workers(n_ranks: int) -> int:
     return max(1, min(os.cpu_count() or 1, n_ranks))
 
@@ -59,26 +74,37 @@ def summarise_job(sources: list[Path], *, choice: RuleChoice | None = None, work
                   dask_address: str | None = None, save_dir: Path | None = None, gpu: str | None = None,
                   say: Callable[[str], None] | None = None, always_pool: bool = False) -> list[RankSummary]:
     """Each source's RankSummary, in the order given: in this process where one worker is
-    asked for (unless ``always_pool``), else in a pool of worker processes."""
+    asked for (unless ``always_pool``), in a pool of ``workers`` worker processes where
+    more are; by default, in this process while the pool would not pay (``_pool_pays``),
+    and the ranks left in a pool of one per core once it would."""
     say = say or (lambda _line: None)
     texts = [str(s) for s in sources]
     saves: list[str | None] = [str(save_dir / f"rank-source-{i}") if save_dir else None for i in range(len(texts))]
     if dask_address:
         return _on_dask(dask_address, texts, saves, choice, gpu, say)
     n = workers or default_workers(len(texts))
-    if (n <= 1 or len(texts) == 1) and not always_pool:
-        out = []
-        for i, (source, save) in enumerate(zip(texts, saves)):
-            out.append(summarise_rank(source, choice=choice, save_to=save, gpu=gpu))
-            say(f"read {i + 1} of {len(texts)}: {Path(source).name}")
-        return out
     results: list[RankSummary | None] = [None] * len(texts)
+    here = 0  # the ranks summarised in this process, the first ones
+    if always_pool:
+        alone = adaptive = False
+    else:
+        alone = n <= 1 or len(texts) == 1
+        adaptive = not workers and _bytes_on_disk(Path(texts[0])) < LARGE_RANK_BYTES
+    if alone or adaptive:
+        started = time.perf_counter()
+        while here < len(texts) and (alone or here == 0 or
+                                     not _pool_pays((time.perf_counter() - started) / here, len(texts) - here, n)):
+            results[here] = summarise_rank(texts[here], choice=choice, save_to=saves[here], gpu=gpu)
+            here += 1
+            say(f"read {here} of {len(texts)}: {Path(texts[here - 1]).name}")
+    if here == len(texts):
+        return [r for r in results if r is not None]
     # spawn, not fork: a forked child would inherit the parent's threads' locks (pyarrow's,
     # the progress bar's) in whatever state they were.
-    with ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(summarise_rank, source, choice=choice, save_to=save, gpu=gpu): i
-                   for i, (source, save) in enumerate(zip(texts, saves))}
-        for done, future in enumerate(as_completed(futures), 1):
+    with ProcessPoolExecutor(max_workers=min(n, len(texts) - here), mp_context=get_context("spawn")) as pool:
+        futures = {pool.submit(summarise_rank, texts[i], choice=choice, save_to=saves[i], gpu=gpu): i
+                   for i in range(here, len(texts))}
+        for done, future in enumerate(as_completed(futures), here + 1):
             i = futures[future]
             try:
                 results[i] = future.result()
@@ -87,6 +113,24 @@ def summarise_job(sources: list[Path], *, choice: RuleChoice | None = None, work
                                                                 f"{type(exc).__name__}: {exc}")
             say(f"read {done} of {len(texts)}: {Path(texts[i]).name}")
     return [r for r in results if r is not None]
+
+
+def _bytes_on_disk(path: Path) -> int:
+    """A trace file's size, or a saved session folder's files' together (0 where unknown)."""
+    try:
+        if path.is_dir():
+            return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _pool_pays(per_rank_s: float, left: int, workers: int) -> bool:
+    """Whether ``left`` ranks, each taking ``per_rank_s`` here (as the ones read so far
+    did), end sooner in a pool of up to ``workers`` processes, each first starting
+    (WORKER_START_S), than here one after another."""
+    parallel = min(workers, left)
+    return parallel > 1 and left * per_rank_s > WORKER_START_S + left * per_rank_s / parallel
 
 
 def _on_dask(address: str, sources: list[str], saves: list[str | None], choice, gpu, say) -> list[RankSummary]:
