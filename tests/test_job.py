@@ -186,6 +186,22 @@ def test_a_large_first_rank_sends_every_rank_to_the_workers(tmp_path, monkeypatc
     assert os.getpid() not in {s.worker_pid for s in summaries} and all(s.error is None for s in summaries)
 
 
+def test_a_rank_whose_summary_fails_here_is_lost_not_the_job(tmp_path, monkeypatch):
+    from advisor.job import run
+
+    folder = write_job(tmp_path / "job", 2, {1: 3000.0})
+    real = run.summarise_rank
+
+    def failing(source, **kwargs):
+        if source.endswith("rank1.json"):
+            raise RuntimeError("planted")
+        return real(source, **kwargs)
+
+    monkeypatch.setattr(run, "summarise_rank", failing)
+    first, second = summarise_job(job_sources([folder]))
+    assert first.error is None and second.error.endswith("its summary failed: RuntimeError: planted")
+
+
 def test_the_pool_pays_only_for_ranks_that_outlast_a_workers_start():
     from advisor.job.run import WORKER_START_S, _pool_pays
 

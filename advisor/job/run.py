@@ -94,7 +94,11 @@ def summarise_job(sources: list[Path], *, choice: RuleChoice | None = None, work
         started = time.perf_counter()
         while here < len(texts) and (alone or here == 0 or
                                      not _pool_pays((time.perf_counter() - started) / here, len(texts) - here, n)):
-            results[here] = summarise_rank(texts[here], choice=choice, save_to=saves[here], gpu=gpu)
+            try:
+                results[here] = summarise_rank(texts[here], choice=choice, save_to=saves[here], gpu=gpu)
+            except Exception as exc:  # noqa: BLE001  (as a worker's failure: the rank is lost, not the job)
+                results[here] = RankSummary(source=texts[here], error=f"{texts[here]}: its summary failed: "
+                                                                      f"{type(exc).__name__}: {exc}")
             here += 1
             say(f"read {here} of {len(texts)}: {Path(texts[here - 1]).name}")
     if here == len(texts):
