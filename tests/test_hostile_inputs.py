@@ -135,15 +135,25 @@ def test_rank_files_that_are_not_files_are_named_in_the_job(tmp_path):
 # -- a saved job's manifest ------------------------------------------------------------------
 
 
-@pytest.fixture
-def saved_job(tmp_path):
-    folder = tmp_path / "ranks"
+@pytest.fixture(scope="module")
+def saved_job_once(tmp_path_factory):
+    """A job of two ranks saved by `advisor diagnose --save`, once for the module."""
+    root = tmp_path_factory.mktemp("saved-job")
+    folder = root / "ranks"
     folder.mkdir()
     for rank in (0, 1):
         write_trace(folder / f"rank{rank}.json", _steps())
-    job = tmp_path / "job"
+    job = root / "job"
     done = advisor("diagnose", str(folder), "--save", str(job), "--format", "json")
     assert done.returncode == 0, done.stderr
+    return job
+
+
+@pytest.fixture
+def saved_job(saved_job_once, tmp_path):
+    """A copy of the saved job of this test's own, to edit."""
+    job = tmp_path / "job"
+    shutil.copytree(saved_job_once, job, symlinks=True)
     return job
 
 
