@@ -120,11 +120,13 @@ def summarise_job(sources: list[Path], *, choice: RuleChoice | None = None, work
 
 
 def _bytes_on_disk(path: Path) -> int:
-    """A trace file's size, or a saved session folder's files' together (0 where unknown)."""
+    """A trace file's size, or a saved session folder's own files' together (a session's
+    files are at its top: no link is followed, no folder walked); 0 where unknown."""
     try:
-        if path.is_dir():
-            return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-        return path.stat().st_size
+        if not path.is_dir():
+            return path.stat().st_size
+        with os.scandir(path) as entries:
+            return sum(e.stat(follow_symlinks=False).st_size for e in entries if e.is_file(follow_symlinks=False))
     except OSError:
         return 0
 
