@@ -92,13 +92,13 @@ def summarise_job(sources: list[Path], *, choice: RuleChoice | None = None, work
         adaptive = not workers and _bytes_on_disk(Path(texts[0])) < LARGE_RANK_BYTES
     if alone or adaptive:
         started = time.perf_counter()
-        while here < len(texts) and (alone or here == 0 or
-                                     not _pool_pays((time.perf_counter() - started) / here, len(texts) - here, n)):
+        while here < len(texts):
+            if not alone and here and _pool_pays((time.perf_counter() - started) / here, len(texts) - here, n):
+                break
             try:
                 results[here] = summarise_rank(texts[here], choice=choice, save_to=saves[here], gpu=gpu)
             except Exception as exc:  # noqa: BLE001  (as a worker's failure: the rank is lost, not the job)
-                results[here] = RankSummary(source=texts[here], error=f"{texts[here]}: its summary failed: "
-                                                                      f"{type(exc).__name__}: {exc}")
+                results[here] = _lost(texts[here], "its summary failed", exc)
             here += 1
             say(f"read {here} of {len(texts)}: {Path(texts[here - 1]).name}")
     if here == len(texts):
@@ -113,10 +113,14 @@ def summarise_job(sources: list[Path], *, choice: RuleChoice | None = None, work
             try:
                 results[i] = future.result()
             except Exception as exc:  # noqa: BLE001  (a worker that died: the rank is lost, not the job)
-                results[i] = RankSummary(source=texts[i], error=f"{texts[i]}: the worker failed: "
-                                                                f"{type(exc).__name__}: {exc}")
+                results[i] = _lost(texts[i], "the worker failed", exc)
             say(f"read {done} of {len(texts)}: {Path(texts[i]).name}")
     return [r for r in results if r is not None]
+
+
+def _lost(source: str, how: str, exc: Exception) -> RankSummary:
+    """The summary of a rank whose work failed: the rank is lost, with why, not the job."""
+    return RankSummary(source=source, error=f"{source}: {how}: {type(exc).__name__}: {exc}")
 
 
 def _bytes_on_disk(path: Path) -> int:
