@@ -184,9 +184,36 @@ def test_the_fixes_reach_what_the_script_makes(tmp_path):
     assert seen["batches"] == plain["batches"]  # the same data, made elsewhere
     assert plain["autocast"] is False
     assert _trial(tmp_path, [{"name": "amp"}])[0]["autocast"] is True  # --try amp: the whole script autocast
-    batched, _ = _trial(tmp_path, [{"name": "batched_index"}])
+    batched, out = _trial(tmp_path, [{"name": "batched_index"}])
     assert plain["dataset"] == "TensorDataset" and batched["dataset"] == "BatchedTensors"
     assert batched["batches"] == plain["batches"]  # indexed a batch at a time, the same batches
+    assert out["changes"] == {"batched_index": 1}
+
+
+def test_each_fix_counts_what_it_changed_and_one_that_found_nothing_counts_none(tmp_path):
+    _, out = _trial(tmp_path, [{"name": "dataloader", "settings": {"num_workers": 2}},
+                               {"name": "optimizer", "settings": {"foreach": True}},
+                               {"name": "zero_grad_set_to_none"}])
+    assert out["changes"]["dataloader"] == 1 and out["changes"]["optimizer"] == 1
+    assert out["changes"]["zero_grad_set_to_none"] == 3  # the probe's three zero_grad(set_to_none=False)
+    # The script's own settings asked again: nothing changes.
+    assert _trial(tmp_path, [{"name": "dataloader", "settings": {"num_workers": 0}}])[1]["changes"] == {"dataloader": 0}
+    # A Dataset of the script's own, with its own collate_fn: a batched index has nothing to replace.
+    script = tmp_path / "own.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+        class Rows(Dataset):
+            def __len__(self): return 12
+            def __getitem__(self, i): return [i, i + 1]
+        for batch in DataLoader(Rows(), 4, collate_fn=lambda rows: torch.tensor(rows)):
+            batch.sum()
+    """))
+    out_file, plan = tmp_path / "own_out.json", tmp_path / "own_plan.json"
+    plan.write_text(json.dumps({"script": str(script), "args": [], "fixes": [{"name": "batched_index"}],
+                                "step_source": "dataloader", "warmup": 0, "steps": 2, "out": str(out_file)}))
+    subprocess.run([sys.executable, "-m", "advisor.verify.trial", str(plan)], check=True, timeout=120, cwd=REPO)
+    assert json.loads(out_file.read_text())["changes"] == {"batched_index": 0}
 
 
 def test_a_trial_stops_the_script_once_its_steps_are_timed(tmp_path):
@@ -249,6 +276,22 @@ def test_a_trial_that_fails_is_the_findings_reason_and_the_ranking_follows_what_
     assert out[1].verification.measured_saving_ms_per_step == pytest.approx(35.0)
     assert out[2].not_verified.reason.endswith("an edit")
     assert [f.rule for f in rank_by_measured(out, set())] == ["b", "a", "c"]  # 35 measured, 30 and 25 predicted
+
+
+def test_a_fix_that_changed_nothing_is_not_compared_and_says_what_it_applies_to():
+    finding = _finding("loader", ms=35.0, low=17.0, high=36.0)
+    trial = Trial(0, "loader", FixPlan("batched_index"))
+    calls = []
+
+    def run(plan, timeout_s):
+        calls.append([f["name"] for f in plan["fixes"]])
+        return {"durations_ns": [int(50e6)] * 3, "changes": {f["name"]: 0 for f in plan["fixes"]}}
+
+    [out] = verify_findings([finding], [trial], script="x.py", args=[], step_source="dataloader", warmup=0, steps=3,
+                            budget_s=600, say=lambda line: None, run=run)
+    assert out.verification is None and calls == [[], ["batched_index"]]  # no further pair
+    assert "changed nothing in this script" in out.not_verified.reason
+    assert "TensorDataset" in out.not_verified.reason
 
 
 # -- the command ----------------------------------------------------------------------------------------

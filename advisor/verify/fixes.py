@@ -8,7 +8,10 @@ where the finding has none).
 
 Each fix is applied in the trial's own process before the script runs, by wrapping what
 the script will call (DataLoader's and the optimizers' constructors, ``zero_grad``) or by
-setting torch's switches; the script's file is never touched.
+setting torch's switches; the script's file is never touched. Each counts the changes it
+made (``apply_fixes`` returns the counts): a fix that found nothing to change in the script
+(batched_index on a Dataset of its own) measures nothing, and verify says so rather than
+comparing two runs of the same script.
 
     dataloader             num_workers, pin_memory, persistent_workers, prefetch_factor of every
                            DataLoader the script makes; torch_threads: torch.set_num_threads
@@ -26,9 +29,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["FIXES", "FixPlan", "apply_fixes", "plan_fix"]
+__all__ = ["APPLIES_TO", "FIXES", "FixPlan", "apply_fixes", "plan_fix"]
 
 
 @dataclass(frozen=True)
@@ -119,16 +123,40 @@ def plan_fix(declared: list[Any], metrics: dict[str, Any]) -> FixPlan | None:
 # -- in the trial's process --------------------------------------------------------------------
 
 
-def apply_fixes(torch: Any, plans: list[dict[str, Any]]) -> None:
-    """Put each fix in place (plans as ``FixPlan.as_data``), before the script runs."""
+# What each fix changes, for the line that says it changed nothing in a script.
+APPLIES_TO = {
+    "dataloader": "a DataLoader whose settings differ from the fix's",
+    "batched_index": "a DataLoader over a TensorDataset, without workers or a collate_fn of its own",
+    "optimizer": "an optimizer that takes foreach or fused",
+    "zero_grad_set_to_none": "a zero_grad(set_to_none=False) call",
+    "fp32": "a CPU autocast the script turns on",
+    "compile": "a model's forward",
+}
+
+
+def apply_fixes(torch: Any, plans: list[dict[str, Any]]) -> dict[str, int]:
+    """Put each fix in place (plans as ``FixPlan.as_data``), before the script runs; the
+    changes each makes, by fix, counted as the script runs (a switch counts once)."""
+    counts: dict[str, int] = {}
     for plan in plans:
-        _APPLY[plan["name"]](torch, dict(plan.get("settings") or {}))
+        name = plan["name"]
+        counts[name] = 0
+
+        def changed(name: str = name) -> None:
+            counts[name] += 1
+
+        _APPLY[name](torch, dict(plan.get("settings") or {}), changed)
+    return counts
 
 
 # DataLoader's parameters in order: settings given by position become keywords before a fix
 # changes them.
 _LOADER_PARAMETERS = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "num_workers", "collate_fn",
                       "pin_memory", "drop_last", "timeout", "worker_init_fn", "multiprocessing_context", "generator")
+
+
+# Their defaults, for whether a fix's setting changes what the script asked.
+_DEFAULTS = {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None}
 
 
 def _keywords(args: tuple, kwargs: dict) -> dict:
@@ -146,10 +174,11 @@ def _wrap_init(cls: Any, change: Any) -> None:
     cls.__init__ = __init__
 
 
-def _dataloader(torch: Any, settings: dict[str, Any]) -> None:
+def _dataloader(torch: Any, settings: dict[str, Any], changed: Callable[[], None]) -> None:
     threads = settings.pop("torch_threads", None)
-    if threads:
+    if threads and int(threads) != torch.get_num_threads():
         torch.set_num_threads(int(threads))
+        changed()
     loader_kwargs = {k: v for k, v in settings.items()
                      if k in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")}
     if "pin_memory" in loader_kwargs and not torch.cuda.is_available():
@@ -157,6 +186,8 @@ def _dataloader(torch: Any, settings: dict[str, Any]) -> None:
 
     def change(self: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         kwargs = _keywords(args, kwargs)
+        if any(kwargs.get(key, _DEFAULTS.get(key)) != value for key, value in loader_kwargs.items()):
+            changed()
         kwargs.update(loader_kwargs)
         if int(kwargs.get("num_workers", 0) or 0) == 0:
             kwargs.pop("persistent_workers", None)
@@ -166,7 +197,7 @@ def _dataloader(torch: Any, settings: dict[str, Any]) -> None:
     _wrap_init(torch.utils.data.DataLoader, change)
 
 
-def _batched_index(torch: Any, settings: dict[str, Any]) -> None:
+def _batched_index(torch: Any, settings: dict[str, Any], changed: Callable[[], None]) -> None:
     data = torch.utils.data
 
     class BatchedTensors(data.TensorDataset):
@@ -186,12 +217,13 @@ def _batched_index(torch: Any, settings: dict[str, Any]) -> None:
                 and not int(kwargs.get("num_workers", 0) or 0) and kwargs.get("batch_size", 1) is not None):
             kwargs["dataset"] = BatchedTensors(*dataset.tensors)
             kwargs["collate_fn"] = whole
+            changed()
         return (), kwargs
 
     _wrap_init(data.DataLoader, change)
 
 
-def _optimizer(torch: Any, settings: dict[str, Any]) -> None:
+def _optimizer(torch: Any, settings: dict[str, Any], changed: Callable[[], None]) -> None:
     wanted = {k: bool(v) for k, v in settings.items() if k in ("foreach", "fused")}
     original = torch.optim.Optimizer.__init__
 
@@ -199,40 +231,46 @@ def _optimizer(torch: Any, settings: dict[str, Any]) -> None:
         defaults = dict(defaults)
         for key, value in wanted.items():
             if key in defaults:  # only optimizers that take the setting
+                if bool(defaults[key]) != value:
+                    changed()
                 defaults[key] = value
         original(self, params, defaults, *args, **kwargs)
 
     torch.optim.Optimizer.__init__ = __init__
 
 
-def _zero_grad_set_to_none(torch: Any, settings: dict[str, Any]) -> None:
+def _zero_grad_set_to_none(torch: Any, settings: dict[str, Any], changed: Callable[[], None]) -> None:
     for owner in (torch.optim.Optimizer, torch.nn.Module):
         original = owner.zero_grad
 
         def zero_grad(self: Any, set_to_none: bool = True, *, _original: Any = original) -> Any:
-            del set_to_none  # the script's choice is what this fix replaces
+            if not set_to_none:  # the script's choice is what this fix replaces
+                changed()
             return _original(self, set_to_none=True)
 
         owner.zero_grad = zero_grad
 
 
-def _tf32(torch: Any, settings: dict[str, Any]) -> None:
+def _tf32(torch: Any, settings: dict[str, Any], changed: Callable[[], None]) -> None:
+    changed()
     torch.set_float32_matmul_precision("high")
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
 
 
-def _cudnn_benchmark(torch: Any, settings: dict[str, Any]) -> None:
+def _cudnn_benchmark(torch: Any, settings: dict[str, Any], changed: Callable[[], None]) -> None:
+    changed()
     torch.backends.cudnn.benchmark = True
 
 
-def _amp(torch: Any, settings: dict[str, Any]) -> None:
+def _amp(torch: Any, settings: dict[str, Any], changed: Callable[[], None]) -> None:
+    changed()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     # Entered for the whole run and never left: the trial's process ends with the script.
     torch.autocast(device_type=device, dtype=torch.bfloat16).__enter__()
 
 
-def _fp32(torch: Any, settings: dict[str, Any]) -> None:
+def _fp32(torch: Any, settings: dict[str, Any], changed: Callable[[], None]) -> None:
     # Every torch.autocast("cpu", ...) the script opens is opened disabled: its matrix work
     # runs in the inputs' fp32. The trial's process ends with the script.
     base = torch.amp.autocast_mode.autocast
@@ -241,15 +279,19 @@ def _fp32(torch: Any, settings: dict[str, Any]) -> None:
     def __init__(self: Any, device_type: str, *args: Any, **kwargs: Any) -> None:
         if device_type == "cpu":
             if len(args) > 1:  # enabled given by position (dtype, enabled, ...)
+                if args[1]:
+                    changed()
                 args = (args[0], False, *args[2:])
             else:
+                if kwargs.get("enabled", True):
+                    changed()
                 kwargs["enabled"] = False
         original(self, device_type, *args, **kwargs)
 
     base.__init__ = __init__
 
 
-def _compile(torch: Any, settings: dict[str, Any]) -> None:
+def _compile(torch: Any, settings: dict[str, Any], changed: Callable[[], None]) -> None:
     state = {"depth": 0, "done": False}
     module_mod = torch.nn.modules.module
     handles: list[Any] = []
@@ -259,6 +301,7 @@ def _compile(torch: Any, settings: dict[str, Any]) -> None:
         if state["depth"] == 1 and not state["done"]:
             state["done"] = True  # the first top-level module called is the model
             module.forward = torch.compile(module.forward)
+            changed()
 
     def post(module: Any, args: Any, output: Any) -> None:
         state["depth"] -= 1

@@ -32,7 +32,7 @@ from typing import Any
 
 from advisor.findings import Finding, NotVerified, Verification
 from advisor.verify import processes
-from advisor.verify.fixes import FIXES, FixPlan, plan_fix
+from advisor.verify.fixes import APPLIES_TO, FIXES, FixPlan, plan_fix
 
 __all__ = ["DEFAULT_TRIAL_STEPS", "MAX_PAIRS", "Trial", "TrialsStopped", "plan_trials", "rank_by_measured",
            "stopped_by", "verify_findings"]
@@ -165,6 +165,10 @@ def _measure(trial: Trial, finding: Finding, *, script: str, args: list[str], st
             if not durations:
                 raise TrialFailed(f"the trial {'with' if fixes else 'without'} the fix timed no step "
                                   f"({result.get('error') or result.get('ended', 'no steps')})")
+            if fixes and not (result.get("changes") or {}).get(fix.name, 1):
+                raise TrialFailed(f"the fix ({fix.describe()}) changed nothing in this script: it applies to "
+                                  f"{APPLIES_TO.get(fix.name, 'what the script does not have')}; "
+                                  "make the change the finding recommends by hand and compare the runs")
             timed = min(timed, len(durations))
             means[side] = statistics.fmean(durations) / 1e6
         before.append(means["before"])

@@ -6,8 +6,8 @@ how the diagnosis found the script's steps (``step_source``: each read of its Da
 each optimizer step, each call of its model) and how many steps to run. No profiler runs:
 one timestamp per step is taken where the step begins, and once the warm-up and the timed
 steps are done the script is stopped (an exception raised from the step's hook, which the
-script's own ``except Exception`` cannot catch). The step times are written to the plan's
-``out`` file as JSON.
+script's own ``except Exception`` cannot catch). The step times, and how many changes each
+fix made, are written to the plan's ``out`` file as JSON.
 """
 
 from __future__ import annotations
@@ -83,13 +83,14 @@ class StepStamps:
 
 
 def run(plan: dict[str, Any]) -> dict[str, Any]:
-    """Run the plan's script in this process; the steps' durations, ns."""
+    """Run the plan's script in this process; the steps' durations, ns, and the changes
+    each fix made (a fix that made none was not tried)."""
     import torch
 
     from advisor.verify.fixes import apply_fixes
 
     warmup, steps = int(plan["warmup"]), int(plan["steps"])
-    apply_fixes(torch, plan.get("fixes", []))
+    changes = apply_fixes(torch, plan.get("fixes", []))
     stamps = StepStamps(torch, plan.get("step_source"), warmup + steps + 1)
     script = plan["script"]
     sys.argv = [script, *plan.get("args", [])]
@@ -103,7 +104,7 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
     except SystemExit as exc:
         ended = "ended" if not exc.code else f"exited ({exc.code})"
     durations = [b - a for a, b in zip(stamps.stamps, stamps.stamps[1:])][warmup:]
-    return {"durations_ns": durations, "ended": ended, "steps_seen": len(stamps.stamps)}
+    return {"durations_ns": durations, "ended": ended, "steps_seen": len(stamps.stamps), "changes": changes}
 
 
 def main() -> None:
