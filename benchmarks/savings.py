@@ -105,6 +105,8 @@ SCRIPT_PAIRS = (
     ScriptPair("tokenize_dataset", "tokenize_dataset.py", "dataloader-starvation", _workers, 30, verify=True),
     ScriptPair("char_features", "char_features.py", "dataloader-starvation", _workers_and_threads, 60,
                repeat_factor=2, verify=True),
+    ScriptPair("custom_collate", "custom_collate.py", "dataloader-starvation", _workers_and_threads, 60,
+               repeat_factor=2, verify=True),
     ScriptPair("in_memory_loop", "in_memory_loop.py", "dataloader-starvation", lambda f: ["--batched"], 2000,
                repeat_factor=3, verify=True),
     ScriptPair("augment_loop", "augment_loop.py", "host-bound", lambda f: ["--vectorized"], 60),

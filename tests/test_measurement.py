@@ -346,7 +346,8 @@ def loader_session(*, share: float, steps: int = 15, gpu_busy_ms: float | None =
 
 def loader_context(*, kind: str, workers: int, item_ns: float, usable_cores: float = 4.0, share: float = 0.4,
                    top: str = "tokenize (train.py)", cpu_share: float = 1.0, runnable_share: float = float("nan"),
-                   gpu_busy_ms: float | None = None) -> RuleContext:
+                   gpu_busy_ms: float | None = None, collate_fn: str | None = None,
+                   collate_ns: float = 1e5) -> RuleContext:
     from advisor.step import build_step_model
 
     spec = next(s for s in builtin_specs() if s.id == "dataloader-starvation")
@@ -358,12 +359,15 @@ def loader_context(*, kind: str, workers: int, item_ns: float, usable_cores: flo
         "dataset": ["m.Data"], "kind": [kind], "batched_fetch": [False], "num_workers": [workers],
         "batch_size": [32], "pin_memory": [False], "reads": [40], "read_avg_ns": [share * step],
         "fetch_avg_ns": [share * step * 0.95 if not workers else np.nan],
-        "item_avg_ns": [item_ns if not workers else np.nan], "collate_avg_ns": [1e5 if not workers else np.nan],
+        "item_avg_ns": [item_ns if not workers else np.nan],
+        "collate_avg_ns": [collate_ns if not workers else np.nan],
         "machinery_avg_ns": [1e5], "items_per_batch": [32.0 if not workers else np.nan],
         "workers_busy": [0.97 if workers else np.nan], "top_function": [top], "top_function_share": [0.8],
         "fetch_cpu_share": [cpu_share if not workers else np.nan],
         "fetch_runnable_share": [runnable_share if not workers else np.nan],
     }, index=["Data"])
+    if collate_fn is not None:
+        loaders["collate_fn"] = collate_fn
     # The cores the job may use (its affinity and quota); the machine has 4.
     device = pd.DataFrame({"logical_cores": [4.0], "usable_cores": [usable_cores]}, index=["cpu"])
     tables = {"step_timing": timing, "dataloaders": loaders, "device": device}
@@ -386,6 +390,18 @@ def test_in_memory_tensors_get_batched_indexing_not_workers():
 
 def test_cheap_items_of_any_dataset_get_batched_indexing():
     assert advise(kind="map-style", workers=0, item_ns=8_000).metrics["advice"] == "batched indexing"
+
+
+def test_a_collate_function_of_the_scripts_own_that_is_most_of_a_batch_is_not_replaced_by_a_batched_index():
+    # Cheap items (3 us x 32) and 30 ms of the script's own collation a batch: a batched index
+    # would leave that work where it is; workers (4 cores free) take it off the step.
+    own = advise(kind="map-style", workers=0, item_ns=3_000, collate_fn="collate", collate_ns=30e6,
+                 top="collate (train.py)")
+    assert own.metrics["advice"] == "num_workers=1" and "__getitems__" not in own.recommendation
+    assert "collate (train.py)" in own.recommendation
+    # torch's own collation (stacking the items) is what a batched index replaces.
+    stacked = advise(kind="map-style", workers=0, item_ns=3_000, collate_fn="default_collate", collate_ns=30e6)
+    assert stacked.metrics["advice"] == "batched indexing"
 
 
 def test_per_item_work_with_free_cores_gets_workers_and_names_the_function():

@@ -95,6 +95,8 @@ def _caller(samples: pd.DataFrame) -> str:
                         "(NaN with workers).",
         "item_avg_ns": "Mean per-item time in the main process (__getitem__), ns (NaN with workers).",
         "collate_avg_ns": "Mean collate time per batch in the main process, ns (NaN with workers).",
+        "collate_fn": "The collate function's name: default_collate is torch's own, which stacks the items; "
+                      "another is the script's (empty where the session does not say).",
         "fetch_cpu_share": "The share of making a batch the main process spent on the CPU (the rest: waiting on "
                            "files, the network, sleeps, or for a core); NaN with workers or where not measured.",
         "fetch_runnable_share": "The share of making a batch the main process was ready to run but waited for a "
@@ -145,7 +147,8 @@ def dataloaders_table(f: Facts) -> pd.DataFrame | None:
             "dataset": entry.get("dataset", ""), "kind": kind, "batched_fetch": bool(entry.get("batched_fetch")),
             "num_workers": workers, "batch_size": entry.get("batch_size"), "pin_memory": bool(entry.get("pin_memory")),
             "reads": reads, "read_avg_ns": read_avg, "fetch_avg_ns": fetch_avg, "item_avg_ns": item_avg,
-            "collate_avg_ns": collate_avg, "fetch_cpu_share": cpu_share,
+            "collate_avg_ns": collate_avg, "collate_fn": str(entry.get("collate_fn") or ""),
+            "fetch_cpu_share": cpu_share,
             "fetch_runnable_share": runnable_share,
             "machinery_avg_ns": read_avg - fetch_avg if not workers else read_avg,
             "items_per_batch": items / fetches if fetches and not workers else np.nan,

@@ -188,7 +188,14 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
     # beside it is room; a loader that mostly waits needs none.
     room = not math.isfinite(usable) or usable >= 1 + ctx.threshold("free_core") or demand < 0.5
     metrics = {"fetch_cpu_demand": demand}
-    if workers == 0 and (loader["kind"] == "in-memory tensors" or cheap) and not loader["batched_fetch"]:
+    # A batched index replaces per-item fetching and torch's own collation (stacking the
+    # items); a collate function of the script's own that is most of a batch's time stays:
+    # its work is what must get cheaper, or move to workers.
+    collate_fn = str(loader.get("collate_fn") or "")
+    own_collate = (collate_fn not in ("", "default_collate", "default_convert") and not math.isnan(collate_ns)
+                   and (math.isnan(item_ns) or math.isnan(items) or collate_ns > item_ns * items))
+    if (workers == 0 and (loader["kind"] == "in-memory tensors" or cheap) and not loader["batched_fetch"]
+            and not own_collate):
         replaced = ((item_ns * items + collate_ns) * (m.per_step / float(loader["read_avg_ns"]))
                     if not math.isnan(items) and loader["read_avg_ns"] > 0 else m.per_step)
         kept = max(1.0 - min(replaced, m.per_step) / m.per_step, 0.0) if m.per_step else 1.0
