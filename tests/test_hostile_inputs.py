@@ -345,6 +345,20 @@ def test_an_option_after_the_script_that_the_script_refuses_is_said(tmp_path):
     done = advisor("summary", str(script), "--table", "model", cwd=tmp_path)
     assert done.returncode == 2 and "ended before its first step" in done.stderr
     assert "Model Summary" not in done.stdout
+    # The one line gives the command with advisor's options before the script.
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        f"--table went to the script: advisor's options go before it: advisor summary --table model {script}")
+
+
+def test_advisors_options_after_a_script_that_refuses_them_are_said_with_the_command_that_works(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import argparse\np = argparse.ArgumentParser()\np.add_argument('--steps')\np.parse_args()\n")
+    done = advisor("diagnose", str(script), "--steps", "3", "--format", "json", "-o", "r.json", "--no-cache",
+                   cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        f"--format -o --no-cache went to the script: advisor's options go before it: advisor diagnose --format json "
+        f"-o r.json --no-cache {script} --steps 3")
 
 
 GROUPED_PACK = """

@@ -232,16 +232,50 @@ def _with_counters(session, args: argparse.Namespace):
     return attach(session, paths) if paths else session
 
 
-def _ended_before_first_step(script: Path, exit_code: int, error: str):
+def _ended_before_first_step(script: Path, exit_code: int, error: str, script_args: list[str] | None = None,
+                             command: str = "diagnose"):
     from advisor.errors import ScriptError
 
     failed = ScriptError(f"{script} ended before its first step (exit code {exit_code}: {error}); there is "
-                         "nothing to diagnose")
+                         "nothing to diagnose" + _options_hint(script, exit_code, script_args or [], command))
     failed.exit_code = exit_code
     return failed
 
 
-def _check_it_ran(session, exit_code: int | None, script: Path) -> None:
+# advisor's own options that a training script is unlikely to take (not --steps, --gpu,
+# --config or --workers): after the script they are the script's, and its argparse refuses
+# them with exit code 2.
+_ADVISOR_OPTIONS = ("--format", "-f", "-o", "--output", "--save", "--rules", "--fail-on", "--no-cache", "--preview",
+                    "--collector", "--with-stack", "--event-budget", "--dask", "--ncu", "--kernel-counters", "--table")
+_ADVISOR_FLAGS = ("--no-cache", "--preview", "--with-stack")  # options that take no value
+
+
+def _options_hint(script: Path, exit_code: int, script_args: list[str], command: str) -> str:
+    """Where a script refused arguments that are advisor's own options (an argparse exit,
+    code 2), the same command with them before the script."""
+    if exit_code != 2:
+        return ""
+    ours: list[str] = []
+    rest: list[str] = []
+    words = iter(script_args)
+    for word in words:
+        name = word.split("=", 1)[0]
+        if name in _ADVISOR_OPTIONS:
+            ours.append(word)
+            if "=" not in word and name not in _ADVISOR_FLAGS:
+                value = next(words, None)
+                if value is not None:
+                    ours.append(value)
+        else:
+            rest.append(word)
+    if not ours:
+        return ""
+    return (f". {' '.join(o for o in ours if o.startswith('-'))} went to the script: advisor's options go before "
+            f"it: advisor {command} {' '.join(ours)} {script}{''.join(' ' + w for w in rest)}")
+
+
+def _check_it_ran(session, exit_code: int | None, script: Path, script_args: list[str] | None = None,
+                  command: str = "diagnose") -> None:
     """A script that failed before it ran any of its model (a syntax error, an import
     error, an argparse exit) is said in one line with its own message and exit code: its
     profile is empty, and a report of it would only mislead."""
@@ -253,7 +287,7 @@ def _check_it_ran(session, exit_code: int | None, script: Path) -> None:
         return
     if _ran_its_own_code(session.events):
         return
-    raise _ended_before_first_step(script, exit_code, error)
+    raise _ended_before_first_step(script, exit_code, error, script_args, command)
 
 
 # Sampled stacks of the script's own work (outside imports) that show it ran more than its
@@ -291,7 +325,7 @@ def _collected(args: argparse.Namespace, kept, *, spawned_ranks: bool = False):
     try:
         session, exit_code, launched = _collect_or_load(args, spawned_ranks=spawned_ranks, held=held)
         if launched is None:
-            _check_it_ran(session, exit_code, Path(args.target))
+            _check_it_ran(session, exit_code, Path(args.target), list(args.script_args or []), args.command)
         if launched is None and not save:
             kept.session(session, Path(args.target).stem)
         elif launched is None and held.came:
