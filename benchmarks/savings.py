@@ -110,6 +110,8 @@ SCRIPT_PAIRS = (
     ScriptPair("in_memory_loop", "in_memory_loop.py", "dataloader-starvation", lambda f: ["--batched"], 2000,
                repeat_factor=3, verify=True),
     ScriptPair("augment_loop", "augment_loop.py", "host-bound", lambda f: ["--vectorized"], 60),
+    ScriptPair("anomaly_left_on", "anomaly_left_on.py", "autograd-anomaly-detection", lambda f: ["--no-anomaly"], 60,
+               repeat_factor=2),
     ScriptPair("per_sample_loop", "per_sample_loop.py", "per-sample-model-calls", lambda f: ["--batched"], 100),
     ScriptPair("per_sample_inference", "per_sample_inference.py", "per-sample-model-calls", lambda f: ["--batched"],
                2000, count_flag="--samples", repeat_factor=2),

@@ -26,6 +26,7 @@ One module per table (or pair of tables), registered with ``@table`` in ``_regis
                              range the host was in, inside the model's phases or outside
     gpu_origin               GPU time by what started it: eager, CUDA graphs, Triton
     optimizer                each optimizer's step and zero_grad: cost and implementation
+    autograd_anomaly         what autograd's anomaly detection, left on, costs a step
     fresh_copies             host tensors made right before their copy to the GPU
     conv_bias                convolutions whose bias the next batch norm cancels
     step_gpu                 per step, the GPU's work against the host's: busy time, short
@@ -61,6 +62,7 @@ from advisor.errors import UsageError
 from advisor.session import Session
 from advisor.step import build_step_model
 from advisor.tables import (  # noqa: F401  (importing a module registers its tables)
+    autograd_anomaly,
     ceilings,
     collection,
     conv_bias,
@@ -113,6 +115,7 @@ _ORDER = (
     "step_gpu",
     "gpu_origin",
     "optimizer",
+    "autograd_anomaly",
     "fresh_copies",
     "conv_bias",
     "roofline",

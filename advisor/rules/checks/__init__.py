@@ -6,6 +6,7 @@ finding); thresholds come from the rule's spec in rules/builtin.yaml. ``common``
 helpers they share."""
 
 from advisor.rules.checks import (  # noqa: F401
+    autograd_anomaly_detection,
     below_roofline,
     communication_not_overlapped,
     conv_bias_before_batchnorm,

@@ -1,0 +1,80 @@
+"""autograd-anomaly-detection: autograd's anomaly detection left on in a training loop,
+judged from the autograd_anomaly table.
+
+Anomaly detection is a debugging aid: backward checks every function's outputs for NaN
+(and reads each answer back to the host, a wait on the GPU each time), and forward stores
+the Python stack of every autograd node it creates. Left on after the debugging, it costs
+every step both. The saving is the fix replayed on the step graph: the checks' operators
+gone from backward, the Forward phase's time less the share of its samples spent capturing
+stacks (half of it at the low end, where samples are few or the capture is mixed with the
+model's own Python).
+"""
+
+from __future__ import annotations
+
+from advisor.findings import Finding
+from advisor.rules.checks.common import ms, pct, row_evidence, severity_by_share
+from advisor.rules.registry import RuleContext, register
+from advisor.rules.savings import replayed
+from advisor.session import intervals as iv
+from advisor.step.whatif import Fix
+
+ROW = "anomaly detection"
+
+
+@register("autograd-anomaly-detection")
+def check(ctx: RuleContext) -> list[Finding]:
+    table = ctx.table("autograd_anomaly")
+    if table is None or ROW not in table.index or ctx.model is None:
+        return []
+    row = table.loc[ROW]
+    per_step = float(row["checks_per_step"])
+    if not per_step >= ctx.threshold("min_checks_per_step"):
+        return []
+    share = float(row["capture_share"]) if row["forward_samples"] >= ctx.threshold("min_samples") else 0.0
+    share = share if share == share else 0.0  # NaN: no samples
+    checks = iv.intersect(ctx.model.host_ranges(r"^aten::(isnan|_is_any_true)$"),
+                          ctx.model.host_ranges(r"^autograd::engine::evaluate_function"))
+    _, phase, starts, ends = ctx.model.facts.phase_spans
+    forward = iv.union(iv.as_intervals(starts[phase == "Forward"], ends[phase == "Forward"]))
+    spans = ((checks, 0.0),) + (((forward, 1.0 - share),) if share > 0 else ())
+    fix = Fix("anomaly detection off", host_spans=spans)
+    low = Fix("the checks gone, half the stack capture", host_spans=((checks, 0.0),)
+              + (((forward, 1.0 - share / 2),) if share > 0 else ()))
+    found = replayed(ctx, fix, "the step replayed without backward's NaN checks and forward's stack capture",
+                     low=low, remains="The step keeps the model's own forward and backward.")
+    if found is None:
+        return []
+    estimate, _ = found
+    if estimate.ms_per_step * 1e6 < ctx.threshold("min_saving_ms") * 1e6:
+        return []
+    step = ctx.mean_step_ns or 0.0
+    check_ns, capture_ns = float(row["check_per_step_ns"]), float(row["capture_per_step_ns"])
+    message = (f"Autograd's anomaly detection is on: backward checks the outputs of each of its {per_step:.0f} "
+               f"functions a step for NaN ({ms(check_ns)} per step"
+               + (f", {pct(check_ns / step)} of the step" if step else "") + ")"
+               + (f", and forward stores the Python stack of every autograd node it creates ({pct(share)} of the "
+                  f"Forward phase's samples, about {ms(capture_ns)} per step)" if share > 0 else "")
+               + (". On a GPU each check also reads its answer back to the host, a wait per function."
+                  if ctx.gpu_measured else "."))
+    return [Finding(
+        rule=ctx.spec.id,
+        title=ctx.spec.title,
+        severity=severity_by_share(ctx, estimate.share_of_step),
+        confidence=0.85,
+        saving=estimate,
+        message=message,
+        recommendation=("Turn anomaly detection off for training runs: remove torch.autograd.set_detect_anomaly(True) "
+                        "and any `with torch.autograd.detect_anomaly():` around the loop, or put them behind a debug "
+                        "flag. It is a debugging aid that makes every step slower. To still catch a NaN early, check "
+                        "the loss every N steps (torch.isfinite(loss)), and turn anomaly detection on only to find "
+                        "where one comes from."),
+        evidence=[e for e in (
+            row_evidence("autograd_anomaly", table, ROW, "checks_per_step", "NaN checks in backward per step"),
+            row_evidence("autograd_anomaly", table, ROW, "check_per_step_ns", "the checks' host time per step"),
+            row_evidence("autograd_anomaly", table, ROW, "capture_share",
+                         "the Forward phase's samples spent storing stacks") if share > 0 else None,
+        ) if e is not None],
+        metrics={"checks_per_step": per_step, "check_per_step_ns": check_ns, "capture_share": share,
+                 "capture_per_step_ns": capture_ns if share > 0 else 0.0},
+    ).with_fix(fix)]

@@ -1,0 +1,98 @@
+"""Autograd's anomaly detection, seen in a profile: what it costs each step.
+
+``torch.autograd.set_detect_anomaly(True)`` (or ``detect_anomaly()`` around the loop), a
+debugging aid often left on, does two things each step:
+
+- backward checks every function's outputs for NaN: an ``aten::isnan`` and an
+  ``aten::_is_any_true`` (with its ``aten::any``) inside each
+  ``autograd::engine::evaluate_function`` range, then reads the answer back to the host;
+- forward stores, for every autograd node it creates, the Python stack that created it
+  (``traceback``'s stack formatting, with ``linecache``), which shows in the stack
+  sampler's samples of the Forward phase.
+
+The table says both, per step: the checks from the operators (any profile that records
+nested operators, a Kineto trace too), the stack capture from the samples (a run under
+advisor). The rule autograd-anomaly-detection reads it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from advisor.session import text
+from advisor.step.facts import Facts, coded
+from advisor.tables._registry import table
+from advisor.tables.python_hotspots import phase_ns, samples_in_steps
+
+# The operators of one NaN check in backward, and the range they run in.
+CHECK_OPS = ("aten::isnan", "aten::_is_any_true")
+ENGINE_PREFIX = "autograd::engine::evaluate_function"
+# Frames of the stack anomaly mode stores for each node it creates (torch formats it with
+# the standard library's traceback module, which reads source lines through linecache).
+CAPTURE_FRAMES = ("/traceback.py(", "/linecache.py(")
+COLUMNS = ["checks", "checks_per_step", "check_per_step_ns", "forward_per_step_ns", "forward_samples",
+           "capture_samples", "capture_share", "capture_per_step_ns"]
+
+
+@table(
+    "autograd_anomaly",
+    title="Autograd Anomaly Detection",
+    description=(
+        "What autograd's anomaly detection (torch.autograd.set_detect_anomaly(True), "
+        "detect_anomaly()) costs each step, where the profile shows it on: backward's NaN "
+        "check of every function's outputs (aten::isnan and aten::_is_any_true inside each "
+        "autograd::engine::evaluate_function range), and forward's capture of the Python stack "
+        "of every autograd node it creates (samples of the Forward phase inside the traceback "
+        "and linecache modules). One row, 'anomaly detection', where either is seen; empty "
+        "otherwise."
+    ),
+    key="'anomaly detection'",
+    columns={
+        "checks": "NaN checks in the window (aten::isnan inside an autograd function's range).",
+        "checks_per_step": "NaN checks per step (NaN without steps).",
+        "check_per_step_ns": "Host time of the checks' operators (isnan, _is_any_true) per step, ns.",
+        "forward_per_step_ns": "The Forward phase's time per step from the step clock, ns (NaN without phases).",
+        "forward_samples": "Stack samples of the main thread in the Forward phase.",
+        "capture_samples": "Of those, samples inside the stack capture (traceback and linecache frames).",
+        "capture_share": "capture_samples / forward_samples (NaN without samples).",
+        "capture_per_step_ns": "capture_share x forward_per_step_ns: the stack capture's time per step, ns.",
+    },
+)
+def autograd_anomaly_table(f: Facts) -> pd.DataFrame | None:
+    empty = pd.DataFrame({c: pd.Series(dtype="float64") for c in COLUMNS}).rename_axis("key")
+    ev = f.events
+    lo, hi = f.window
+    steps = len(f.steps) if f.has_steps else 0
+    names = ev["name"]
+    is_check = ((ev["kind"] == "op").to_numpy() & names.isin(CHECK_OPS).to_numpy()
+                & (ev["start_ns"].to_numpy() >= lo) & (ev["start_ns"].to_numpy() < hi))
+    checks, check_ns = 0, 0.0
+    if is_check.any():
+        parents = ev["parent_op"].to_numpy()[is_check]
+        known = parents >= 0
+        parent_names = np.full(len(parents), "", dtype=object)
+        parent_names[known] = text(names.iloc[parents[known]])
+        inside = np.array([str(n).startswith(ENGINE_PREFIX) for n in parent_names], dtype=bool)
+        rows = np.flatnonzero(is_check)[inside]
+        own = names.iloc[rows].to_numpy()
+        checks = int(np.count_nonzero(own == "aten::isnan"))
+        check_ns = float((ev["end_ns"].to_numpy()[rows] - ev["start_ns"].to_numpy()[rows]).sum())
+    samples, _ = samples_in_steps(f)
+    forward = samples[(text(samples["phase"]) == "Forward")] if len(samples) else samples
+    capture = 0
+    if len(forward):
+        codes, stacks = coded(forward["call_stack"])
+        hit = np.array([any(frame in str(stack) for frame in CAPTURE_FRAMES) for stack in stacks], dtype=bool)
+        capture = int(np.count_nonzero(hit[codes[codes >= 0]]))
+    if not checks and not capture:
+        return empty
+    forward_ns = phase_ns(f).get("Forward", np.nan)
+    share = capture / len(forward) if len(forward) else np.nan
+    row = {
+        "checks": checks, "checks_per_step": checks / steps if steps else np.nan,
+        "check_per_step_ns": check_ns / steps if steps else np.nan, "forward_per_step_ns": forward_ns,
+        "forward_samples": len(forward), "capture_samples": capture, "capture_share": share,
+        "capture_per_step_ns": share * forward_ns,
+    }
+    return pd.DataFrame([row], index=pd.Index(["anomaly detection"], name="key"))[COLUMNS]
