@@ -32,7 +32,7 @@ ENGINE_PREFIX = "autograd::engine::evaluate_function"
 # the standard library's traceback module, which reads source lines through linecache).
 CAPTURE_FRAMES = ("/traceback.py(", "/linecache.py(")
 COLUMNS = ["checks", "checks_per_step", "check_per_step_ns", "forward_per_step_ns", "forward_samples",
-           "capture_samples", "capture_share", "capture_per_step_ns"]
+           "capture_samples", "capture_share", "capture_per_step_ns", "capture_launcher_share"]
 
 
 @table(
@@ -57,6 +57,9 @@ COLUMNS = ["checks", "checks_per_step", "check_per_step_ns", "forward_per_step_n
         "capture_samples": "Of those, samples inside the stack capture (traceback and linecache frames).",
         "capture_share": "capture_samples / forward_samples (NaN without samples).",
         "capture_per_step_ns": "capture_share x forward_per_step_ns: the stack capture's time per step, ns.",
+        "capture_launcher_share": "Of the frames each capture formats (those outside it in the sampled stack), the "
+                                  "mean share outside the script's own <module> frame: the launcher's (advisor's, "
+                                  "where it ran the script), which a run without it does not format.",
     },
 )
 def autograd_anomaly_table(f: Facts) -> pd.DataFrame | None:
@@ -80,11 +83,15 @@ def autograd_anomaly_table(f: Facts) -> pd.DataFrame | None:
         check_ns = float((ev["end_ns"].to_numpy()[rows] - ev["start_ns"].to_numpy()[rows]).sum())
     samples, _ = samples_in_steps(f)
     forward = samples[(text(samples["phase"]) == "Forward")] if len(samples) else samples
-    capture = 0
+    capture, launcher = 0, np.nan
     if len(forward):
         codes, stacks = coded(forward["call_stack"])
         hit = np.array([any(frame in str(stack) for frame in CAPTURE_FRAMES) for stack in stacks], dtype=bool)
-        capture = int(np.count_nonzero(hit[codes[codes >= 0]]))
+        captured = codes[codes >= 0][hit[codes[codes >= 0]]]
+        capture = len(captured)
+        if capture:
+            outside = np.array([_launcher_share(str(stack)) for stack in stacks])
+            launcher = float(outside[captured].mean())
     if not checks and not capture:
         return empty
     forward_ns = phase_ns(f).get("Forward", np.nan)
@@ -93,6 +100,19 @@ def autograd_anomaly_table(f: Facts) -> pd.DataFrame | None:
         "checks": checks, "checks_per_step": checks / steps if steps else np.nan,
         "check_per_step_ns": check_ns / steps if steps else np.nan, "forward_per_step_ns": forward_ns,
         "forward_samples": len(forward), "capture_samples": capture, "capture_share": share,
-        "capture_per_step_ns": share * forward_ns,
+        "capture_per_step_ns": share * forward_ns, "capture_launcher_share": launcher,
     }
     return pd.DataFrame([row], index=pd.Index(["anomaly detection"], name="key"))[COLUMNS]
+
+
+def _launcher_share(stack: str) -> float:
+    """Of a sampled stack's frames outside the capture (innermost first, ';'-separated), the
+    share outside the script's <module> frame: the frames of whatever ran the script."""
+    frames = stack.split(";")
+    module = next((i for i, frame in enumerate(frames) if frame.endswith(": <module>")), None)
+    if module is None:
+        return 0.0
+    first = next((i for i, frame in enumerate(frames) if not any(c in frame for c in CAPTURE_FRAMES)
+                  and "traceback.py(" not in frame), 0)
+    formatted = len(frames) - first
+    return (len(frames) - 1 - module) / formatted if formatted > 0 else 0.0
