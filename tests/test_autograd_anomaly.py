@@ -4,6 +4,8 @@ forward, from the sampler's samples, is checked on the recorded case cpu_anomaly
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from builders import Trace
 
@@ -56,3 +58,31 @@ def test_the_rule_names_anomaly_detection_and_saves_the_checks():
     assert finding.saving.ms_per_step == pytest.approx(4.5, abs=0.05)
     clean = session(anomaly=False)
     assert "autograd-anomaly-detection" not in {f.rule for f in run_rules(clean, compute_tables(clean)).findings}
+
+
+def test_the_launchers_frames_in_each_captured_stack_are_its_share_not_the_scripts():
+    from advisor.tables.autograd_anomaly import _launcher_share
+
+    # Innermost first: the capture, two frames of the script's model, its <module>, then
+    # three frames of whatever ran it (advisor): 3 of the 6 frames the capture formats.
+    stack = ";".join(["/py/lib/traceback.py(10): format_stack", "/torch/nn/linear.py(5): forward",
+                      "train.py(20): main", "train.py(30): <module>", "<frozen runpy>(88): _run_code",
+                      "/advisor/collect/script.py(9): run_script", "/bin/advisor(8): <module>"])
+    assert _launcher_share(stack) == pytest.approx(3 / 6)
+    # Run alone (python train.py), the script's <module> is the outermost frame.
+    assert _launcher_share(stack.split(";<frozen runpy>")[0]) == 0.0
+
+
+CASE = Path(__file__).resolve().parents[1] / "cases" / "cpu_anomaly_left_on" / "session"
+
+
+def test_on_the_recorded_case_the_point_counts_the_scripts_frames_and_the_high_end_the_capture_as_recorded():
+    from advisor.importers.loader import load
+
+    session = load(CASE)
+    finding = next(f for f in run_rules(session, compute_tables(session)).findings
+                   if f.rule == "autograd-anomaly-detection")
+    assert "run alone" in finding.message and "under advisor" in finding.message
+    # About half of each captured stack is advisor's own frames: the point is well under the
+    # capture as recorded, which is the high end.
+    assert finding.saving.ms_per_step < 0.8 * finding.saving.high_ms_per_step

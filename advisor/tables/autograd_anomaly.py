@@ -17,17 +17,20 @@ advisor). The rule autograd-anomaly-detection reads it.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from advisor.session import text
+from advisor.session.attribute import name_matches
 from advisor.step.facts import Facts, coded
 from advisor.tables._registry import table
 from advisor.tables.python_hotspots import phase_ns, samples_in_steps
 
 # The operators of one NaN check in backward, and the range they run in.
 CHECK_OPS = ("aten::isnan", "aten::_is_any_true")
-ENGINE_PREFIX = "autograd::engine::evaluate_function"
+ENGINE = re.compile(r"^autograd::engine::evaluate_function")
 # Frames of the stack anomaly mode stores for each node it creates (torch formats it with
 # the standard library's traceback module, which reads source lines through linecache).
 CAPTURE_FRAMES = ("/traceback.py(", "/linecache.py(")
@@ -72,11 +75,9 @@ def autograd_anomaly_table(f: Facts) -> pd.DataFrame | None:
                 & (ev["start_ns"].to_numpy() >= lo) & (ev["start_ns"].to_numpy() < hi))
     checks, check_ns = 0, 0.0
     if is_check.any():
+        engine = name_matches(names, ENGINE)  # once per distinct name
         parents = ev["parent_op"].to_numpy()[is_check]
-        known = parents >= 0
-        parent_names = np.full(len(parents), "", dtype=object)
-        parent_names[known] = text(names.iloc[parents[known]])
-        inside = np.array([str(n).startswith(ENGINE_PREFIX) for n in parent_names], dtype=bool)
+        inside = (parents >= 0) & engine[np.maximum(parents, 0)]
         rows = np.flatnonzero(is_check)[inside]
         own = names.iloc[rows].to_numpy()
         checks = int(np.count_nonzero(own == "aten::isnan"))
@@ -90,7 +91,7 @@ def autograd_anomaly_table(f: Facts) -> pd.DataFrame | None:
         captured = codes[codes >= 0][hit[codes[codes >= 0]]]
         capture = len(captured)
         if capture:
-            outside = np.array([_launcher_share(str(stack)) for stack in stacks])
+            outside = np.array([_launcher_share(str(stack)) if hit[i] else 0.0 for i, stack in enumerate(stacks)])
             launcher = float(outside[captured].mean())
     if not checks and not capture:
         return empty
@@ -112,7 +113,6 @@ def _launcher_share(stack: str) -> float:
     module = next((i for i, frame in enumerate(frames) if frame.endswith(": <module>")), None)
     if module is None:
         return 0.0
-    first = next((i for i, frame in enumerate(frames) if not any(c in frame for c in CAPTURE_FRAMES)
-                  and "traceback.py(" not in frame), 0)
+    first = next((i for i, frame in enumerate(frames) if not any(c in frame for c in CAPTURE_FRAMES)), 0)
     formatted = len(frames) - first
     return (len(frames) - 1 - module) / formatted if formatted > 0 else 0.0
