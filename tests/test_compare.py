@@ -13,6 +13,8 @@ from report_samples import MS, NASTY, sample_parts, sample_session
 from advisor.cli import main
 from advisor.importers import load
 from advisor.reports.compare_report import (
+    _delta,
+    _value,
     comparison_markdown,
     comparison_text,
     render_comparison,
@@ -112,6 +114,19 @@ def test_an_80_column_terminal_reads_every_finding_s_title(starved_then_fed):
     assert not any(line.strip() == "\u2026" for line in findings.splitlines())  # no column squeezed to a "..."
     for f in starved_then_fed.findings:
         assert " ".join(f.title.split()[:3]) in " ".join(findings.split()), f.title
+
+
+def test_an_80_column_terminal_cuts_no_figure_nor_verdict(starved_then_fed):
+    # The throughput reads "x.xxx steps/s" and its change "+x.xxx steps/s (+nn%)": on 80
+    # columns the row names wrap, the figures and verdicts stay whole (they were cut to
+    # "5.72 steps..." and "bette" when a redirect gave the console 80 columns).
+    text = comparison_text(starved_then_fed, width=80)
+    assert "\u2026" not in text[:text.index("Findings")]
+    for change in starved_then_fed.headline + starved_then_fed.phases:
+        assert re.search(rf"\b{change.verdict}\b", text)
+    for change in starved_then_fed.headline:
+        for figure in (_value(change, change.before), _value(change, change.after), _delta(change)):
+            assert figure in text, figure
 
 
 def test_names_from_traces_are_escaped_in_markdown():

@@ -87,9 +87,10 @@ def _moved_groups(comparison: Comparison) -> list[tuple[tuple[str, str, str], li
 
 
 def _view(first: str, width: int) -> RichTable:
-    """A table of before, after, change and verdict; the first column takes what is left."""
+    """A table of before, after, change and verdict; the first column takes what is left and
+    wraps there, so a narrow terminal never cuts a figure or a verdict short."""
     view = RichTable(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    view.add_column(first, overflow="ellipsis", no_wrap=True, max_width=max(20, width - VALUES_WIDTH))
+    view.add_column(first, overflow="fold", max_width=max(20, width - VALUES_WIDTH))
     view.add_column("before", justify="right", no_wrap=True, min_width=9)
     view.add_column("after", justify="right", no_wrap=True, min_width=9)
     view.add_column("change", justify="right", no_wrap=True, min_width=16)
