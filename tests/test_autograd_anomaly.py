@@ -86,3 +86,18 @@ def test_on_the_recorded_case_the_point_counts_the_scripts_frames_and_the_high_e
     # About half of each captured stack is advisor's own frames: the point is well under the
     # capture as recorded, which is the high end.
     assert finding.saving.ms_per_step < 0.8 * finding.saving.high_ms_per_step
+
+
+def test_on_the_recorded_case_the_share_is_of_the_step_the_combined_estimate_replays():
+    # The share is of the job's own step (the launcher's frames out of the capture), the step
+    # the combined estimate replays too: alone, the finding and the combined estimate give the
+    # same share (they were 25 % against 32 %, the finding's of the step as recorded).
+    from advisor.diagnosis import diagnose
+    from advisor.importers.loader import load
+
+    report = diagnose(load(CASE)).report
+    finding = next(f for f in report.findings if f.rule == "autograd-anomaly-detection")
+    assert report.combined is not None and report.combined.rules == ["autograd-anomaly-detection"]
+    assert finding.saving.ms_per_step == pytest.approx(report.combined.ms_per_step, rel=0.01)
+    assert finding.saving.share_of_step == pytest.approx(report.combined.share_of_step, abs=0.02)
+    assert finding.saving.ms_per_step * 1e6 / report.session.steps.mean_step_ns < finding.saving.share_of_step - 0.04

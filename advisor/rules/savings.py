@@ -77,12 +77,14 @@ def best_workers(fig: StepFigures, contention: float, cap: int) -> int:
 
 
 def saving(ctx: RuleContext, ns_per_step: float, basis: str, *, low_ns: float | None = None,
-           high_ns: float | None = None, remains: str = "") -> Saving:
+           high_ns: float | None = None, remains: str = "", step_ns: float | None = None) -> Saving:
     """A finding's saving: the point estimate ``ns_per_step`` (ranking uses it), and where
     the rule models them, the bounds it lies between and what the fix cannot remove. A
     point that is not a finite number is refused: the saving is then 0, its basis says it
-    was not estimated, and the rule goes on; a bound that is none is left out."""
-    step = _finite(ctx.run_step_ns)
+    was not estimated, and the rule goes on; a bound that is none is left out. The share is
+    of the run's step (``ctx.run_step_ns``), or of ``step_ns`` where the rule knows the job's
+    own step better (advisor's own cost taken out of it)."""
+    step = _finite(ctx.run_step_ns if step_ns is None else step_ns)
     if not ctx.step_count:
         basis += "; no steps were found, so the whole window counts as one step"
     point = _finite(ns_per_step)
@@ -120,7 +122,7 @@ def worker_floor(fig: StepFigures, contention: float) -> float:
 
 
 def replayed(ctx: RuleContext, fix: Fix, basis: str, *, low: Fix | None = None, high: Fix | None = None,
-             base: Fix | None = None, remains: str = "") -> tuple[Saving, WhatIf] | None:
+             base: Fix | None = None, remains: str = "", step_ns: float | None = None) -> tuple[Saving, WhatIf] | None:
     """The finding's Saving from ``fix`` replayed on the step graph (the point), ``low``
     and ``high`` (the ends of the range, each the point's fix where not given), each on
     ``base`` (the graph as the job runs it, where given); None where the context has no
@@ -133,4 +135,4 @@ def replayed(ctx: RuleContext, fix: Fix, basis: str, *, low: Fix | None = None, 
     low_ns, high_ns = min(saved), max(saved)
     # The replay's step is the graph's; a share of the step is of the job's own step where
     # the engine knows a better one (steps run without the profiler).
-    return saving(ctx, saved[0], basis, low_ns=low_ns, high_ns=high_ns, remains=remains), point
+    return saving(ctx, saved[0], basis, low_ns=low_ns, high_ns=high_ns, remains=remains, step_ns=step_ns), point

@@ -52,14 +52,17 @@ def check(ctx: RuleContext) -> list[Finding]:
     # whose cost does not grow with the frames it formats).
     high = Fix("the checks and the capture as recorded gone", host_spans=((checks, 0.0),)
                + (((forward, 1.0 - share),) if share > 0 else ())) if base is not None else None
+    # The job's own step has no launcher frames to capture either: the share is of that step,
+    # as the combined estimate's is (it replays the same base).
+    own = ctx.what_if(base) if base is not None else None
+    step = max(ctx.run_step_ns - (own.saved_ns if own is not None else 0.0), 0.0)
     found = replayed(ctx, fix, "the step replayed without backward's NaN checks and forward's stack capture",
-                     low=low, high=high, remains="The step keeps the model's own forward and backward.")
+                     low=low, high=high, remains="The step keeps the model's own forward and backward.", step_ns=step)
     if found is None:
         return []
     estimate, _ = found
     if estimate.ms_per_step * 1e6 < ctx.threshold("min_saving_ms") * 1e6:
         return []
-    step = ctx.mean_step_ns or 0.0
     check_ns, capture_ns = float(row["check_per_step_ns"]), float(row["capture_per_step_ns"])
     message = (f"Autograd's anomaly detection is on: backward checks the outputs of each of its {per_step:.0f} "
                f"functions a step for NaN ({ms(check_ns)} per step"
