@@ -92,6 +92,15 @@ def _workers_and_threads(finding: dict) -> list[str]:
     return _workers(finding) + (["--torch-threads", str(int(threads))] if threads else [])
 
 
+def _precomputed(finding: dict) -> list[str]:
+    """The per-item work made once before training, where the finding advises cheaper
+    per-item work rather than workers."""
+    advice = str(finding["metrics"].get("advice", ""))
+    if advice != "cheaper per-item work":
+        raise ValueError(f"the finding does not advise cheaper per-item work: {advice!r}")
+    return ["--precompute"]
+
+
 def _less_often(finding: dict) -> list[str]:
     """The period the finding advises: its recommendation's "every N steps rather than M"."""
     match = re.search(r"every (\d+) steps rather than", finding["recommendation"])
@@ -107,6 +116,7 @@ SCRIPT_PAIRS = (
                repeat_factor=2, verify=True),
     ScriptPair("custom_collate", "custom_collate.py", "dataloader-starvation", _workers_and_threads, 60,
                repeat_factor=2, verify=True),
+    ScriptPair("padded_items", "padded_items.py", "dataloader-starvation", _precomputed, 60, repeat_factor=3),
     ScriptPair("in_memory_loop", "in_memory_loop.py", "dataloader-starvation", lambda f: ["--batched"], 2000,
                repeat_factor=3, verify=True),
     ScriptPair("augment_loop", "augment_loop.py", "host-bound", lambda f: ["--vectorized"], 60),

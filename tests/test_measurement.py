@@ -281,6 +281,47 @@ def test_loading_names_the_caller_of_its_busiest_function(tmp_path):
     assert loader["top_caller"].startswith("tokenize (") and loader["top_caller_share"] > loader["top_function_share"]
 
 
+def test_a_main_process_loader_gets_its_worker_hand_over_timed_and_its_reads_of_items_are_no_waits(tmp_path):
+    script = write(tmp_path, "padded.py", """
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+
+        class Padded(Dataset):
+            def __init__(self):
+                self.x = torch.randn(64, 8, 4)
+                self.mask = torch.rand(64, 8) > 0.3
+            def __len__(self):
+                return 64
+            def __getitem__(self, i):
+                length = int(self.mask[i:i + 1].sum(1).max())  # a CPU tensor read, no wait
+                return self.x[i, :max(length, 1)].mean(0), i % 2
+
+        model = torch.nn.Linear(4, 2)
+        for x, y in DataLoader(Padded(), batch_size=8):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            print(float(loss.item()))  # the loop's own read, outside loading
+    """)
+    session = collect_script(script, [], gpu=False).session
+    (entry,) = session.meta.trace_metadata["advisor"]["loaders"]
+    assert entry["batch_tensors"] == [[[8, 4], "float32"], [[8], "int64"]]
+    assert entry["handoff"]["batches"] >= 1 and entry["handoff"]["tensors"] == 2
+    tables = compute_tables(session, ["dataloaders", "host_sync"])
+    loader = tables["dataloaders"].iloc[0]
+    assert loader["handoff_main_ns"] > 0 and loader["handoff_wall_ns"] > 0
+    # The Dataset's int(tensor) is no host-blocking call; the loop's loss.item() is one.
+    sources = set(tables["host_sync"]["source"])
+    assert len(sources) == 1 and sources.pop().endswith("padded.py:19")
+
+
+def test_the_hand_over_probe_says_why_it_did_not_run():
+    from advisor.collect.handoff import MAX_BYTES, probe_handoff
+
+    assert probe_handoff(torch, [])["skipped"] == "the batches hold no tensors"
+    assert "not probed" in probe_handoff(torch, [[[MAX_BYTES], "float32"]])["skipped"]
+    assert "could not be described" in probe_handoff(torch, [[[4], "no_such_dtype"]])["skipped"]
+
+
 # -- Python Hotspots ----------------------------------------------------------------------------
 
 
@@ -347,7 +388,7 @@ def loader_session(*, share: float, steps: int = 15, gpu_busy_ms: float | None =
 def loader_context(*, kind: str, workers: int, item_ns: float, usable_cores: float = 4.0, share: float = 0.4,
                    top: str = "tokenize (train.py)", cpu_share: float = 1.0, runnable_share: float = float("nan"),
                    gpu_busy_ms: float | None = None, collate_fn: str | None = None,
-                   collate_ns: float = 1e5) -> RuleContext:
+                   collate_ns: float = 1e5, handoff: tuple[float, float] | None = None) -> RuleContext:
     from advisor.step import build_step_model
 
     spec = next(s for s in builtin_specs() if s.id == "dataloader-starvation")
@@ -368,6 +409,8 @@ def loader_context(*, kind: str, workers: int, item_ns: float, usable_cores: flo
     }, index=["Data"])
     if collate_fn is not None:
         loaders["collate_fn"] = collate_fn
+    if handoff is not None:  # the worker hand-over timed after the run: (main process, worker) per batch
+        loaders["handoff_main_ns"], loaders["handoff_wall_ns"] = handoff
     # The cores the job may use (its affinity and quota); the machine has 4.
     device = pd.DataFrame({"logical_cores": [4.0], "usable_cores": [usable_cores]}, index=["cpu"])
     tables = {"step_timing": timing, "dataloaders": loaders, "device": device}
@@ -402,6 +445,28 @@ def test_a_collate_function_of_the_scripts_own_that_is_most_of_a_batch_is_not_re
     # torch's own collation (stacking the items) is what a batched index replaces.
     stacked = advise(kind="map-style", workers=0, item_ns=3_000, collate_fn="default_collate", collate_ns=30e6)
     assert stacked.metrics["advice"] == "batched indexing"
+
+
+def test_workers_are_not_advised_where_handing_a_batch_over_costs_more_than_they_save():
+    # 40 ms of per-item work a 100 ms step, 4 cores: free hand-overs, one worker hides it.
+    assert advise(kind="map-style", workers=0, item_ns=1.2e6, handoff=(0.0, 0.0)).metrics["advice"] == "num_workers=1"
+    # Receiving each batch takes the main process 30 ms and sending it a worker 45 ms (timed on
+    # the machine): with the rest 30 % slower beside the workers (at worst), the main process
+    # alone needs 60 x 1.3 + 30 = 108 ms, more than the step now.
+    finding = advise(kind="map-style", workers=0, item_ns=1.2e6, handoff=(30e6, 45e6))
+    assert finding.metrics["advice"] == "cheaper per-item work" and finding.metrics["workers_do_not_pay"]
+    assert "num_workers=" not in finding.recommendation
+    assert "handing a batch over from a worker costs the main process 30.0 ms" in finding.recommendation
+    assert "tokenize (train.py)" in finding.recommendation
+    assert any(e.table == "dataloaders" and e.column == "handoff_main_ns" for e in finding.evidence)
+    # The per-item work (32 x 1.2 ms of the 40 ms read) goes; the rest of the read stays.
+    assert finding.saving.ms_per_step == pytest.approx(40 * 32 * 1.2 / 40, abs=0.01)
+    assert finding.saving.high_ms_per_step == pytest.approx(40, abs=0.01)
+    # A cheaper hand-over (1 ms and 2 ms a batch) leaves the workers their saving.
+    cheap = advise(kind="map-style", workers=0, item_ns=1.2e6, handoff=(1e6, 2e6))
+    assert cheap.metrics["advice"] == "num_workers=1"
+    # The main process still receives the batch: the point saves that much less than free.
+    assert cheap.saving.ms_per_step == pytest.approx(100 - 60 * 1.05 - 1, abs=0.01)
 
 
 def test_per_item_work_with_free_cores_gets_workers_and_names_the_function():
@@ -570,3 +635,23 @@ def test_a_cpu_run_s_read_backs_promise_nothing_and_say_where_they_would_cost():
     assert finding.saving.ms_per_step == 0 and finding.severity.value == "low"
     assert "on this CPU run they wait for nothing" in finding.message
     assert any(e.kind == "source_line" and e.line == 30 for e in finding.evidence)
+
+
+def test_the_workers_fix_replays_from_the_step_at_the_jobs_own_pace_once():
+    # Every replay runs the host at the job's own pace (advisor.step.pace scales the recorded
+    # Dataloader phase to its unrecorded time); the rule's fix adds no second scaling of its
+    # own, so the step it saves from is the graph's paced step. Scaled twice, the step before
+    # the fix was shorter than the job's (38.8 against 40.2 ms on this case) and the saving
+    # smaller.
+    from advisor.diagnosis import diagnose
+    from advisor.importers.loader import load
+    from advisor.step.whatif import what_if
+
+    case = Path(__file__).resolve().parents[1] / "cases" / "cpu_custom_collate" / "session"
+    done = diagnose(load(case))
+    finding = next(f for f in done.result.findings if f.rule == "dataloader-starvation")
+    assert finding.metrics["advice"].startswith("num_workers=")
+    graph = done.model.graph
+    replay = what_if(graph, finding._fix)
+    assert replay.before_ns == pytest.approx(graph.baseline)
+    assert finding.saving.ms_per_step * 1e6 == pytest.approx(replay.saved_ns, rel=1e-3)

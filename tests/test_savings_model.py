@@ -169,3 +169,20 @@ def test_the_workers_floor_is_what_the_graph_cannot_see():
     assert worker_floor(on_two_cores, 1.0) == pytest.approx(50 * MS)  # (10 + 90) / 2: the cores bind
     waiting = StepFigures(**{**on_two_cores.__dict__, "moved_cpu_share": 0.1})
     assert worker_floor(waiting, 1.0) == pytest.approx(22.5 * MS)
+
+
+def test_handing_each_batch_over_is_part_of_every_floor():
+    # A batch of 2 ms to make, 1 ms of the step's own, 2 cores: free hand-overs would make
+    # 2 workers worth 1.5 ms a step; a main process that spends 0.7 ms receiving each batch
+    # and a worker 1.5 ms sending it leave (1 + 0.7 + 2 + 1.5) / 2 = 2.6 ms, close to the 3.
+    free = StepFigures(step_ns=3 * MS, moved_ns=2 * MS, workers=2, cores=2.0)
+    assert step_after(free, 1.0) == (pytest.approx(1.5 * MS), "cpu")
+    handed = StepFigures(**{**free.__dict__, "handoff_ns": 0.7 * MS, "handoff_worker_ns": 1.5 * MS})
+    assert step_after(handed, 1.0) == (pytest.approx(2.6 * MS), "cpu")
+    assert worker_floor(handed, 1.0) == pytest.approx(2.6 * MS)
+    # The main process receives every batch itself: with enough cores that is its floor.
+    many_cores = StepFigures(**{**handed.__dict__, "cores": 16.0, "workers": 8})
+    assert step_after(many_cores, 1.0) == (pytest.approx(1.7 * MS), "host")  # 1 + 0.7
+    # A worker's batch takes its sending too: one worker makes a batch every 3.5 ms.
+    one = StepFigures(**{**handed.__dict__, "cores": 16.0, "workers": 1})
+    assert step_after(one, 1.0) == (pytest.approx(3.5 * MS), "workers")

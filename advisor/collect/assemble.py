@@ -18,7 +18,7 @@ import pandas as pd
 
 from advisor.collect.cores import usable_cores
 from advisor.collect.sampler import DEFAULT_INTERVAL_S, HostSamples
-from advisor.collect.script import DEFAULT_EVENT_BUDGET, HeldInterrupts, ScriptRun, run_script
+from advisor.collect.script import DEFAULT_EVENT_BUDGET, INTERRUPT, HeldInterrupts, ScriptRun, run_script
 from advisor.collect.stacks import DEFAULT_INTERVAL_S as STACK_INTERVAL_S
 from advisor.collect.stacks import StackSamples
 from advisor.collect.steps import StepWindow
@@ -87,6 +87,25 @@ def _host_device(notes: list[str] | None = None) -> DeviceInfo:
     elif notes is not None:
         notes.append("no CPU roofline: `advisor calibrate` has not measured this machine's peaks")
     return device
+
+
+def _with_handoff(facts: dict[str, Any], say: Callable[[str], None] | None) -> dict[str, Any]:
+    """``facts`` with the worker hand-over of the loader read the most that made its batches
+    in the main process timed on this machine (advisor.collect.handoff), in its entry's
+    ``handoff``: what moving its loading into workers would cost each batch."""
+    torch = sys.modules.get("torch")
+    loaders = [entry for entry in facts.get("loaders") or [] if isinstance(entry, dict)]
+    main = [entry for entry in loaders if not entry.get("num_workers") and entry.get("batch_tensors")
+            and int(entry.get("reads") or 0) >= 2]
+    if torch is None or not main:
+        return facts
+    from advisor.collect.handoff import probe_handoff  # noqa: PLC0415
+
+    chosen = max(main, key=lambda entry: float(entry.get("read_ns") or 0))
+    if say is not None:
+        say("timing a DataLoader worker's hand-over of one batch on this machine")
+    timed = {**chosen, "handoff": probe_handoff(torch, chosen["batch_tensors"])}
+    return {**facts, "loaders": [timed if entry is chosen else entry for entry in loaders]}
 
 
 def _busy_machine(wait: dict[str, Any]) -> str:
@@ -208,6 +227,8 @@ def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace,
     # The run's own facts are complete; the trace's copy was written when recording
     # stopped, which with a window is before the run ended.
     facts = dict(run.host_facts) or trace_metadata.get("advisor") or {}
+    if run.ending != INTERRUPT:  # a user who stopped the run waits for nothing more
+        facts = _with_handoff(facts, say)
     if run.batch_size is not None:
         trace_metadata["batch_size"] = run.batch_size
     trace_metadata.update({"advisor": facts, "wall_time_s": run.wall_time_s,

@@ -10,11 +10,12 @@ part of the Fix.
 What worker processes leave, for a fix that moves loading into them (``StepFigures``,
 ``step_after``, ``best_workers``): the step is still at least
 
-- the time the workers need to make a batch, divided among them,
-- the CPU time the whole step needs (the rest of the host's work and the workers' CPU
-  time per batch) spread over the cores the job may use, where that is known: the main
-  process and its workers share them, and a worker that only waits (files, sleeps) takes
-  none;
+- the time the workers need to make a batch and hand it over, divided among them,
+- the main process's own work: the rest of the step and receiving the batch from a worker,
+- the CPU time the whole step needs (the rest of the host's work, receiving the batch and
+  the workers' CPU time per batch) spread over the cores the job may use, where that is
+  known: the main process and its workers share them, and a worker that only waits (files,
+  sleeps) takes none;
 
 and the graph adds the rest: the GPU's own work, the host's other work (a little slower
 while the workers share the CPU), and the GPU's tail where the host waits for it.
@@ -47,6 +48,10 @@ class StepFigures:
     workers: float = math.inf  # processes the moved work is spread over (inf: enough of them)
     cores: float = math.inf  # CPU cores the job may use (inf: not known)
     moved_cpu_share: float = 1.0  # the share of the moved work that is CPU time, not waiting
+    # Handing a batch over from a worker (advisor.collect.handoff, timed on the machine; 0:
+    # not known): the main process's CPU time to receive one, and a worker's time to send one.
+    handoff_ns: float = 0.0
+    handoff_worker_ns: float = 0.0
 
 
 def _rest(fig: StepFigures) -> float:
@@ -57,15 +62,28 @@ def step_after(fig: StepFigures, contention: float) -> tuple[float, str]:
     """The step once ``moved_ns`` overlaps the rest, with the rest of the host's work and
     the workers' own slowed by ``contention``, as far as these figures say; and which floor
     binds: host (the rest of the host's work), workers or cpu."""
-    rest = _rest(fig) * contention
+    main = _rest(fig) * contention + fig.handoff_ns
     floors = {
-        "host": rest,
-        "workers": fig.moved_ns * contention / fig.workers if fig.workers > 0 else math.inf,
-        "cpu": ((rest + fig.moved_ns * fig.moved_cpu_share * contention) / min(fig.cores, fig.workers + 1)
-                if math.isfinite(fig.cores) and fig.cores > 0 else 0.0),
+        "host": main,
+        "workers": _worker_batch(fig, contention) / fig.workers if fig.workers > 0 else math.inf,
+        "cpu": _cpu_floor(fig, main, contention),
     }
     binding = max(floors, key=floors.__getitem__)
     return floors[binding], binding
+
+
+def _worker_batch(fig: StepFigures, contention: float) -> float:
+    """A worker's time to make one batch and hand it over."""
+    return fig.moved_ns * contention + fig.handoff_worker_ns
+
+
+def _cpu_floor(fig: StepFigures, main: float, contention: float) -> float:
+    """The step's CPU time (the main process's, ``main``, and the workers' per batch)
+    spread over the cores they share; 0 where the cores are not known."""
+    if not (math.isfinite(fig.cores) and fig.cores > 0):
+        return 0.0
+    worker_cpu = fig.moved_ns * fig.moved_cpu_share * contention + fig.handoff_worker_ns
+    return (main + worker_cpu) / min(fig.cores, fig.workers + 1)
 
 
 def best_workers(fig: StepFigures, contention: float, cap: int) -> int:
@@ -114,10 +132,9 @@ def _finite(value: object) -> float | None:
 def worker_floor(fig: StepFigures, contention: float) -> float:
     """The step the workers and the cores allow, whatever the graph does: the floors of
     ``step_after`` that the step graph cannot see."""
-    floors = [fig.moved_ns * contention / fig.workers if fig.workers > 0 else math.inf]
+    floors = [_worker_batch(fig, contention) / fig.workers if fig.workers > 0 else math.inf]
     if math.isfinite(fig.cores) and fig.cores > 0:
-        rest = _rest(fig) * contention
-        floors.append((rest + fig.moved_ns * fig.moved_cpu_share * contention) / min(fig.cores, fig.workers + 1))
+        floors.append(_cpu_floor(fig, _rest(fig) * contention + fig.handoff_ns, contention))
     return max(f for f in floors if math.isfinite(f)) if any(math.isfinite(f) for f in floors) else 0.0
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.session import calls, select_rows
+from advisor.session import intervals as iv
 from advisor.session.attribute import name_matches
 from advisor.step.facts import Facts, Groups, ancestors, coded, user_frame
 
@@ -117,11 +118,16 @@ def _blocking_calls(f: Facts) -> pd.DataFrame:
         # _local_scalar_dense is the same wait, so only the outer one counts).
         # Only calls made from the user's own code count: an optimizer reading its CPU step
         # counter with .item() is no wait the user can remove.
+        # Nor do calls made while loading data: a Dataset reads CPU tensors, on a GPU run too
+        # (where a GPU tensor's read would show its CUDA calls, and not come here).
         items = to_host_ops[to_host_ops["name"].isin(ITEM_OPS).to_numpy()]
         parent = items["parent_op"].to_numpy()
         inner = (parent >= 0) & is_to_host[np.maximum(parent, 0)]
         users = source_lines(f, items["id"].to_numpy()) != ""
-        keep = ~inner & users
+        _, phase, starts, ends = f.phase_spans
+        loading = iv.covers(iv.union(iv.as_intervals(starts[phase == "Dataloader"], ends[phase == "Dataloader"])),
+                            items["start_ns"].to_numpy())
+        keep = ~inner & users & ~loading
         op_ids = np.concatenate([op_ids, items["id"].to_numpy()[keep]])
         op_reason = np.concatenate([op_reason, np.full(int(keep.sum()), TO_HOST, dtype=object)])
 

@@ -69,6 +69,13 @@ def _caller(samples: pd.DataFrame) -> str:
     return frames[-2]
 
 
+def _handoff(entry: dict, figure: str) -> float:
+    """A figure of the worker hand-over timed after the run, NaN where it was not."""
+    handoff = entry.get("handoff")
+    value = handoff.get(figure) if isinstance(handoff, dict) else None
+    return float(value) if isinstance(value, (int, float)) and value >= 0 else np.nan
+
+
 @table(
     "dataloaders",
     title="DataLoader Summary",
@@ -105,6 +112,11 @@ def _caller(samples: pd.DataFrame) -> str:
         "machinery_avg_ns": "read_avg_ns - fetch_avg_ns: the loader's own work per batch (sampler, iteration, "
                             "pinning); with workers, waiting for them.",
         "items_per_batch": "Items fetched per batch in the main process.",
+        "handoff_main_ns": "Where the main process made the batches: the main process's CPU time to receive one "
+                           "batch of this loader's tensors from a worker process, timed on this machine after the "
+                           "run (advisor.collect.handoff), ns; NaN where not timed.",
+        "handoff_wall_ns": "One worker's wall time per batch it makes and hands over (empty tensors of this "
+                           "loader's shapes), timed with handoff_main_ns, ns; NaN where not timed.",
         "workers_busy": "With workers: the share of the workers' sampled time spent working rather than "
                         "waiting for work (NaN without workers or samples).",
         "top_function": "The user's function (code the loader calls: a Dataset, a collate function) where "
@@ -152,6 +164,7 @@ def dataloaders_table(f: Facts) -> pd.DataFrame | None:
             "fetch_runnable_share": runnable_share,
             "machinery_avg_ns": read_avg - fetch_avg if not workers else read_avg,
             "items_per_batch": items / fetches if fetches and not workers else np.nan,
+            "handoff_main_ns": _handoff(entry, "main_ns"), "handoff_wall_ns": _handoff(entry, "wall_ns"),
             "workers_busy": np.nan, "top_function": "", "top_function_share": np.nan, "top_lines": "",
             "top_caller": "", "top_caller_share": np.nan,
         }

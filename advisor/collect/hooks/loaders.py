@@ -54,6 +54,10 @@ class Loaders:
         batch = original(iterator)
         loader["read_ns"] += time.perf_counter_ns() - start
         loader["reads"] += 1
+        if loader["reads"] == 1:
+            # What a batch is made of: what handing one over from a worker would move
+            # (advisor.collect.handoff times that after the run).
+            loader["batch_tensors"] = batch_tensors(batch)
         return batch
 
     def timed_fetch(self, original: Any, fetcher: Any, index: Any) -> Any:
@@ -163,6 +167,32 @@ def first_batch_size(batch: Any, _depth: int = 0) -> int | None:
     return None
 
 
+
+
+MAX_BATCH_TENSORS = 64
+
+
+def batch_tensors(batch: Any) -> list[list[Any]]:
+    """The tensors of ``batch`` (depth first through mappings, lists and tuples, at most
+    ``MAX_BATCH_TENSORS``) as ``[shape, dtype]`` pairs: ``[[32, 3, 224, 224], "float32"]``."""
+    import torch  # noqa: PLC0415
+
+    found: list[list[Any]] = []
+
+    def walk(item: Any, depth: int) -> None:
+        if len(found) >= MAX_BATCH_TENSORS or depth > 8:
+            return
+        if isinstance(item, torch.Tensor):
+            found.append([[int(n) for n in item.shape], str(item.dtype).removeprefix("torch.")])
+        elif isinstance(item, Mapping):
+            for value in item.values():
+                walk(value, depth + 1)
+        elif isinstance(item, (list, tuple)):
+            for value in item:
+                walk(value, depth + 1)
+
+    walk(batch, 0)
+    return found
 
 
 def exhausted(iterator: Any) -> bool:

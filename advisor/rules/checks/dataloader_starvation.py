@@ -56,17 +56,14 @@ class Measure:
     key: str
     logical_cores: float
     usable_cores: float  # the cores the job may use (NaN: not known)
-    base: Fix | None  # the recorded graph at the job's unrecorded pace
     starved_note: str = ""
 
 
-def _share(ctx: RuleContext) -> tuple[float, float, str, list[Any], float, float] | None:
-    """The loader's share of the step, its time per step, where they come from, the
-    evidence, and its recorded time per step and the recorded step (for the base)."""
+def _share(ctx: RuleContext) -> tuple[float, float, str, list[Any]] | None:
+    """The loader's share of the step, its time per step, where they come from, and the
+    evidence."""
     timing = ctx.table("step_timing")
     ratio = value(timing, "Dataloader", "best_ratio")
-    recorded_loader = float(value(timing, "Dataloader", "recorded_avg_ns", math.nan) or math.nan)
-    recorded_step = float(value(timing, "ProfileStep", "recorded_avg_ns", math.nan) or math.nan)
     if ratio is not None:
         source = value(timing, "Dataloader", "source", "")
         steps = value(timing, "Dataloader", "unrecorded_steps" if source == "unrecorded steps" else "recorded_steps", 0)
@@ -76,8 +73,7 @@ def _share(ctx: RuleContext) -> tuple[float, float, str, list[Any], float, float
         if overhead is not None and overhead > 0.25:
             evidence.append(row_evidence("step_timing", timing, "Dataloader", "overhead_ratio",
                                          "recording slowed loading this much; the unrecorded steps are used"))
-        return (float(ratio), float(value(timing, "Dataloader", "best_avg_ns")), f"{steps} {source}", evidence,
-                recorded_loader, recorded_step)
+        return float(ratio), float(value(timing, "Dataloader", "best_avg_ns")), f"{steps} {source}", evidence
     model = ctx.table("model")
     ratio = value(model, "Dataloader", "cpu_ratio")
     if ratio is None:
@@ -86,7 +82,7 @@ def _share(ctx: RuleContext) -> tuple[float, float, str, list[Any], float, float
                 row_evidence("model", model, "Dataloader", "cpu_avg_ns"),
                 row_evidence("perf", ctx.table("perf"), "reader_cost", "avg")]
     return float(ratio), float(value(model, "Dataloader", "cpu_avg_ns", 0.0)), \
-        f"{ctx.step_count} recorded steps", evidence, math.nan, math.nan
+        f"{ctx.step_count} recorded steps", evidence
 
 
 def _cores(ctx: RuleContext) -> tuple[float, float]:
@@ -102,22 +98,15 @@ def measure(ctx: RuleContext) -> Measure | None:
     found = _share(ctx)
     if found is None:
         return None
-    share, per_step, over, evidence, recorded_loader, recorded_step = found
+    share, per_step, over, evidence = found
     step = per_step / share if share > 0 else per_step
     loaders = ctx.table("dataloaders")
     loader = loaders.iloc[0] if loaders is not None and len(loaders) else None
     cores, usable = _cores(ctx)
-    base = None
-    if not math.isnan(recorded_loader) and not math.isnan(recorded_step) and recorded_loader > 0 \
-            and recorded_step > recorded_loader:
-        # The recorded steps at the pace the job runs them unrecorded: the loading and the
-        # rest each scaled to their unrecorded time.
-        k_loading = per_step / recorded_loader
-        k_rest = max(step - per_step, 0.0) / (recorded_step - recorded_loader)
-        if abs(k_loading - 1) > 0.02 or abs(k_rest - 1) > 0.02:
-            base = Fix(what="the job's own pace", host_states={"loading": k_loading}, rest_factor=k_rest)
+    # The replays need no base of their own at the unrecorded pace: every replay runs the
+    # host at the job's own pace already (advisor.step.pace, the Dataloader phase included).
     return Measure(share, per_step, over, evidence, step, loader, str(loaders.index[0]) if loader is not None else "",
-                   cores, usable, base)
+                   cores, usable)
 
 
 # -- decide ----------------------------------------------------------------------------------------
@@ -199,31 +188,56 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
         replaced = ((item_ns * items + collate_ns) * (m.per_step / float(loader["read_avg_ns"]))
                     if not math.isnan(items) and loader["read_avg_ns"] > 0 else m.per_step)
         kept = max(1.0 - min(replaced, m.per_step) / m.per_step, 0.0) if m.per_step else 1.0
-        return Verdict("batched indexing", Fix("batched indexing", {"loading": kept}, base=m.base),
-                       Fix("batched indexing, at worst", {"loading": 1 - (1 - kept) * 0.5}, base=m.base),
-                       Fix("batched indexing, at best", loading_gone, base=m.base),
+        return Verdict("batched indexing", Fix("batched indexing", {"loading": kept}),
+                       Fix("batched indexing, at worst", {"loading": 1 - (1 - kept) * 0.5}),
+                       Fix("batched indexing, at best", loading_gone),
                        "the step replayed without the per-item fetching and collation a batched index replaces",
                        "The step keeps the batched index itself (one indexing of each tensor per batch) and the rest "
                        "of the step.", metrics=metrics)
+    # Handing a batch over from a worker, timed on this machine after the run (NaN: not
+    # timed, taken as free): the main process still receives each batch.
+    handoff, handoff_worker = _number(loader.get("handoff_main_ns")), _number(loader.get("handoff_wall_ns"))
+    handoff = 0.0 if math.isnan(handoff) else handoff
+    handoff_worker = 0.0 if math.isnan(handoff_worker) else handoff_worker
+    pays = True
     if workers == 0 and room:
-        figures = StepFigures(step_ns=m.step, moved_ns=m.per_step, cores=usable, moved_cpu_share=demand)
+        figures = StepFigures(step_ns=m.step, moved_ns=m.per_step, cores=usable, moved_cpu_share=demand,
+                              handoff_ns=handoff, handoff_worker_ns=handoff_worker)
         n = best_workers(figures, contention, cap)
         fig_n = StepFigures(**{**figures.__dict__, "workers": n})
-        return Verdict(f"num_workers={n}",
-                       Fix(f"{n} workers", loading_gone, rest_factor=contention,
-                           floor_ns=worker_floor(fig_n, contention), base=m.base),
-                       Fix(f"{n} workers, at worst", loading_gone, rest_factor=worst,
-                           floor_ns=worker_floor(fig_n, worst), base=m.base),
-                       Fix(f"{n} workers, at best", loading_gone, floor_ns=worker_floor(fig_n, 1.0), base=m.base),
-                       f"the step replayed with {n} worker{'s' if n != 1 else ''} making the batches: what the rest "
-                       "of the step, the GPU, the workers and the cores leave",
-                       _remains(fig_n, contention, ctx.gpu_measured), workers=n, figures=fig_n, metrics=metrics)
+        # Workers pay where the step they leave, the hand-over counted and the CPU shared at
+        # its worst, is shorter than the step now: where a batch is cheap to make, handing it
+        # over can cost more, and workers that slow the job are worse advice than none.
+        pays = step_after(fig_n, worst)[0] < m.step * (1 - ctx.threshold("min_worker_gain"))
+        if handoff:
+            metrics.update({"handoff_ns": handoff, "handoff_worker_ns": handoff_worker})
+        if pays:
+            # The main process's loading shrinks to receiving the batch.
+            received = {"loading": min(handoff / m.per_step, 1.0) if m.per_step > 0 else 0.0}
+            return Verdict(f"num_workers={n}",
+                           Fix(f"{n} workers", received, rest_factor=contention,
+                               floor_ns=worker_floor(fig_n, contention)),
+                           Fix(f"{n} workers, at worst", received, rest_factor=worst,
+                               floor_ns=worker_floor(fig_n, worst)),
+                           Fix(f"{n} workers, at best", received, floor_ns=worker_floor(fig_n, 1.0)),
+                           f"the step replayed with {n} worker{'s' if n != 1 else ''} making the batches: what the "
+                           "rest of the step, the GPU, the workers, the hand-over of each batch and the cores leave",
+                           _remains(fig_n, contention, ctx.gpu_measured), workers=n, figures=fig_n, metrics=metrics)
+        metrics["workers_do_not_pay"] = True
     if workers == 0:
-        return Verdict("cheaper per-item work", Fix("cheaper loading", loading_gone, base=m.base),
-                       Fix("cheaper loading, at worst", {"loading": 0.5}, base=m.base), None,
-                       "the step replayed without the loading that precomputing or caching the per-item work removes",
-                       "The step keeps whatever loading remains after the work is made cheaper, and the rest of the "
-                       "step.", metrics=metrics)
+        # Precomputing or caching removes the per-item work (__getitem__'s share of a read);
+        # the collation and the loader's own machinery stay (at worst half of the per-item
+        # work goes, at best all of the loading).
+        read_ns = _number(loader["read_avg_ns"])
+        per_item = (min(item_ns * items / read_ns, 1.0) if read_ns > 0 and not math.isnan(item_ns * items)
+                    else 1.0)
+        return Verdict("cheaper per-item work", Fix("cheaper per-item work", {"loading": 1.0 - per_item}),
+                       Fix("cheaper per-item work, at worst", {"loading": 1.0 - per_item / 2}),
+                       Fix("no loading left", loading_gone),
+                       "the step replayed without the per-item work (__getitem__) that precomputing or caching "
+                       "removes",
+                       "The step keeps the collation and the loader's own machinery, what remains of the per-item "
+                       "work, and the rest of the step.", metrics=metrics)
     busy = _number(loader["workers_busy"])
     # Loader-bound, the workers make one batch per step between them: each takes
     # workers x step to make one.
@@ -235,14 +249,14 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
         fig_n = StepFigures(**{**more.__dict__, "workers": n})
         return Verdict("workers cannot keep up",
                        Fix(f"{n} workers", loading_gone, rest_factor=contention,
-                           floor_ns=worker_floor(fig_n, contention), base=m.base),
+                           floor_ns=worker_floor(fig_n, contention)),
                        Fix(f"{n} workers, at worst", loading_gone, rest_factor=worst,
-                           floor_ns=worker_floor(fig_n, worst), base=m.base),
-                       Fix(f"{n} workers, at best", loading_gone, floor_ns=worker_floor(fig_n, 1.0), base=m.base),
+                           floor_ns=worker_floor(fig_n, worst)),
+                       Fix(f"{n} workers, at best", loading_gone, floor_ns=worker_floor(fig_n, 1.0)),
                        f"the step replayed with {n} workers instead of {workers}", _remains(fig_n, contention, ctx.gpu_measured),
                        workers=n, figures=fig_n, metrics=metrics)
-    return Verdict("workers cannot keep up", Fix("cheaper loading", loading_gone, base=m.base),
-                   Fix("cheaper loading, at worst", {"loading": 0.5}, base=m.base), None,
+    return Verdict("workers cannot keep up", Fix("cheaper loading", loading_gone),
+                   Fix("cheaper loading, at worst", {"loading": 0.5}), None,
                    "the step replayed without the wait for batches, removed when a batch is cheaper to make",
                    "The step keeps the rest of its work.", workers=workers, metrics=metrics)
 
@@ -361,8 +375,19 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
                       f"{_spare(m)}.{_threads_advice(v, m, metrics, contention)} Then cut the per-item work"
                       + (f": {hotspot}." if hotspot else " in __getitem__ (decode once, cache, vectorise)."))
         elif v.advice == "cheaper per-item work":
-            advice = (f"Worker processes would compete with training for CPU: the job may use {m.usable_cores:.1f} "
-                      f"cores. Make the per-item work cheaper instead"
+            if v.metrics.get("workers_do_not_pay"):
+                handoff = v.metrics.get("handoff_ns", 0.0)
+                why = ("Worker processes would not make the step shorter here"
+                       + (f": on this machine handing a batch over from a worker costs the main process "
+                          f"{ms(handoff)} and the worker {ms(v.metrics.get('handoff_worker_ns', 0.0))} (timed after "
+                          f"the run), against {ms(m.per_step)} to make it in the main process"
+                          if handoff else f": the job may use {m.usable_cores:.1f} cores") + ".")
+                evidence.append(row_evidence("dataloaders", loaders, key, "handoff_main_ns",
+                                             "the main process's time to receive one batch from a worker"))
+            else:
+                why = (f"Worker processes would compete with training for CPU: the job may use "
+                       f"{m.usable_cores:.1f} cores.")
+            advice = (f"{why} Make the per-item work cheaper instead"
                       + (f": {hotspot} (cache its results, precompute them once before training, or vectorise it)."
                          if hotspot else " (cache, precompute once before training, vectorise)."))
         else:
