@@ -193,6 +193,35 @@ def test_samples_in_a_python_loop_name_the_loop_not_its_caller():
     assert sum(line in (loop, loop + 1) for line in lines) / len(lines) > 0.8, lines[:10]
 
 
+def _nothing() -> int:
+    return 1
+
+
+def copy_then_call(seconds: float) -> int:
+    big = list(range(400_000))
+    end = time.perf_counter() + seconds
+    count = 0
+    while time.perf_counter() < end:
+        tripled = big * 3  # an operator's C code: no check for a signal until the next call
+        count += _nothing() + len(tripled) * 0
+    return count
+
+
+def test_a_sample_that_waited_out_an_operator_names_the_operators_line_not_the_next_call():
+    # The handler runs at the first check after the timer fired: here the entry of _nothing,
+    # which has run nothing yet. The time was the caller's, in its operator's line.
+    sampler = StackSampler(interval_s=0.005).start()
+    copy_then_call(0.4)
+    samples = sampler.stop()
+    innermost = [samples.stacks[i].split(";")[0] for i in samples.stack_id]
+    operator = copy_then_call.__code__.co_firstlineno + 5
+    mine = [frame for frame in innermost if "copy_then_call" in frame or "_nothing" in frame]
+    assert len(mine) >= 10
+    assert not [frame for frame in mine if "_nothing" in frame], mine[:5]
+    on_operator = [frame for frame in mine if f"({operator}): copy_then_call" in frame]
+    assert len(on_operator) / len(mine) > 0.8, mine[:5]
+
+
 def test_someone_elses_sigprof_handler_is_left_alone():
     def theirs(signum, frame):
         pass

@@ -29,6 +29,7 @@ name, and the worker imports it from the installed package.
 
 from __future__ import annotations
 
+import bisect
 import dis
 import functools
 import json
@@ -193,8 +194,12 @@ class StackSampler:
         step, phase = self._state() if self._state is not None else (-1, "")
         frames = []
         depth = 0
+        landed = None
+        if self.way == "signal":
+            frame, landed = _landing(frame)
         while frame is not None and depth < MAX_DEPTH:
-            line = frame.f_lineno
+            line = frame.f_lineno if landed is None else landed
+            landed = None
             if line is None:  # an instruction of no line: a loop's jump back (see _line_at)
                 line = _line_at(frame.f_code, frame.f_lasti)
             frames.append((frame.f_code, line))
@@ -210,6 +215,76 @@ class StackSampler:
         samples.stack_id.append(stack_id)
         samples.step.append(step)
         samples.phase.append(phase)
+
+
+# Instructions that run C code of their own (an operator's, a subscript's, a formatting's)
+# with no check for a pending signal after them: a signal that came during one is handled
+# at the next check (a call, a loop's jump back, a function's entry), on another line.
+_OPERATORS = frozenset({"BINARY_OP", "BINARY_SUBSCR", "STORE_SUBSCR", "DELETE_SUBSCR", "COMPARE_OP",
+                        "CONTAINS_OP", "UNARY_NEGATIVE", "UNARY_INVERT", "FORMAT_VALUE", "BUILD_STRING",
+                        "LIST_EXTEND", "GET_ITER"})
+# Where a pending signal is handled, besides after a call returns.
+_ENTRY, _JUMP_BACK = "RESUME", "JUMP_BACKWARD"
+_CHECKS = frozenset({"CALL", "CALL_FUNCTION_EX", _ENTRY, "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT",
+                     "YIELD_VALUE", "RETURN_VALUE"})
+
+
+def _landing(frame: Any) -> tuple[Any, int | None]:
+    """The frame and line a signal sample stands for, where that is not the interrupted
+    frame's own line. The handler runs at the first check for a pending signal after the
+    timer fired, not where the time went: at a function's entry (RESUME), the time was the
+    caller's (the callee has run nothing yet), spent in the caller's last operator since its
+    previous check (``a * b`` on tensors, a slice of a long list), else in the call's own
+    line; at a loop's jump back, in the loop body's last operator. Elsewhere (after a call
+    returned) the line is the call's own: the time was the called function's or an
+    operator's before it, and nothing tells which. Returns (frame, None) to keep the line."""
+    kind = _checkpoint(frame.f_code, frame.f_lasti)
+    if kind is None:
+        return frame, None
+    opname, operator_line = kind
+    if opname == _ENTRY:
+        caller = frame.f_back
+        if caller is None:
+            return frame, None
+        found = _checkpoint(caller.f_code, caller.f_lasti)
+        return caller, found[1] if found is not None else None
+    if opname.startswith(_JUMP_BACK):
+        return frame, operator_line
+    return frame, None
+
+
+def _checkpoint(code: Any, lasti: int) -> tuple[str, int | None] | None:
+    """The check for a pending signal at ``lasti`` (which may point into the instruction's
+    inline caches, as a caller's does during a call): see ``_checkpoints``; None where the
+    instruction there is no such check."""
+    offsets, found = _checkpoints(code)
+    at = bisect.bisect_right(offsets, lasti) - 1
+    return found.get(offsets[at]) if at >= 0 else None
+
+
+@functools.lru_cache(maxsize=8192)
+def _checkpoints(code: Any) -> tuple[list[int], dict[int, tuple[str, int | None]]]:
+    """The offsets of ``code``'s instructions, and for each one where a pending signal is
+    handled: its name and the line of the last operator that ran before it since the
+    previous such instruction (None where none did). The scan stops at jump targets too:
+    code before one may not have run."""
+    offsets: list[int] = []
+    found: dict[int, tuple[str, int | None]] = {}
+    last: int | None = None
+    line: int | None = code.co_firstlineno
+    for instruction in dis.get_instructions(code):
+        offsets.append(instruction.offset)
+        if instruction.starts_line is not None:
+            line = instruction.starts_line
+        if instruction.is_jump_target:
+            last = None
+        name = instruction.opname
+        if name in _CHECKS:
+            found[instruction.offset] = (name, last)
+            last = None
+        elif name in _OPERATORS:
+            last = line
+    return offsets, found
 
 
 @functools.lru_cache(maxsize=4096)
