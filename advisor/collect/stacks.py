@@ -10,10 +10,15 @@ the step and phase it was in (a background thread reading ``sys._current_frames(
 the fallback; see :class:`StackSampler`). The cost is one stack walk per sample, a few
 microseconds for a deep stack; benchmarks/stack_sampler.py measures it.
 
-A sample stands for the time since the previous one. The sampler cannot run while the
-sampled thread holds the GIL in a long C call (a regex over a long text, a big list
-sort): it gets in at the first bytecode after the call, in the function that made it, so
-the gap belongs there. Samples are not spread evenly over time for the same reason (a
+A sample stands for the time since the previous one. The sampler's handler runs only
+where the interpreter checks for a pending signal (after a call returns, at a loop's jump
+back, at a function's entry), not where the timer fired: a long C call (a regex over a
+long text, a big list sort) is sampled on its own line when it returns, but an operator's C
+code (``a * b`` on tensors, a slice of a long list) has no check after it, and its time
+would land on the next Python function called. A sample taken at a function's entry is
+therefore the caller's, on its last operator since its previous check (else on the call's
+line), and one at a loop's jump back is the body's last operator (see ``_landing``).
+Samples are not spread evenly over time for the same reason (a
 thread in torch ops releases the GIL and is sampled at the full rate), so the tables
 take each phase's time from the step clock and use the samples only to share it out
 among the lines that ran in the phase. Stacks are interned: a run that loops over the
