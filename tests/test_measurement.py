@@ -684,3 +684,18 @@ def test_the_workers_fix_replays_from_the_step_at_the_jobs_own_pace_once():
     replay = what_if(graph, finding._fix)
     assert replay.before_ns == pytest.approx(graph.baseline)
     assert finding.saving.ms_per_step * 1e6 == pytest.approx(replay.saved_ns, rel=1e-3)
+
+
+def test_the_call_a_user_line_makes_is_named_past_advisors_own_wrappers():
+    from advisor.tables.python_hotspots import library_call
+
+    roots = ("/usr/lib/python3.11/", "/opt/advisor/")  # advisor installed in place (pip install -e)
+    user = "/home/me/train.py(40): main;/usr/lib/python3.11/runpy.py(88): _run_code"
+    # .tolist() counted by advisor's sync hook: a C method behind advisor's wrapper, no name
+    # of advisor's (it was named "syncs.counted"), and none of its own to give.
+    assert library_call("/opt/advisor/collect/hooks/syncs.py(170): counted;" + user, roots) == ""
+    # A library function behind a hook is named as the user called it.
+    assert library_call("/usr/lib/python3.11/site-packages/torch/serialization.py(5): save;"
+                        "/opt/advisor/collect/hooks/saves.py(3): wrapped;" + user, roots) == "torch.save"
+    assert library_call("/usr/lib/python3.11/site-packages/torch/serialization.py(5): save;" + user,
+                        roots) == "torch.save"

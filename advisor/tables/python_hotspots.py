@@ -233,8 +233,14 @@ def library_call(stack: str, roots: tuple[str, ...]) -> str:
     frames = [m for m in (_FRAME.match(part) for part in str(stack).split(";")) if m]
     for i, m in enumerate(frames):
         if not is_library(m["file"], roots):
-            return _dotted(frames[i - 1]["file"], frames[i - 1]["function"]) if i > 0 else ""
+            # advisor's own hooks sit between the user's line and what it called (a wrapper
+            # that counts .tolist()): the call is the next frame in that is not advisor's.
+            called = [f for f in reversed(frames[:i]) if not _ADVISOR_HOOK.search(f["file"])]
+            return _dotted(called[0]["file"], called[0]["function"]) if called else ""
     return ""
+
+
+_ADVISOR_HOOK = re.compile(r"(^|/)advisor/(collect|profiler)/")
 
 
 _INSTALLED = re.compile(r".*(?:site-packages|dist-packages|/lib/python\d+(?:\.\d+)?)/")
