@@ -491,6 +491,11 @@ def test_workers_are_not_advised_where_handing_a_batch_over_costs_more_than_they
     # The per-item work (32 x 1.2 ms of the 40 ms read) goes; the rest of the read stays.
     assert finding.saving.ms_per_step == pytest.approx(40 * 32 * 1.2 / 40, abs=0.01)
     assert finding.saving.high_ms_per_step == pytest.approx(40, abs=0.01)
+    # A collate function of the script's own is its work too: cheaper, it saves its time.
+    collated = advise(kind="map-style", workers=0, item_ns=3_000, collate_fn="collate", collate_ns=30e6,
+                      top="collate (train.py)", handoff=(30e6, 45e6))
+    assert collated.metrics["advice"] == "cheaper per-item work"
+    assert collated.saving.ms_per_step == pytest.approx(32 * 0.003 + 30, abs=0.01)
     # A cheaper hand-over (1 ms and 2 ms a batch) leaves the workers their saving.
     cheap = advise(kind="map-style", workers=0, item_ns=1.2e6, handoff=(1e6, 2e6))
     assert cheap.metrics["advice"] == "num_workers=1"

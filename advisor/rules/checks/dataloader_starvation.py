@@ -199,7 +199,6 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
     handoff, handoff_worker = _number(loader.get("handoff_main_ns")), _number(loader.get("handoff_wall_ns"))
     handoff = 0.0 if math.isnan(handoff) else handoff
     handoff_worker = 0.0 if math.isnan(handoff_worker) else handoff_worker
-    pays = True
     if workers == 0 and room:
         figures = StepFigures(step_ns=m.step, moved_ns=m.per_step, cores=usable, moved_cpu_share=demand,
                               handoff_ns=handoff, handoff_worker_ns=handoff_worker)
@@ -225,19 +224,21 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
                            _remains(fig_n, contention, ctx.gpu_measured), workers=n, figures=fig_n, metrics=metrics)
         metrics["workers_do_not_pay"] = True
     if workers == 0:
-        # Precomputing or caching removes the per-item work (__getitem__'s share of a read);
-        # the collation and the loader's own machinery stay (at worst half of the per-item
-        # work goes, at best all of the loading).
+        # Precomputing or caching removes the script's own work: the per-item work
+        # (__getitem__'s share of a read) and a collate function of its own; torch's
+        # collation and the loader's machinery stay (at worst half of that work goes, at
+        # best all of the loading).
         read_ns = _number(loader["read_avg_ns"])
-        per_item = (min(item_ns * items / read_ns, 1.0) if read_ns > 0 and not math.isnan(item_ns * items)
-                    else 1.0)
-        return Verdict("cheaper per-item work", Fix("cheaper per-item work", {"loading": 1.0 - per_item}),
-                       Fix("cheaper per-item work, at worst", {"loading": 1.0 - per_item / 2}),
+        own_ns = item_ns * items + (collate_ns if own_collate else 0.0)
+        own = min(own_ns / read_ns, 1.0) if read_ns > 0 and not math.isnan(own_ns) else 1.0
+        return Verdict("cheaper per-item work", Fix("cheaper per-item work", {"loading": 1.0 - own}),
+                       Fix("cheaper per-item work, at worst", {"loading": 1.0 - own / 2}),
                        Fix("no loading left", loading_gone),
-                       "the step replayed without the per-item work (__getitem__) that precomputing or caching "
-                       "removes",
-                       "The step keeps the collation and the loader's own machinery, what remains of the per-item "
-                       "work, and the rest of the step.", metrics=metrics)
+                       "the step replayed without the script's own loading work (__getitem__"
+                       + (", its collate function" if own_collate else "") + ") that precomputing or caching removes",
+                       "The step keeps " + ("the loader's own machinery" if own_collate else
+                                            "the collation and the loader's own machinery")
+                       + ", what remains of the work made cheaper, and the rest of the step.", metrics=metrics)
     busy = _number(loader["workers_busy"])
     # Loader-bound, the workers make one batch per step between them: each takes
     # workers x step to make one.
