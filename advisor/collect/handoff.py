@@ -30,8 +30,9 @@ __all__ = ["BATCHES", "MAX_BYTES", "SECONDS", "probe_handoff"]
 BATCHES = 24
 WARMUP = 3
 SECONDS = 0.4  # of timed batches at most
-MAX_BYTES = 64 * 2**20  # a larger batch is not probed: its copy, not the hand-over, dominates, and a
-# container's /dev/shm is often no larger
+# A larger batch is not probed: its copy, not the hand-over, dominates, and a container's
+# /dev/shm is often no larger.
+MAX_BYTES = 64 * 2**20
 TIMEOUT_S = 10  # a batch the worker has not sent by then ends the probe
 
 
