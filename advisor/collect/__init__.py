@@ -27,6 +27,9 @@
                     thread waited for one (a busy machine)
     ncu_run         the script run once more under Nsight Compute, limited to the kernels
                     that matter (``--kernel-counters``): the plan, its cost and its export
+    handoff         what handing a batch over from a DataLoader worker costs on this
+                    machine, timed after the run for a loader that made its batches in
+                    the main process
     assemble        from a run to a Session: events, samples, devices, what was not
                     measured (``collect_script``)
 
