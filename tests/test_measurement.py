@@ -704,3 +704,23 @@ def test_the_call_a_user_line_makes_is_named_past_advisors_own_wrappers():
                         "/opt/advisor/collect/hooks/saves.py(3): wrapped;" + user, roots) == "torch.save"
     assert library_call("/usr/lib/python3.11/site-packages/torch/serialization.py(5): save;" + user,
                         roots) == "torch.save"
+
+
+def test_a_hot_line_that_deep_copies_gets_the_in_place_update_not_vectorising():
+    lib = "/usr/lib/python3/"
+    ema = f"{lib}copy.py(128): deepcopy;/home/me/train.py(12): ema;/home/me/train.py(40): main;{lib}runpy.py(88): _run_code"
+    loop = f"{lib}torch/nn/functional.py(5): linear;/home/me/train.py(44): main;{lib}runpy.py(88): _run_code"
+    rows, t = [], 1_000_000
+    for step in range(4):
+        rows += [stack_row(t + i, 1_000_000, ema, step, "") for i in range(12)]
+        rows += [stack_row(t + 20 + i, 1_000_000, loop, step, "Forward") for i in range(8)]
+        t += 20_000_000
+    timed = [TimedStep(step=s, start_ns=s * 20_000_000, duration_ns=20_000_000, recorded=s < 2,
+                       phases={"Forward": 8_000_000}) for s in range(4)]
+    session = sampled_session(rows, timed, [lib])
+    tables = compute_tables(session)
+    hot = tables["python_hotspots"].set_index("function")
+    assert hot.at["ema", "calls"] == "copy.deepcopy" and hot.at["main", "calls"] == "torch.nn.functional.linear"
+    finding = next(f for f in run_rules(session, tables).findings if f.rule == "host-bound")
+    assert finding.recommendation.startswith("copy.deepcopy at ema (train.py:12)")
+    assert "torch._foreach_lerp_" in finding.recommendation and finding.metrics["calls"] == ["copy.deepcopy"]

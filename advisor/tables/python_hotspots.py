@@ -163,6 +163,8 @@ def phase_ns(f: Facts) -> dict[str, float]:
         "other_ns": "Per step, outside every phase (main thread), ns.",
         "phase": "The phase most of the samples were in ('' for workers).",
         "stack": "The user's frames leading here, outermost first (the most common such path).",
+        "calls": "The library function the line called in most of its time, dotted (copy.deepcopy); '' where "
+                 "it ran its own code.",
     },
 )
 def python_hotspots_table(f: Facts) -> pd.DataFrame | None:
@@ -170,7 +172,9 @@ def python_hotspots_table(f: Facts) -> pd.DataFrame | None:
     if not len(samples) or not n_steps:
         return None
     codes, stacks = coded(samples["call_stack"])
-    per_stack = stack_facts(stacks, library_roots(f))
+    roots = library_roots(f)
+    per_stack = stack_facts(stacks, roots)
+    calls = np.array([library_call(s, roots) for s in stacks], dtype=object)
     weight = (samples["end_ns"] - samples["start_ns"]).to_numpy().astype(np.float64)
     role = text(samples["category"])
     phase = text(samples["phase"])
@@ -193,6 +197,7 @@ def python_hotspots_table(f: Facts) -> pd.DataFrame | None:
         "key": key, "role": role, "function": facts["function"], "file": facts["file"], "line": facts["line"],
         "weight": weight, "time": per_step, "own": facts["own_code"].to_numpy() * per_step,
         "waiting": facts["waiting"].to_numpy() * per_step, "phase": phase, "stack": facts["user_stack"],
+        "calls": calls[codes],
     })
     for name in MODEL_PHASES:
         frame[f"{name.lower()}_ns"] = np.where(main & (phase == name), per_step, 0.0)
@@ -216,6 +221,9 @@ def python_hotspots_table(f: Facts) -> pd.DataFrame | None:
     top_stack = frame.groupby(["key", "stack"], sort=False)["weight"].sum().reset_index()
     top_stack = top_stack.sort_values("weight", ascending=False).drop_duplicates("key").set_index("key")["stack"]
     out["stack"] = top_stack.reindex(out.index).fillna("")
+    top_call = frame.groupby(["key", "calls"], sort=False)["weight"].sum().reset_index()
+    top_call = top_call.sort_values("weight", ascending=False).drop_duplicates("key").set_index("key")["calls"]
+    out["calls"] = top_call.reindex(out.index).fillna("")
     out = out.sort_values("per_step_ns", ascending=False, kind="stable")
     if len(out) > MAX_ROWS:
         out = out.head(MAX_ROWS)

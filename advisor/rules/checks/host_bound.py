@@ -243,6 +243,31 @@ def _short(frame: str) -> str:
 
 # -- a script's CPU run: stack samples --------------------------------------------------------------
 
+# Library calls whose fix is not "vectorise it": what to do instead, with {where} the line.
+_CALL_ADVICE = {
+    "copy.deepcopy": ("copy.deepcopy at {where} copies the whole object (a model: every parameter and buffer, "
+                      "with new tensors) each time it runs: make the copy once before the loop and update it in "
+                      "place (an exponential moving average: torch._foreach_lerp_(ema_params, params, 1 - decay) "
+                      "under torch.no_grad(), or torch.optim.swa_utils.AveragedModel(model, "
+                      "multi_avg_fn=get_ema_multi_avg_fn(decay)))."),
+}
+
+
+def _known_calls(rows: pd.DataFrame, named: pd.Series) -> list[tuple[str, str]]:
+    """(call, advice) for the library calls of _CALL_ADVICE that the named functions' lines
+    make, each once, at its busiest line."""
+    if "calls" not in rows.columns:
+        return []
+    found: dict[str, str] = {}
+    for (file, function), _ in named.items():
+        mine = rows[(rows["file"] == file) & (rows["function"] == function)].sort_values("outside_ns", ascending=False)
+        for _, row in mine.iterrows():
+            call = str(row["calls"])
+            if call in _CALL_ADVICE and call not in found:
+                where = f"{function} ({str(file).rsplit('/', 1)[-1]}:{int(row['line'])})"
+                found[call] = _CALL_ADVICE[call].format(where=where)
+    return list(found.items())
+
 
 def _from_samples(ctx: RuleContext, hotspots: pd.DataFrame) -> list[Finding]:
     main = hotspots[(hotspots["role"] == "main") & (hotspots["function"] != "")]
@@ -287,6 +312,11 @@ def _from_samples(ctx: RuleContext, hotspots: pd.DataFrame) -> list[Finding]:
     recommendation = ("Take this work off the step's critical path: do it for the whole batch with tensor ops "
                       "instead of per sample in Python, or move it into a Dataset so DataLoader worker processes "
                       "run it while the model trains, or compute it once before training if it does not change.")
+    called = _known_calls(rows, named)
+    if called:
+        metrics["calls"] = [call for call, _ in called]
+        recommendation = " ".join(advice for _, advice in called) + " Elsewhere: " + recommendation[0].lower() \
+            + recommendation[1:]
     # A CPU run's step is the host's alone: the named time comes off it. The step model's
     # graph (one host chain) says the same; its partition holds the time outside the model.
     fix = None
