@@ -22,6 +22,7 @@ has ended; it never fails the run: where it cannot run, it says why.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -46,7 +47,7 @@ def probe_handoff(torch: Any, tensors: list[list[Any]]) -> dict[str, Any]:
         return {"skipped": f"the batch's tensors could not be described ({exc})"}
     if not specs:
         return {"skipped": "the batches hold no tensors"}
-    nbytes = sum(_numel(shape) * torch.empty((), dtype=dtype).element_size() for shape, dtype in specs)
+    nbytes = sum(math.prod(shape) * torch.empty((), dtype=dtype).element_size() for shape, dtype in specs)
     if nbytes > MAX_BYTES:
         return {"skipped": f"a batch of {nbytes / 2**20:.0f} MiB is not probed"}
     try:
@@ -55,15 +56,8 @@ def probe_handoff(torch: Any, tensors: list[list[Any]]) -> dict[str, Any]:
         return {"skipped": f"one worker could not hand batches over ({type(exc).__name__}: {exc})"}
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    count = 1
-    for n in shape:
-        count *= n
-    return count
-
-
 def _timed(torch: Any, specs: list[tuple[tuple[int, ...], Any]]) -> dict[str, Any]:
-    data = __import__("torch.utils.data", fromlist=["DataLoader"])
+    data = torch.utils.data
 
     class Batches(data.Dataset):
         def __len__(self) -> int:

@@ -242,6 +242,16 @@ class Facts:
         p_end = np.where(ok, np.minimum(phases["end_ns"].to_numpy(), s_end[at] if len(s_end) else 0), 0)
         return p_pos, phases["phase_name"].to_numpy(), p_start, p_end
 
+    def phase_intervals(self, name: str) -> iv.Intervals:
+        """The window's time in phase ``name`` (its ranges clipped to their steps), as one
+        normalised set of intervals."""
+        def compute() -> iv.Intervals:
+            _, names, starts, ends = self.phase_spans
+            mine = names == name
+            return iv.union((starts[mine], ends[mine]))
+
+        return self.memo(("phase_intervals", name), compute)
+
     @cached_property
     def gpu_measured(self) -> bool:
         if self.meta.collector.gpu_measured:

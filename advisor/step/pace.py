@@ -125,14 +125,10 @@ def _phase_of_nodes(model: StepModel, graph: StepGraph) -> np.ndarray:
     """Each node's phase (an index into MODEL_PHASES, or len(MODEL_PHASES) for Others), by
     the phase range its middle falls in."""
     f = model.facts
-    _, names, starts, ends = f.phase_spans
     middle = (graph.start + graph.end) // 2
     out = np.full(len(graph), len(MODEL_PHASES), dtype=np.int64)
     for code, phase in enumerate(MODEL_PHASES):
-        mine = names == phase
-        if not mine.any():
-            continue
-        spans = iv.union((starts[mine], ends[mine]))
+        spans = f.phase_intervals(phase)
         if len(spans):
             out[iv.covers(spans, middle)] = code
     return out

@@ -124,9 +124,7 @@ def _blocking_calls(f: Facts) -> pd.DataFrame:
         parent = items["parent_op"].to_numpy()
         inner = (parent >= 0) & is_to_host[np.maximum(parent, 0)]
         users = source_lines(f, items["id"].to_numpy()) != ""
-        _, phase, starts, ends = f.phase_spans
-        loading = iv.covers(iv.union(iv.as_intervals(starts[phase == "Dataloader"], ends[phase == "Dataloader"])),
-                            items["start_ns"].to_numpy())
+        loading = iv.covers(f.phase_intervals("Dataloader"), items["start_ns"].to_numpy())
         keep = ~inner & users & ~loading
         op_ids = np.concatenate([op_ids, items["id"].to_numpy()[keep]])
         op_reason = np.concatenate([op_reason, np.full(int(keep.sum()), TO_HOST, dtype=object)])

@@ -35,8 +35,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     share = share if share == share else 0.0  # NaN: no samples
     checks = iv.intersect(ctx.model.host_ranges(r"^aten::(isnan|_is_any_true)$"),
                           ctx.model.host_ranges(r"^autograd::engine::evaluate_function"))
-    _, phase, starts, ends = ctx.model.facts.phase_spans
-    forward = iv.union(iv.as_intervals(starts[phase == "Forward"], ends[phase == "Forward"]))
+    forward = ctx.model.facts.phase_intervals("Forward")
     # Each capture formats every frame of the stack, the launcher's too: under advisor its
     # frames make the capture longer than in the job run alone. That part is advisor's
     # cost, taken out of the step before the fix (the base), not counted as the fix's.
