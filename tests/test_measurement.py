@@ -14,6 +14,8 @@ sampler, and the tables and rules built on them.
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -235,6 +237,41 @@ def test_someone_elses_sigprof_handler_is_left_alone():
         assert signal.getsignal(signal.SIGPROF) is theirs
     finally:
         signal.signal(signal.SIGPROF, previous)
+
+
+def test_a_sample_taken_as_a_compiled_call_starts_is_not_taken_for_the_users_function(tmp_path):
+    # The timer fires just after torch.compile set its frame hook and before the compiled
+    # function's frame starts (here made certain: the signal is raised right there). The
+    # handler must run as plain Python, or a fullgraph call fails with "no compiled frames".
+    script = tmp_path / "compiled.py"
+    script.write_text(textwrap.dedent(
+        """
+        import signal
+        import torch
+        import torch._dynamo.eval_frame as frames
+        from advisor.collect.stacks import StackSampler
+
+        sampler = StackSampler(interval_s=3600).start()
+        assert sampler.way == "signal"
+        original = frames._maybe_set_eval_frame
+
+        def set_then_signal(callback):
+            previous = original(callback)
+            signal.raise_signal(signal.SIGPROF)
+            return previous
+
+        frames._maybe_set_eval_frame = set_then_signal
+        model = torch.nn.Linear(4, 2)
+        compiled = torch.compile(model, backend="eager", fullgraph=True)
+        for _ in range(3):
+            compiled(torch.randn(2, 4)).sum().backward()
+        samples = sampler.stop()
+        print("samples", len(samples))
+        """
+    ))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split()[-1]) >= 3
 
 
 def test_loader_workers_are_sampled_and_named(tmp_path):

@@ -119,6 +119,7 @@ class StackSampler:
         self._next_flush = 0.0
         self._how = how
         self._old_handler: Any = None
+        self._in_handler = False
         self.way = ""
         self.samples = StackSamples(role=role, pid=os.getpid(), tid=self._tid, interval_ns=int(interval_s * 1e9))
 
@@ -133,6 +134,7 @@ class StackSampler:
         self._last_ns = self._clock()
         self._next_flush = time.monotonic() + WORKER_FLUSH_S
         if self._can_signal():
+            _hide_from_dynamo()
             self._old_handler = signal.signal(signal.SIGPROF, self._on_signal)
             # Restart interrupted system calls: C and C++ libraries that do not retry on
             # EINTR must never see the sampler.
@@ -163,11 +165,20 @@ class StackSampler:
         os.replace(temporary, path)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        # A handler slower than the interval (the first sight of a large code object) is
+        # itself interrupted: that sample is one, not a nest of them.
+        if self._in_handler:
+            return
+        self._in_handler = True
         try:
+            if not _hidden_from_dynamo[0]:
+                _hide_from_dynamo()
             self._record(frame)
             self._maybe_flush()
         except Exception:  # noqa: BLE001  (a sampler must never take the user's run down)
             pass
+        finally:
+            self._in_handler = False
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
@@ -220,6 +231,29 @@ class StackSampler:
         samples.stack_id.append(stack_id)
         samples.step.append(step)
         samples.phase.append(phase)
+
+
+# Whether the handler is marked for torch.compile to leave alone (see _hide_from_dynamo).
+_hidden_from_dynamo = [False]
+
+
+def _hide_from_dynamo() -> None:
+    """Mark the signal handler, and all it calls, as code torch.compile never traces. The
+    handler runs wherever the timer lands, also in the moment a compiled function has its
+    frame hook set and before its own frame starts; the hook would then take the handler for
+    the user's function, and a ``fullgraph=True`` call fails with "found no compiled frames".
+    Marked at start where torch is loaded, else at the first signal after it is (its C
+    module is there from ``import torch`` on, long before any compiled call), through the
+    hook's own per-code setting; a torch without it is left as it is."""
+    frames = sys.modules.get("torch._C._dynamo.eval_frame")
+    if frames is None:
+        return
+    _hidden_from_dynamo[0] = True
+    try:
+        skip = frames._FrameAction.SKIP
+        frames.set_code_exec_strategy(StackSampler._on_signal.__code__, frames._FrameExecStrategy(skip, skip))
+    except Exception:  # noqa: BLE001  (a private interface that may change; the sampler runs on)
+        return
 
 
 # Instructions that run C code of their own (an operator's, a subscript's, a formatting's)
