@@ -264,7 +264,8 @@ def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace,
                                            "dropped": sum(s.dropped for s in run.stacks)}
     timed = [TimedStep(step=r["step"], start_ns=r["start_ns"] - base_time_ns, duration_ns=r["duration_ns"],
                        recorded=r["recorded"], partial=r["partial"], phases=r["phases"], own_ns=r.get("own_ns", 0),
-                       cpu_ns=r.get("cpu_ns", 0), calls=r.get("calls") or {})
+                       cpu_ns=r.get("cpu_ns", 0), calls=r.get("calls") or {},
+                       process_cpu_ns=r.get("process_cpu_ns", 0))
              for r in facts.get("step_times") or []]
     # The step times are kept once, as meta.timed_steps: a second copy in the metadata would
     # double the saved session of a loop that runs thousands of steps.

@@ -16,7 +16,9 @@ profiler's overhead. It costs two clock reads per step and per phase, and two pe
 Each step also keeps the main thread's CPU time (``time.thread_time_ns``) and how many
 times each phase opened, a forward with autograd off counted apart: a step's shape and its
 own CPU time do not swing with the machine's load as its wall time does, so periodic work
-(a validation pass every N steps) is found on a busy machine too.
+(a validation pass every N steps) is found on a busy machine too. And the whole process's
+CPU time (``time.process_time_ns``: torch's operator threads too): over the step's wall
+time, the cores the training loop keeps busy, which worker processes would compete for.
 """
 
 from __future__ import annotations
@@ -83,10 +85,13 @@ class StepClock:
     partial, {phase: ns}] (see :meth:`as_records`). A phase's time is the sum of its
     stretches in the step; what no phase covers is the step's "Others"."""
 
-    def __init__(self, clock: Any = time.time_ns, cpu_clock: Any = time.thread_time_ns):
+    def __init__(self, clock: Any = time.time_ns, cpu_clock: Any = time.thread_time_ns,
+                 process_clock: Any = time.process_time_ns):
         self._clock = clock
         self._cpu_clock = cpu_clock
+        self._process_clock = process_clock
         self._cpu_start = 0
+        self._process_start = 0
         self._calls: dict[str, int] = {}
         self.rows: list[list[Any]] = []
         self.dropped = 0
@@ -102,6 +107,7 @@ class StepClock:
         self._step = number
         self._start = self._clock()
         self._cpu_start = self._cpu_clock()
+        self._process_start = self._process_clock()
         self._recorded = recorded
         self._phases = {}
         self._calls = {}
@@ -136,7 +142,8 @@ class StepClock:
         if len(self.rows) < MAX_TIMED_STEPS:
             kept = self._recorded if recorded is None else (self._recorded and recorded)
             self.rows.append([self._step, self._start, self._clock() - self._start, kept, partial, self._phases,
-                              self._own, self._cpu_clock() - self._cpu_start, self._calls])
+                              self._own, self._cpu_clock() - self._cpu_start, self._calls,
+                              self._process_clock() - self._process_start])
         else:
             self.dropped += 1
         self._step = None
@@ -144,6 +151,8 @@ class StepClock:
     def as_records(self) -> list[dict[str, Any]]:
         """The rows as dicts: step, start_ns, duration_ns, recorded, partial, phases, own_ns
         (the collector's own time in the step), cpu_ns (the main thread's CPU time in the
-        step) and calls (times each phase opened)."""
-        keys = ("step", "start_ns", "duration_ns", "recorded", "partial", "phases", "own_ns", "cpu_ns", "calls")
+        step), calls (times each phase opened) and process_cpu_ns (the whole process's CPU
+        time in the step)."""
+        keys = ("step", "start_ns", "duration_ns", "recorded", "partial", "phases", "own_ns", "cpu_ns", "calls",
+                "process_cpu_ns")
         return [dict(zip(keys, row)) for row in self.rows]

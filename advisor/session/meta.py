@@ -67,6 +67,8 @@ class TimedStep(BaseModel):
                                                "unlike duration_ns, it does not grow while the thread waits for a core.")
     calls: dict[str, int] = Field(default_factory=dict, description="Times each phase opened in the step; a forward "
                                                                     "with autograd off counts as FORWARD_NO_GRAD.")
+    process_cpu_ns: int = Field(default=0, description="The whole process's CPU time in the step, all its threads "
+                                                       "(torch's operator threads too), ns (0: not measured).")
 
 
 class CollectorCost(BaseModel):

@@ -41,7 +41,7 @@ from advisor.step.window import SteadyWindow
 
 __all__ = ["StepTimes", "step_times", "timed_frame"]
 
-TIMED_COLUMNS = ("step", "recorded", "duration_ns", *MODEL_PHASES, "Others")
+TIMED_COLUMNS = ("step", "recorded", "duration_ns", *MODEL_PHASES, "Others", "process_cpu_ns")
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,8 @@ class StepTimes:
     recorded_step_ns: float
     unrecorded_step_ns: float | None
     beside_ns: float
-    # The collector's timed steps: step, recorded, duration_ns and ns per phase (Others the rest).
+    # The collector's timed steps: step, recorded, duration_ns, ns per phase (Others the rest)
+    # and the process's CPU time (0: not measured).
     timed: pd.DataFrame
     recorded: pd.DataFrame
     unrecorded: pd.DataFrame
@@ -97,8 +98,9 @@ def step_times(session: Session, window: SteadyWindow) -> StepTimes:
 
 
 def timed_frame(session: Session) -> pd.DataFrame:
-    """One row per complete step the collector's clock timed: step, recorded, duration_ns
-    and ns per phase (Others the rest). Warm-up steps (those before the first recorded
+    """One row per complete step the collector's clock timed: step, recorded, duration_ns,
+    ns per phase (Others the rest) and process_cpu_ns (the process's CPU time in the step,
+    all threads; 0: not measured). Warm-up steps (those before the first recorded
     step) are left out: their time is start-up, not the job's pace."""
     rows = [t for t in session.meta.timed_steps if not t.partial]
     if not rows:
@@ -115,4 +117,5 @@ def timed_frame(session: Session) -> pd.DataFrame:
         **{phase: np.asarray([t.phases.get(phase, 0) for t in kept], dtype=np.int64) for phase in MODEL_PHASES},
     })
     frame["Others"] = np.maximum(frame["duration_ns"] - frame[list(MODEL_PHASES)].sum(axis=1), 0)
+    frame["process_cpu_ns"] = np.asarray([t.process_cpu_ns for t in kept], dtype=np.int64)
     return frame

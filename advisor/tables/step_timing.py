@@ -68,6 +68,9 @@ def job_steps(f: Facts) -> pd.DataFrame:
         "best_avg_ns": "The figure to use: unrecorded_avg_ns where steps ran unrecorded, else recorded_avg_ns.",
         "best_ratio": "best_avg_ns / the matching mean step time.",
         "source": "'unrecorded steps' or 'recorded steps': where best_avg_ns comes from.",
+        "cpu_cores": "ProfileStep only: the process's CPU time per step (all its threads: torch's operator "
+                     "threads too) over the step's time, over the steps best_avg_ns is the mean of: the cores "
+                     "the training process keeps busy (NaN on the other rows and where not measured).",
     },
 )
 def step_timing_table(f: Facts) -> pd.DataFrame | None:
@@ -103,6 +106,7 @@ def step_timing_table(f: Facts) -> pd.DataFrame | None:
             "best_avg_ns": best,
             "best_ratio": best / base if base > 0 else np.nan,
             "source": source,
+            "cpu_cores": _cpu_cores(unrecorded if len(unrecorded) else recorded) if row == "ProfileStep" else np.nan,
         }
     periodic = f.model.window.periodic if f.model is not None else None
     if periodic is not None and periodic.source == "timed steps":
@@ -112,6 +116,16 @@ def step_timing_table(f: Facts) -> pd.DataFrame | None:
         with_notes(out, "No step ran after the recorded ones, so the job's unprofiled pace was not measured: "
                         "figures are the recorded steps' (run more steps than --steps records to measure it).")
     return out
+
+
+def _cpu_cores(steps: pd.DataFrame) -> float:
+    """The process's CPU time over the wall time of ``steps``; NaN where any step's CPU
+    time was not measured."""
+    cpu = steps["process_cpu_ns"].to_numpy(dtype=np.float64) if "process_cpu_ns" in steps else np.zeros(0)
+    wall = float(steps["duration_ns"].sum()) if len(steps) else 0.0
+    if not len(cpu) or (cpu <= 0).any() or wall <= 0:
+        return np.nan
+    return float(cpu.sum() / wall)
 
 
 def _periodic_row(frame: pd.DataFrame, steps: tuple[int, ...], steady_unrecorded: float,
@@ -128,4 +142,4 @@ def _periodic_row(frame: pd.DataFrame, steps: tuple[int, ...], steady_unrecorded
             "unrecorded_ratio": unrec / steady_unrecorded if steady_unrecorded > 0 else np.nan,
             "overhead_ns": rec - unrec, "overhead_ratio": (rec - unrec) / unrec if unrec > 0 else np.nan,
             "best_avg_ns": best, "best_ratio": best / base if base > 0 else np.nan,
-            "source": "unrecorded steps" if len(unrecorded) else "recorded steps"}
+            "source": "unrecorded steps" if len(unrecorded) else "recorded steps", "cpu_cores": np.nan}
