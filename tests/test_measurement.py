@@ -98,8 +98,11 @@ def test_only_the_window_is_recorded_and_every_step_is_timed(tmp_path):
     assert [t.step for t in timed] == list(range(12))
     assert [t.step for t in timed if t.recorded] == [2, 3, 4]
     assert all(t.phases.get("Forward", 0) > 0 for t in timed)
+    # each step's CPU time, the main thread's and the whole process's (torch's threads too)
+    assert all(t.cpu_ns > 0 and t.process_cpu_ns > 0 for t in timed)
     timing = compute_tables(session, ["step_timing"])["step_timing"]
     assert timing.at["ProfileStep", "recorded_steps"] == 3
+    assert timing.at["ProfileStep", "cpu_cores"] > 0 and timing["cpu_cores"].drop("ProfileStep").isna().all()
     # Steps 6..11: 0 and 1 are warm-up, 5 pays for stopping the profiler. On a loaded
     # machine a step slowed by other work can be set apart as periodic: the window names
     # it, and the table gives it a row of its own.
@@ -237,6 +240,24 @@ def test_someone_elses_sigprof_handler_is_left_alone():
         assert signal.getsignal(signal.SIGPROF) is theirs
     finally:
         signal.signal(signal.SIGPROF, previous)
+
+
+def test_a_signal_that_comes_while_the_handler_runs_is_one_sample_not_a_nest():
+    # A handler slower than the interval (the first sight of a large code object) is
+    # interrupted by the next signal: that one is dropped, not handled inside the first.
+    sampler = StackSampler(interval_s=3600)
+    inner = sampler._record
+    nested = []
+
+    def record(frame):
+        if not nested:
+            nested.append(True)
+            sampler._on_signal(signal.SIGPROF, frame)  # the next signal, mid-sample
+        inner(frame)
+
+    sampler._record = record
+    sampler._on_signal(signal.SIGPROF, sys._getframe())
+    assert len(sampler.samples) == 1 and nested
 
 
 def test_a_sample_taken_as_a_compiled_call_starts_is_not_taken_for_the_users_function(tmp_path):
@@ -454,7 +475,8 @@ def loader_session(*, share: float, steps: int = 15, gpu_busy_ms: float | None =
 def loader_context(*, kind: str, workers: int, item_ns: float, usable_cores: float = 4.0, share: float = 0.4,
                    top: str = "tokenize (train.py)", cpu_share: float = 1.0, runnable_share: float = float("nan"),
                    gpu_busy_ms: float | None = None, collate_fn: str | None = None,
-                   collate_ns: float = 1e5, handoff: tuple[float, float] | None = None) -> RuleContext:
+                   collate_ns: float = 1e5, handoff: tuple[float, float] | None = None,
+                   cpu_cores: float | None = None) -> RuleContext:
     from advisor.step import build_step_model
 
     spec = next(s for s in builtin_specs() if s.id == "dataloader-starvation")
@@ -473,6 +495,10 @@ def loader_context(*, kind: str, workers: int, item_ns: float, usable_cores: flo
         "fetch_cpu_share": [cpu_share if not workers else np.nan],
         "fetch_runnable_share": [runnable_share if not workers else np.nan],
     }, index=["Data"])
+    if cpu_cores is not None:  # the process's CPU time per step over the step (step_timing's ProfileStep row)
+        timing.loc["ProfileStep"] = {"best_ratio": 1.0, "best_avg_ns": step, "source": "unrecorded steps",
+                                     "unrecorded_steps": 10, "recorded_steps": 5, "overhead_ratio": 0.1}
+        timing["cpu_cores"] = [np.nan, cpu_cores]
     if collate_fn is not None:
         loaders["collate_fn"] = collate_fn
     if handoff is not None:  # the worker hand-over timed after the run: (main process, worker) per batch
@@ -538,6 +564,41 @@ def test_workers_are_not_advised_where_handing_a_batch_over_costs_more_than_they
     assert cheap.metrics["advice"] == "num_workers=1"
     # The main process still receives the batch: the point saves that much less than free.
     assert cheap.saving.ms_per_step == pytest.approx(100 - 60 * 1.05 - 1, abs=0.01)
+
+
+def test_workers_that_take_cores_from_the_models_own_threads_slow_it_at_worst():
+    # 4 cores; the 60 ms of model keep 3.5 busy (torch's operator threads: the process used
+    # 2.5 cores over the step, 1 of them for the 40 ms of loading). One worker leaves the
+    # model 3: at worst it keeps its CPU time on them, 3.5 / 3 times longer, beside the
+    # worker 30 % slower on top (that CPU time counts the threads' spinning too: an upper
+    # bound, so the point keeps the model's own time).
+    finding = advise(kind="map-style", workers=0, item_ns=1.2e6, cpu_cores=2.5)
+    assert finding.metrics["advice"] == "num_workers=1"
+    assert finding.metrics["rest_cores"] == pytest.approx(3.5)
+    assert finding.saving.ms_per_step == pytest.approx(100 - 60 * 1.05, abs=0.01)
+    assert finding.saving.low_ms_per_step == pytest.approx(100 - 60 * 1.3 * 3.5 / 3, abs=0.01)
+    # the main process's operators get the cores the worker leaves
+    assert "torch.set_num_threads(3)" in finding.recommendation and finding.metrics["torch_threads"] == 3
+    assert any(e.table == "step_timing" and e.column == "cpu_cores" for e in finding.evidence)
+    # A model whose threads fit in what the worker leaves loses nothing to it.
+    roomy = advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=8.0, cpu_cores=2.5)
+    assert roomy.saving.low_ms_per_step == pytest.approx(100 - 60 * 1.3, abs=0.01)
+    assert "set_num_threads" not in roomy.recommendation
+
+
+def test_a_model_whose_threads_fill_the_cores_gets_one_thread_beside_its_worker():
+    # 2 cores, both busy with the model's operators (1.9 of them over its 60 ms): beside a
+    # worker its default of a thread per core would compete with it; at worst the step does
+    # not get shorter at all.
+    finding = advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=2.0, cpu_cores=1.54)
+    assert finding.metrics["advice"] == "num_workers=1"
+    assert "torch.set_num_threads(1)" in finding.recommendation and "1.9 cores busy" in finding.recommendation
+    assert finding.saving.low_ms_per_step == 0.0
+    # Measured as one thread's worth (or not at all): no thread advice, the usual low end.
+    for plain in (advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=2.0, cpu_cores=1.0),
+                  advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=2.0)):
+        assert "set_num_threads" not in plain.recommendation
+        assert plain.saving.low_ms_per_step == pytest.approx(100 - 60 * 1.3, abs=0.01)
 
 
 def test_per_item_work_with_free_cores_gets_workers_and_names_the_function():

@@ -11,7 +11,9 @@ What worker processes leave, for a fix that moves loading into them (``StepFigur
 ``step_after``, ``best_workers``): the step is still at least
 
 - the time the workers need to make a batch and hand it over, divided among them,
-- the main process's own work: the rest of the step and receiving the batch from a worker,
+- the main process's own work: the rest of the step and receiving the batch from a worker;
+  where the rest keeps more cores busy than the workers leave it (torch's operator threads
+  on a CPU), it runs on those it is left, its CPU time unchanged: slower by the ratio,
 - the CPU time the whole step needs (the rest of the host's work, receiving the batch and
   the workers' CPU time per batch) spread over the cores the job may use, where that is
   known: the main process and its workers share them, and a worker that only waits (files,
@@ -52,21 +54,34 @@ class StepFigures:
     # not known): the main process's CPU time to receive one, and a worker's time to send one.
     handoff_ns: float = 0.0
     handoff_worker_ns: float = 0.0
+    # The cores the host's other work keeps busy now: its CPU time, all the main process's
+    # threads, over its wall time (1: one thread's worth, or not known).
+    rest_cores: float = 1.0
 
 
 def _rest(fig: StepFigures) -> float:
     return max(fig.step_ns - fig.moved_ns, 0.0) if math.isnan(fig.rest_ns) else max(fig.rest_ns, 0.0)
 
 
+def rest_slowdown(fig: StepFigures) -> float:
+    """How much longer the host's other work takes once the workers run: where it keeps
+    more cores busy than the workers leave it (at least one), it keeps its CPU time on
+    fewer cores; 1 where it fits in what they leave, or the figures do not say."""
+    if not (math.isfinite(fig.cores) and math.isfinite(fig.workers)) or not fig.rest_cores > 1.0:
+        return 1.0
+    left = max(fig.cores - fig.workers * fig.moved_cpu_share, 1.0)
+    return max(fig.rest_cores / left, 1.0)
+
+
 def step_after(fig: StepFigures, contention: float) -> tuple[float, str]:
     """The step once ``moved_ns`` overlaps the rest, with the rest of the host's work and
-    the workers' own slowed by ``contention``, as far as these figures say; and which floor
-    binds: host (the rest of the host's work), workers or cpu."""
-    main = _rest(fig) * contention + fig.handoff_ns
+    the workers' own slowed by ``contention`` (the rest also by ``rest_slowdown``), as far
+    as these figures say; and which floor binds: host (the rest of the host's work),
+    workers or cpu."""
     floors = {
-        "host": main,
+        "host": _rest(fig) * contention * rest_slowdown(fig) + fig.handoff_ns,
         "workers": _worker_batch(fig, contention) / fig.workers if fig.workers > 0 else math.inf,
-        "cpu": _cpu_floor(fig, main, contention),
+        "cpu": _cpu_floor(fig, contention),
     }
     binding = max(floors, key=floors.__getitem__)
     return floors[binding], binding
@@ -77,13 +92,15 @@ def _worker_batch(fig: StepFigures, contention: float) -> float:
     return fig.moved_ns * contention + fig.handoff_worker_ns
 
 
-def _cpu_floor(fig: StepFigures, main: float, contention: float) -> float:
-    """The step's CPU time (the main process's, ``main``, and the workers' per batch)
-    spread over the cores they share; 0 where the cores are not known."""
+def _cpu_floor(fig: StepFigures, contention: float) -> float:
+    """The step's CPU time (the main process's: the rest of its work, on all its threads,
+    and receiving the batch; the workers' per batch) spread over the cores they share; 0
+    where the cores are not known."""
     if not (math.isfinite(fig.cores) and fig.cores > 0):
         return 0.0
+    main_cpu = _rest(fig) * max(fig.rest_cores, 1.0) * contention + fig.handoff_ns
     worker_cpu = fig.moved_ns * fig.moved_cpu_share * contention + fig.handoff_worker_ns
-    return (main + worker_cpu) / min(fig.cores, fig.workers + 1)
+    return (main_cpu + worker_cpu) / min(fig.cores, fig.workers + max(fig.rest_cores, 1.0))
 
 
 def best_workers(fig: StepFigures, contention: float, cap: int) -> int:
@@ -134,7 +151,7 @@ def worker_floor(fig: StepFigures, contention: float) -> float:
     ``step_after`` that the step graph cannot see."""
     floors = [_worker_batch(fig, contention) / fig.workers if fig.workers > 0 else math.inf]
     if math.isfinite(fig.cores) and fig.cores > 0:
-        floors.append(_cpu_floor(fig, _rest(fig) * contention + fig.handoff_ns, contention))
+        floors.append(_cpu_floor(fig, contention))
     return max(f for f in floors if math.isfinite(f)) if any(math.isfinite(f) for f in floors) else 0.0
 
 

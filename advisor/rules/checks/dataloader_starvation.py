@@ -39,7 +39,7 @@ import pandas as pd
 from advisor.findings import Evidence, Finding
 from advisor.rules.checks.common import ms, pct, row_evidence, severity_by_share, value
 from advisor.rules.registry import RuleContext, register
-from advisor.rules.savings import StepFigures, best_workers, replayed, step_after, worker_floor
+from advisor.rules.savings import StepFigures, best_workers, replayed, rest_slowdown, step_after, worker_floor
 from advisor.step.whatif import Fix
 
 # -- measure ---------------------------------------------------------------------------------------
@@ -57,6 +57,7 @@ class Measure:
     logical_cores: float
     usable_cores: float  # the cores the job may use (NaN: not known)
     starved_note: str = ""
+    rest_cores: float = 1.0  # the cores the rest of the step keeps busy (1: one, or not known)
 
 
 def _share(ctx: RuleContext) -> tuple[float, float, str, list[Any]] | None:
@@ -106,7 +107,22 @@ def measure(ctx: RuleContext) -> Measure | None:
     # The replays need no base of their own at the unrecorded pace: every replay runs the
     # host at the job's own pace already (advisor.step.pace, the Dataloader phase included).
     return Measure(share, per_step, over, evidence, step, loader, str(loaders.index[0]) if loader is not None else "",
-                   cores, usable)
+                   cores, usable, rest_cores=_rest_cores(ctx, step, per_step, loader))
+
+
+def _rest_cores(ctx: RuleContext, step: float, per_step: float, loader: pd.Series | None) -> float:
+    """The cores the rest of the step (all but loading) keeps busy: the process's CPU time
+    per step less loading's (the main thread's, on the CPU for fetch_cpu_share of it), over
+    the rest's time; 1 where not measured or where workers load (their share of the main
+    process's CPU time is not known). Torch's operator threads on a CPU keep several busy:
+    worker processes then take cores from the training loop, not only from its waits."""
+    cores = _number(value(ctx.table("step_timing"), "ProfileStep", "cpu_cores", math.nan))
+    rest = step - per_step
+    if loader is None or int(loader["num_workers"]) or math.isnan(cores) or rest <= 0:
+        return 1.0
+    share = _number(loader.get("fetch_cpu_share", math.nan))
+    loading_cpu = per_step * (1.0 if math.isnan(share) else share)
+    return max((cores * step - loading_cpu) / rest, 1.0)
 
 
 # -- decide ----------------------------------------------------------------------------------------
@@ -210,14 +226,21 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
         pays = step_after(fig_n, worst)[0] < m.step * (1 - ctx.threshold("min_worker_gain"))
         if handoff:
             metrics.update({"handoff_ns": handoff, "handoff_worker_ns": handoff_worker})
+        # At worst, the rest of the step's operator threads (torch's, on a CPU) lose the
+        # cores the workers take and keep their CPU time on fewer: an upper bound, as that
+        # CPU time counts the threads' spinning between operators too.
+        fig_worst = StepFigures(**{**fig_n.__dict__, "rest_cores": m.rest_cores})
+        slower = rest_slowdown(fig_worst)
+        if m.rest_cores > 1.0:
+            metrics.update({"rest_cores": m.rest_cores, "rest_slowdown": slower})
         if pays:
             # The main process's loading shrinks to receiving the batch.
             received = {"loading": min(handoff / m.per_step, 1.0) if m.per_step > 0 else 0.0}
             return Verdict(f"num_workers={n}",
                            Fix(f"{n} workers", received, rest_factor=contention,
                                floor_ns=worker_floor(fig_n, contention)),
-                           Fix(f"{n} workers, at worst", received, rest_factor=worst,
-                               floor_ns=worker_floor(fig_n, worst)),
+                           Fix(f"{n} workers, at worst", received, rest_factor=worst * slower,
+                               floor_ns=worker_floor(fig_worst, worst)),
                            Fix(f"{n} workers, at best", received, floor_ns=worker_floor(fig_n, 1.0)),
                            f"the step replayed with {n} worker{'s' if n != 1 else ''} making the batches: what the "
                            "rest of the step, the GPU, the workers, the hand-over of each batch and the cores leave",
@@ -292,13 +315,22 @@ def _spare(m: Measure) -> str:
 
 def _threads_advice(v: Verdict, m: Measure, metrics: dict[str, Any], contention: float) -> str:
     """Where the workers' CPU work fills the cores the job may use (the step after the fix
-    sits on the CPU floor), the main process's own operators must not compete with them:
-    torch's default of a thread per core, its idle threads spinning between operators,
-    takes back much of what the workers save."""
-    if v.figures is None or math.isnan(m.usable_cores) or step_after(v.figures, contention)[1] != "cpu":
+    sits on the CPU floor), or takes cores the main process's operator threads use now, the
+    main process's own operators must not compete with them: torch's default of a thread
+    per core, its idle threads spinning between operators, takes back much of what the
+    workers save."""
+    if v.figures is None or math.isnan(m.usable_cores):
+        return ""
+    crowded = rest_slowdown(StepFigures(**{**v.figures.__dict__, "rest_cores": m.rest_cores})) > 1.0
+    if step_after(v.figures, contention)[1] != "cpu" and not crowded:
         return ""
     threads = max(1, math.floor(m.usable_cores + 0.05) - v.workers)
     metrics["torch_threads"] = threads
+    if crowded:
+        return (f" The model's own operators keep {min(m.rest_cores, m.usable_cores):.1f} cores busy now (torch's "
+                f"threads): give them what the workers leave, torch.set_num_threads({threads}), or they compete "
+                "with the workers for the cores; beside the workers the rest of the step runs slower, the low end "
+                "of the saving.")
     return (f" With the workers on every core, give the main process's operators what they leave: "
             f"torch.set_num_threads({threads}) (its default, a thread per core, would compete with the workers "
             "for them).")
@@ -375,16 +407,20 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
                       "persistent_workers=True, prefetch_factor=2, pin_memory=True on a GPU); "
                       f"{_spare(m)}.{_threads_advice(v, m, metrics, contention)} Then cut the per-item work"
                       + (f": {hotspot}." if hotspot else " in __getitem__ (decode once, cache, vectorise)."))
+            if v.metrics.get("rest_slowdown", 1.0) > 1.0:
+                evidence.append(row_evidence("step_timing", ctx.table("step_timing"), "ProfileStep", "cpu_cores",
+                                             "the cores the training process keeps busy"))
         elif v.advice == "cheaper per-item work":
             if v.metrics.get("workers_do_not_pay"):
                 handoff = v.metrics.get("handoff_ns", 0.0)
                 why = ("Worker processes would not make the step shorter here"
                        + (f": on this machine handing a batch over from a worker costs the main process "
-                          f"{ms(handoff)} and the worker {ms(v.metrics.get('handoff_worker_ns', 0.0))} (timed after "
-                          f"the run), against {ms(m.per_step)} to make it in the main process"
+                          f"{ms(handoff)} and the worker {ms(v.metrics.get('handoff_worker_ns', 0.0))} (timed "
+                          f"after the run), against {ms(m.per_step)} to make it in the main process"
                           if handoff else f": the job may use {m.usable_cores:.1f} cores") + ".")
-                evidence.append(row_evidence("dataloaders", loaders, key, "handoff_main_ns",
-                                             "the main process's time to receive one batch from a worker"))
+                if handoff:
+                    evidence.append(row_evidence("dataloaders", loaders, key, "handoff_main_ns",
+                                                 "the main process's time to receive one batch from a worker"))
             else:
                 why = (f"Worker processes would compete with training for CPU: the job may use "
                        f"{m.usable_cores:.1f} cores.")
