@@ -364,13 +364,15 @@ def test_diagnose_verify_is_the_same_command(tmp_path):
 
 def test_a_fix_that_made_the_step_slower_is_said_so():
     from advisor.findings import Verification
-    from advisor.reports._common import verification_line
+    from advisor.reports._common import saving_verb, verification_line
 
     slower = _finding("loader").model_copy(update={"verification": Verification(
         applied="DataLoader num_workers=1", before_ms_per_step=37.2, after_ms_per_step=41.3,
         measured_saving_ms_per_step=-4.1, inside_range=False, clear_of_noise=True, trials=8, steps_timed=20)})
     line = verification_line(slower)
     assert "made the step 4.10 ms SLOWER" in line and "does not pay" in line and "saved" not in line
+    # its headline figure is a prediction, not a saving, wherever the finding is shown
+    assert saving_verb(slower) == "Predicted to save" and saving_verb(_finding("loader")) == "Saves"
 
 
 def test_a_dataloader_fix_is_timed_after_its_workers_prefetched_batches():

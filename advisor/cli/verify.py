@@ -105,7 +105,9 @@ def verified(args: argparse.Namespace, diagnosis: Any, chosen: Any, say: Any) ->
               f"{warmup} warm-up steps){_longer_run(args, warmup + steps)}", file=sys.stderr)
     if args.dry_run:
         print(f"advisor verify would run {args.target} {MAX_PAIRS * 2} times at most per fix "
-              f"({warmup} warm-up steps, then {steps} timed), within {args.budget:.0f} s in all:")
+              f"({warmup} warm-up steps, then {steps} timed), within {args.budget:.0f} s in all; the fixes of "
+              "this diagnosis (a verify diagnoses the script afresh first, and where a fix's setting depends on "
+              "the machine's load, such as the number of workers, its trial can differ):")
         for trial in trials:
             what = trial.fix.describe() if trial.fix is not None else trial.why_not
             print(f"  {trial.index + 1}. {trial.rule}: {what}")

@@ -263,6 +263,14 @@ def combined_text(report: Report) -> str:
 
 
 
+def saving_verb(finding: Any) -> str:
+    """The word before a finding's saving: "Saves", or "Predicted to save" where `advisor
+    verify` measured its fix making the step slower (the saving is then only a prediction,
+    and the verification line says what was measured)."""
+    v = finding.verification
+    return "Predicted to save" if v is not None and v.measured_saving_ms_per_step < 0 else "Saves"
+
+
 def verification_line(finding: Any) -> str:
     """What `advisor verify` measured of the finding's fix, or why it did not, in one line
     ('' where verify was not asked)."""

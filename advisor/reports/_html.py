@@ -25,6 +25,7 @@ from typing import Any
 from advisor.findings import Evidence, Finding
 from advisor.reports._common import (
     findings_heading,
+    saving_verb,
     verification_line,
     cell_text,
     combined_text,
@@ -255,7 +256,7 @@ def _finding(label: str, finding: Finding, anchors: Anchors, *, symptom: bool = 
     )
     saving = (
         f'<div class="saving"><span class="meter" title="share of the step"><span style="width:{share * 100:.1f}%">'
-        f"</span></span><span>Saves <b>{esc(format_saving(finding.saving))}</b></span>"
+        f"</span></span><span>{esc(saving_verb(finding))} <b>{esc(format_saving(finding.saving))}</b></span>"
         f'<span class="conf">confidence {finding.confidence * 100:.0f}%</span></div>'
     )
     body = [head, saving]

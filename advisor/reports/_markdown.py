@@ -11,6 +11,7 @@ import re
 
 from advisor.findings import Finding
 from advisor.reports._common import (
+    saving_verb,
     verification_line,
     COLLECTIVE_COLUMNS,
     RANK_COLUMNS,
@@ -84,7 +85,7 @@ def _finding(label: str, finding: Finding, indent: str, *, symptom: bool = False
     inner = indent + " " * len(marker)
     lines = [
         f"{indent}{marker}**{_md_prose(finding.title)}** ({finding.severity.value}, "
-        f"saves {format_saving(finding.saving)}) {md_code(finding.rule)}"
+        f"{saving_verb(finding).lower()} {format_saving(finding.saving)}) {md_code(finding.rule)}"
         + (", *explained by the above*" if symptom else ""),
         "",
     ]

@@ -18,6 +18,7 @@ from rich.text import Text
 from advisor.findings import Finding, Severity
 from advisor.reports._common import (
     findings_heading,
+    saving_verb,
     verification_line,
     COLLECTIVE_COLUMNS,
     RANK_COLUMNS,
@@ -86,7 +87,7 @@ def _finding(label: str, finding: Finding, *, symptom: bool = False) -> Renderab
         head.append("  explained by the above", style="italic")
 
     body: list[RenderableType] = []
-    saving = Text("Saves ")
+    saving = Text(f"{saving_verb(finding)} ")
     saving.append(format_saving(finding.saving), style="bold green")
     saving.append(f"; confidence {finding.confidence * 100:.0f}%", style="dim")
     body.append(saving)
