@@ -27,6 +27,8 @@ One module per table (or pair of tables), registered with ``@table`` in ``_regis
     gpu_origin               GPU time by what started it: eager, CUDA graphs, Triton
     optimizer                each optimizer's step and zero_grad: cost and implementation
     autograd_anomaly         what autograd's anomaly detection, left on, costs a step
+    autograd_nodes           backward's work by kind of autograd node, beside where the
+                             forward operators that made them ran (in the model or outside)
     fresh_copies             host tensors made right before their copy to the GPU
     conv_bias                convolutions whose bias the next batch norm cancels
     step_gpu                 per step, the GPU's work against the host's: busy time, short
@@ -63,6 +65,7 @@ from advisor.session import Session
 from advisor.step import build_step_model
 from advisor.tables import (  # noqa: F401  (importing a module registers its tables)
     autograd_anomaly,
+    autograd_nodes,
     ceilings,
     collection,
     conv_bias,
@@ -116,6 +119,7 @@ _ORDER = (
     "gpu_origin",
     "optimizer",
     "autograd_anomaly",
+    "autograd_nodes",
     "fresh_copies",
     "conv_bias",
     "roofline",

@@ -269,6 +269,29 @@ def _known_calls(rows: pd.DataFrame, named: pd.Series) -> list[tuple[str, str]]:
     return list(found.items())
 
 
+def _backward_of_outside(ctx: RuleContext) -> list[tuple[float, str]]:
+    """Backward's time spent on nodes made by operators called outside the model's phases,
+    as (ns per step at the job's own pace, node kind); empty where the profile does not say (no autograd_nodes rows, or none of
+    that work). Each kind's share of the nodes' recorded time is its share of the Backward
+    phase's time at the job's own pace: the engine's own work between nodes (scheduling,
+    accumulating gradients) grows with the nodes too."""
+    nodes = ctx.table("autograd_nodes")
+    if nodes is None or not len(nodes):
+        return []
+    all_nodes = float(nodes["ns_per_step"].sum())
+    backward = float(value(ctx.table("step_timing"), "Backward", "best_avg_ns", float("nan")))
+    share = nodes["outside_share"].fillna(0.0).astype(float)
+    mine = nodes[share >= ctx.threshold("min_outside_node_share")]
+    if not len(mine) or all_nodes <= 0:
+        return []
+    scale = backward / all_nodes if backward == backward and backward > 0 else 1.0
+    return [(float(row["ns_per_step"]) * float(row["outside_share"]) * scale, str(kind)) for kind, row in mine.iterrows()]
+
+
+def _calls(ctx: RuleContext, kind: str) -> float:
+    return float(value(ctx.table("autograd_nodes"), kind, "calls_per_step", 0.0))
+
+
 def _from_samples(ctx: RuleContext, hotspots: pd.DataFrame) -> list[Finding]:
     main = hotspots[(hotspots["role"] == "main") & (hotspots["function"] != "")]
     outside = main["other_ns"].astype(float) * (1.0 - main["waiting_share"].fillna(0).astype(float))
@@ -317,22 +340,45 @@ def _from_samples(ctx: RuleContext, hotspots: pd.DataFrame) -> list[Finding]:
         metrics["calls"] = [call for call, _ in called]
         recommendation = " ".join(advice for _, advice in called) + " Elsewhere: " + recommendation[0].lower() \
             + recommendation[1:]
+    # The autograd nodes the work outside the model made (a loss looped over the batch)
+    # run in backward: the named work's share of them goes with it.
+    backward = _backward_of_outside(ctx)
+    named_share = named_ns / total if total else 0.0
+    all_backward = sum(ns for ns, _kind in backward)
+    named_backward = all_backward * named_share
+    basis = ("the named functions' time per step, recoverable where the work is vectorised or overlapped with "
+             "compute; at most all of the script's own Python outside the model")
+    if named_backward:
+        top = sorted(backward, key=lambda b: -b[0])[:3]
+        listed = ", ".join(f"{_calls(ctx, kind):.0f} {kind}" for _ns, kind in top)
+        metrics["backward_ns_per_step"] = named_backward
+        message += (f" Its operators also leave autograd nodes that loss.backward() runs: {ms(named_backward)} per "
+                    f"step of backward ({listed} a step).")
+        evidence.append(row_evidence("autograd_nodes", ctx.table("autograd_nodes"), top[0][1], "ns_per_step",
+                                     "backward's nodes of operators called outside the model"))
+        basis += ", with the backward of the autograd nodes its operators make"
     # A CPU run's step is the host's alone: the named time comes off it. The step model's
-    # graph (one host chain) says the same; its partition holds the time outside the model.
+    # graph (one host chain) says the same; its partition holds the time outside the model,
+    # and backward's nodes of that work are the host's time inside their ranges.
+    # The named share of that time is the samples' (both at the job's own pace; the graph's
+    # is the recorded steps', which the replay scales to it).
     fix = None
     if ctx.model is not None and ctx.model.partition.ns("host outside model"):
-        outside_ns = ctx.model.partition.per_step("host outside model") + ctx.model.partition.per_step("unrecorded")
-        keep = max(1.0 - named_ns / outside_ns, 0.0) if outside_ns > named_ns else 0.0
-        fix = Fix("the named host work taken off the step", {"outside": keep, "unrecorded": keep})
+        keep = max(1.0 - named_share, 0.0)
+        # Backward's share of those nodes goes from the Backward phase as a whole: the
+        # engine's work between nodes goes with them (as _backward_of_outside counts it).
+        phase = float(value(ctx.table("step_timing"), "Backward", "best_avg_ns", float("nan")))
+        gone = named_backward / phase if phase == phase and phase > 0 else 0.0
+        spans = (((ctx.model.facts.phase_intervals("Backward"), max(1.0 - gone, 0.0)),) if gone > 0 else ())
+        fix = Fix("the named host work taken off the step", {"outside": keep, "unrecorded": keep}, host_spans=spans)
+    point = named_ns + named_backward
     finding = Finding(
         rule=ctx.spec.id,
         title=ctx.spec.title,
-        severity=severity_by_share(ctx, share),
+        severity=severity_by_share(ctx, point / step),
         confidence=0.7,
-        saving=saving(ctx, named_ns, "the named functions' time per step, recoverable where the work is vectorised "
-                                     "or overlapped with compute; at most all of the script's own Python outside "
-                                     "the model",
-                      low_ns=named_ns * ctx.threshold("saving_low_share"), high_ns=total,
+        saving=saving(ctx, point, basis, low_ns=point * ctx.threshold("saving_low_share"),
+                      high_ns=total + all_backward,
                       remains="The step keeps the model's own work and what the work costs once vectorised "
                               "(a few tensor calls per batch) or, moved into DataLoader workers, nothing on the "
                               "critical path while workers keep up."),
