@@ -4,7 +4,7 @@
   at a time, when a test first asks for it: started together they fought over the cores and
   a fixed timeout failed them all on a busy machine).
 - The scripts written as users write them (tokenize_dataset, char_features, in_memory_loop,
-  augment_loop, spawn_train, custom_collate, anomaly_left_on) also run their fixes and print the step time they measured themselves.
+  augment_loop, spawn_train, custom_collate, anomaly_left_on, loss_loop) also run their fixes and print the step time they measured themselves.
 - odd_gemm's GEMM sizes miss multiples of 8 and aligned_gemm's are the same sizes
   rounded up to them, read from the models the scripts build.
 - benchmarks/collector_overhead.py runs its CPU rows and says the GPU rows need a GPU.
@@ -58,6 +58,8 @@ RUNS = {
     "in_memory_loop_batched": ["in_memory_loop.py", "--steps", "3", "--batched"],
     "augment_loop": ["augment_loop.py", "--steps", "3"],
     "augment_loop_vectorized": ["augment_loop.py", "--steps", "3", "--vectorized"],
+    "loss_loop": ["loss_loop.py", "--steps", "3"],
+    "loss_loop_vectorized": ["loss_loop.py", "--steps", "3", "--vectorized"],
     "spawn_train_gloo": ["spawn_train.py", "--steps", "3", "--gloo"],
     "custom_collate": ["custom_collate.py", "--steps", "3"],
     "custom_collate_workers": ["custom_collate.py", "--steps", "3", "--num-workers", "2", "--torch-threads", "1"],
@@ -65,7 +67,7 @@ RUNS = {
     "anomaly_left_on_fixed": ["anomaly_left_on.py", "--steps", "3", "--no-anomaly"],
 }
 USERS_SCRIPTS = ["tokenize_dataset.py", "char_features.py", "in_memory_loop.py", "augment_loop.py", "spawn_train.py",
-                 "custom_collate.py", "anomaly_left_on.py"]
+                 "custom_collate.py", "anomaly_left_on.py", "loss_loop.py"]
 
 
 OVERHEAD = "collector_overhead"
@@ -187,6 +189,20 @@ def test_collector_overhead_window_is_checked():
     for bad in ("0:5", "5:5", "5", "a:b"):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_window(bad)
+
+
+# -- loss_loop's fix computes the loss the loop does -------------------------------------------------
+
+
+def test_the_vectorised_loss_is_the_looped_one_with_the_same_gradients():
+    loss_loop = load_module(EXAMPLES / "loss_loop.py")
+    logits = torch.randn(16, loss_loop.CLASSES, requires_grad=True)
+    target = torch.randint(0, loss_loop.CLASSES, (16,))
+    looped = loss_loop.smoothed_loss(logits, target)
+    (looped_grad,) = torch.autograd.grad(looped, logits)
+    batched = loss_loop.smoothed_loss_batch(logits, target)
+    (batched_grad,) = torch.autograd.grad(batched, logits)
+    assert torch.allclose(looped, batched, atol=1e-6) and torch.allclose(looped_grad, batched_grad, atol=1e-6)
 
 
 # -- augment_loop's fix does what the per-sample augmentation does ------------------------------------
