@@ -383,6 +383,7 @@ def test_a_main_process_loader_gets_its_worker_hand_over_timed_and_its_reads_of_
                 length = int(self.mask[i:i + 1].sum(1).max())  # a CPU tensor read, no wait
                 return self.x[i, :max(length, 1)].mean(0), i % 2
 
+        torch.set_num_threads(1)
         model = torch.nn.Linear(4, 2)
         for x, y in DataLoader(Padded(), batch_size=8):
             loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -396,9 +397,10 @@ def test_a_main_process_loader_gets_its_worker_hand_over_timed_and_its_reads_of_
     tables = compute_tables(session, ["dataloaders", "host_sync"])
     loader = tables["dataloaders"].iloc[0]
     assert loader["handoff_main_ns"] > 0 and loader["handoff_wall_ns"] > 0
+    assert loader["torch_threads"] == 1  # as the script set them
     # The Dataset's int(tensor) is no host-blocking call; the loop's loss.item() is one.
     sources = set(tables["host_sync"]["source"])
-    assert len(sources) == 1 and sources.pop().endswith("padded.py:19")
+    assert len(sources) == 1 and sources.pop().endswith("padded.py:20")
 
 
 def test_the_hand_over_probe_says_why_it_did_not_run():
@@ -476,7 +478,7 @@ def loader_context(*, kind: str, workers: int, item_ns: float, usable_cores: flo
                    top: str = "tokenize (train.py)", cpu_share: float = 1.0, runnable_share: float = float("nan"),
                    gpu_busy_ms: float | None = None, collate_fn: str | None = None,
                    collate_ns: float = 1e5, handoff: tuple[float, float] | None = None,
-                   cpu_cores: float | None = None) -> RuleContext:
+                   cpu_cores: float | None = None, torch_threads: int | None = None) -> RuleContext:
     from advisor.step import build_step_model
 
     spec = next(s for s in builtin_specs() if s.id == "dataloader-starvation")
@@ -499,6 +501,8 @@ def loader_context(*, kind: str, workers: int, item_ns: float, usable_cores: flo
         timing.loc["ProfileStep"] = {"best_ratio": 1.0, "best_avg_ns": step, "source": "unrecorded steps",
                                      "unrecorded_steps": 10, "recorded_steps": 5, "overhead_ratio": 0.1}
         timing["cpu_cores"] = [np.nan, cpu_cores]
+    if torch_threads is not None:  # the main process's operator threads as the script set them
+        loaders["torch_threads"] = float(torch_threads)
     if collate_fn is not None:
         loaders["collate_fn"] = collate_fn
     if handoff is not None:  # the worker hand-over timed after the run: (main process, worker) per batch
@@ -594,6 +598,10 @@ def test_a_model_whose_threads_fill_the_cores_gets_one_thread_beside_its_worker(
     assert finding.metrics["advice"] == "num_workers=1"
     assert "torch.set_num_threads(1)" in finding.recommendation and "1.9 cores busy" in finding.recommendation
     assert finding.saving.low_ms_per_step == 0.0
+    # A script that already keeps torch to one thread is told to keep it so, not to set it.
+    already = advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=2.0, cpu_cores=1.54, torch_threads=1)
+    assert "already keeps the main process's operators to 1 thread" in already.recommendation
+    assert "set_num_threads(1)," not in already.recommendation
     # Measured as one thread's worth (or not at all): no thread advice, the usual low end.
     for plain in (advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=2.0, cpu_cores=1.0),
                   advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=2.0)):

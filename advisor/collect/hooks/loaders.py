@@ -134,6 +134,9 @@ def loader_facts(torch: Any, iterator: Any) -> dict[str, Any]:
         "batch_size": getattr(sampler, "batch_size", None) if auto else None,
         "auto_collation": auto,
         "collate_fn": getattr(collate, "__qualname__", None) or type(collate).__name__,
+        # The main process's operator threads as the script set them (the advice on threads
+        # beside workers must not ask for what the script already does).
+        "torch_threads": importlib.import_module("torch").get_num_threads(),
         "reads": 0, "read_ns": 0, "fetches": 0, "fetch_ns": 0, "fetch_cpu_ns": 0, "collate_ns": 0, "items": 0,
     }
 

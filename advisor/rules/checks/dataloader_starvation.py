@@ -326,6 +326,11 @@ def _threads_advice(v: Verdict, m: Measure, metrics: dict[str, Any], contention:
         return ""
     threads = max(1, math.floor(m.usable_cores + 0.05) - v.workers)
     metrics["torch_threads"] = threads
+    now = _number(m.loader.get("torch_threads", math.nan)) if m.loader is not None else math.nan
+    if not math.isnan(now) and now <= threads:
+        # The script already keeps its operators to what the workers leave.
+        return (f" The script already keeps the main process's operators to {now:.0f} thread"
+                f"{'s' if now != 1 else ''} (torch.set_num_threads): keep it so beside the workers.")
     if crowded:
         return (f" The model's own operators keep {min(m.rest_cores, m.usable_cores):.1f} cores busy now (torch's "
                 f"threads): give them what the workers leave, torch.set_num_threads({threads}), or they compete "
