@@ -478,7 +478,7 @@ def loader_context(*, kind: str, workers: int, item_ns: float, usable_cores: flo
                    top: str = "tokenize (train.py)", cpu_share: float = 1.0, runnable_share: float = float("nan"),
                    gpu_busy_ms: float | None = None, collate_fn: str | None = None,
                    collate_ns: float = 1e5, handoff: tuple[float, float] | None = None,
-                   cpu_cores: float | None = None, torch_threads: int | None = None) -> RuleContext:
+                   torch_threads: int | None = None) -> RuleContext:
     from advisor.step import build_step_model
 
     spec = next(s for s in builtin_specs() if s.id == "dataloader-starvation")
@@ -497,10 +497,6 @@ def loader_context(*, kind: str, workers: int, item_ns: float, usable_cores: flo
         "fetch_cpu_share": [cpu_share if not workers else np.nan],
         "fetch_runnable_share": [runnable_share if not workers else np.nan],
     }, index=["Data"])
-    if cpu_cores is not None:  # the process's CPU time per step over the step (step_timing's ProfileStep row)
-        timing.loc["ProfileStep"] = {"best_ratio": 1.0, "best_avg_ns": step, "source": "unrecorded steps",
-                                     "unrecorded_steps": 10, "recorded_steps": 5, "overhead_ratio": 0.1}
-        timing["cpu_cores"] = [np.nan, cpu_cores]
     if torch_threads is not None:  # the main process's operator threads as the script set them
         loaders["torch_threads"] = float(torch_threads)
     if collate_fn is not None:
@@ -571,42 +567,39 @@ def test_workers_are_not_advised_where_handing_a_batch_over_costs_more_than_they
 
 
 def test_workers_that_take_cores_from_the_models_own_threads_slow_it_at_worst():
-    # 4 cores; the 60 ms of model keep 3.5 busy (torch's operator threads: the process used
-    # 2.5 cores over the step, 1 of them for the 40 ms of loading). One worker leaves the
-    # model 3: at worst it keeps its CPU time on them, 3.5 / 3 times longer, beside the
-    # worker 30 % slower on top (that CPU time counts the threads' spinning too: an upper
-    # bound, so the point keeps the model's own time).
-    finding = advise(kind="map-style", workers=0, item_ns=1.2e6, cpu_cores=2.5)
-    assert finding.metrics["advice"] == "num_workers=1"
-    assert finding.metrics["rest_cores"] == pytest.approx(3.5)
+    # 6 cores; the model's operators run on 6 threads (torch's default). One worker leaves
+    # them 5 cores: at worst they had scaled perfectly and run 6 / 5 times longer, beside the
+    # worker 30 % slower on top. The point keeps the model's own time.
+    finding = advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=6.0, torch_threads=6)
+    assert finding.metrics["advice"] == "num_workers=1" and finding.metrics["rest_threads"] == 6
     assert finding.saving.ms_per_step == pytest.approx(100 - 60 * 1.05, abs=0.01)
-    assert finding.saving.low_ms_per_step == pytest.approx(100 - 60 * 1.3 * 3.5 / 3, abs=0.01)
+    assert finding.saving.low_ms_per_step == pytest.approx(100 - 60 * 1.3 * 6 / 5, abs=0.01)
     # the main process's operators get the cores the worker leaves
-    assert "torch.set_num_threads(3)" in finding.recommendation and finding.metrics["torch_threads"] == 3
-    assert any(e.table == "step_timing" and e.column == "cpu_cores" for e in finding.evidence)
-    # A model whose threads fit in what the worker leaves loses nothing to it.
-    roomy = advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=8.0, cpu_cores=2.5)
+    assert "torch.set_num_threads(5)" in finding.recommendation and finding.metrics["torch_threads"] == 5
+    assert any(e.table == "dataloaders" and e.column == "torch_threads" for e in finding.evidence)
+    # Operators on threads that fit in what the worker leaves lose nothing to it.
+    roomy = advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=8.0, torch_threads=6)
     assert roomy.saving.low_ms_per_step == pytest.approx(100 - 60 * 1.3, abs=0.01)
     assert "set_num_threads" not in roomy.recommendation
 
 
 def test_a_model_whose_threads_fill_the_cores_gets_one_thread_beside_its_worker():
-    # 2 cores, both busy with the model's operators (1.9 of them over its 60 ms): beside a
-    # worker its default of a thread per core would compete with it; at worst the step does
-    # not get shorter at all.
-    finding = advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=2.0, cpu_cores=1.54)
+    # 2 cores, the model's operators on 2 threads: beside a worker they would compete with
+    # it; at worst, on one thread, the step does not get shorter at all.
+    finding = advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=2.0, torch_threads=2)
     assert finding.metrics["advice"] == "num_workers=1"
-    assert "torch.set_num_threads(1)" in finding.recommendation and "1.9 cores busy" in finding.recommendation
+    assert "torch.set_num_threads(1)" in finding.recommendation and "run on 2 threads" in finding.recommendation
     assert finding.saving.low_ms_per_step == 0.0
-    # A script that already keeps torch to one thread is told to keep it so, not to set it.
-    already = advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=2.0, cpu_cores=1.54, torch_threads=1)
-    assert "already keeps the main process's operators to 1 thread" in already.recommendation
-    assert "set_num_threads(1)," not in already.recommendation
-    # Measured as one thread's worth (or not at all): no thread advice, the usual low end.
-    for plain in (advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=2.0, cpu_cores=1.0),
+    # On one thread already (or not recorded): no thread advice, the usual low end.
+    for plain in (advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=2.0, torch_threads=1),
                   advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=2.0)):
         assert "set_num_threads" not in plain.recommendation
         assert plain.saving.low_ms_per_step == pytest.approx(100 - 60 * 1.3, abs=0.01)
+    # Where the workers' CPU work fills both cores, a script on one thread is told to keep it.
+    already = advise(kind="map-style", workers=0, item_ns=1.8e6, usable_cores=2.0, share=0.6, torch_threads=1)
+    assert already.metrics["advice"].startswith("num_workers=")
+    assert "already keeps the main process's operators to 1 thread" in already.recommendation
+    assert "set_num_threads(1)" not in already.recommendation.replace("(torch.set_num_threads)", "")
 
 
 def test_per_item_work_with_free_cores_gets_workers_and_names_the_function():

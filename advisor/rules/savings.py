@@ -12,8 +12,9 @@ What worker processes leave, for a fix that moves loading into them (``StepFigur
 
 - the time the workers need to make a batch and hand it over, divided among them,
 - the main process's own work: the rest of the step and receiving the batch from a worker;
-  where the rest keeps more cores busy than the workers leave it (torch's operator threads
-  on a CPU), it runs on those it is left, its CPU time unchanged: slower by the ratio,
+  where its operators run on more threads than the workers leave cores (torch's default of
+  a thread per core, on a CPU), at worst they scaled with their threads and run that much
+  slower on the cores left (``rest_slowdown``),
 - the CPU time the whole step needs (the rest of the host's work, receiving the batch and
   the workers' CPU time per batch) spread over the cores the job may use, where that is
   known: the main process and its workers share them, and a worker that only waits (files,
@@ -54,9 +55,9 @@ class StepFigures:
     # not known): the main process's CPU time to receive one, and a worker's time to send one.
     handoff_ns: float = 0.0
     handoff_worker_ns: float = 0.0
-    # The cores the host's other work keeps busy now: its CPU time, all the main process's
-    # threads, over its wall time (1: one thread's worth, or not known).
-    rest_cores: float = 1.0
+    # The threads the host's other work runs its operators on now (torch.get_num_threads();
+    # 1: one, or not known).
+    rest_threads: float = 1.0
 
 
 def _rest(fig: StepFigures) -> float:
@@ -64,13 +65,15 @@ def _rest(fig: StepFigures) -> float:
 
 
 def rest_slowdown(fig: StepFigures) -> float:
-    """How much longer the host's other work takes once the workers run: where it keeps
-    more cores busy than the workers leave it (at least one), it keeps its CPU time on
-    fewer cores; 1 where it fits in what they leave, or the figures do not say."""
-    if not (math.isfinite(fig.cores) and math.isfinite(fig.workers)) or not fig.rest_cores > 1.0:
+    """At worst, how much longer the host's other work takes once the workers run: where
+    its operators run on more threads than the cores the workers leave (at least one), as
+    if they had scaled perfectly with their threads; 1 where they fit in what the workers
+    leave, or the figures do not say. (Their CPU time is no better a guide: idle operator
+    threads spin between operators, and it counts that too.)"""
+    if not (math.isfinite(fig.cores) and math.isfinite(fig.workers)) or not fig.rest_threads > 1.0:
         return 1.0
     left = max(fig.cores - fig.workers * fig.moved_cpu_share, 1.0)
-    return max(fig.rest_cores / left, 1.0)
+    return max(min(fig.rest_threads, fig.cores) / left, 1.0)
 
 
 def step_after(fig: StepFigures, contention: float) -> tuple[float, str]:
@@ -93,14 +96,14 @@ def _worker_batch(fig: StepFigures, contention: float) -> float:
 
 
 def _cpu_floor(fig: StepFigures, contention: float) -> float:
-    """The step's CPU time (the main process's: the rest of its work, on all its threads,
-    and receiving the batch; the workers' per batch) spread over the cores they share; 0
-    where the cores are not known."""
+    """The step's CPU time (the main process's: the rest of its work, as long as it runs
+    beside the workers, and receiving the batch; the workers' per batch) spread over the
+    cores they share; 0 where the cores are not known."""
     if not (math.isfinite(fig.cores) and fig.cores > 0):
         return 0.0
-    main_cpu = _rest(fig) * max(fig.rest_cores, 1.0) * contention + fig.handoff_ns
+    main_cpu = _rest(fig) * rest_slowdown(fig) * contention + fig.handoff_ns
     worker_cpu = fig.moved_ns * fig.moved_cpu_share * contention + fig.handoff_worker_ns
-    return (main_cpu + worker_cpu) / min(fig.cores, fig.workers + max(fig.rest_cores, 1.0))
+    return (main_cpu + worker_cpu) / min(fig.cores, fig.workers + 1)
 
 
 def best_workers(fig: StepFigures, contention: float, cap: int) -> int:

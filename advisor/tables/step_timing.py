@@ -70,7 +70,8 @@ def job_steps(f: Facts) -> pd.DataFrame:
         "source": "'unrecorded steps' or 'recorded steps': where best_avg_ns comes from.",
         "cpu_cores": "ProfileStep only: the process's CPU time per step (all its threads: torch's operator "
                      "threads too) over the step's time, over the steps best_avg_ns is the mean of: the cores "
-                     "the training process keeps busy (NaN on the other rows and where not measured).",
+                     "the training process keeps busy, idle operator threads spinning between operators included "
+                     "(NaN on the other rows and where not measured).",
     },
 )
 def step_timing_table(f: Facts) -> pd.DataFrame | None:

@@ -57,7 +57,7 @@ class Measure:
     logical_cores: float
     usable_cores: float  # the cores the job may use (NaN: not known)
     starved_note: str = ""
-    rest_cores: float = 1.0  # the cores the rest of the step keeps busy (1: one, or not known)
+    rest_threads: float = 1.0  # the main process's operator threads (1: one, or not known)
 
 
 def _share(ctx: RuleContext) -> tuple[float, float, str, list[Any]] | None:
@@ -107,22 +107,14 @@ def measure(ctx: RuleContext) -> Measure | None:
     # The replays need no base of their own at the unrecorded pace: every replay runs the
     # host at the job's own pace already (advisor.step.pace, the Dataloader phase included).
     return Measure(share, per_step, over, evidence, step, loader, str(loaders.index[0]) if loader is not None else "",
-                   cores, usable, rest_cores=_rest_cores(ctx, step, per_step, loader))
+                   cores, usable, rest_threads=_rest_threads(loader))
 
 
-def _rest_cores(ctx: RuleContext, step: float, per_step: float, loader: pd.Series | None) -> float:
-    """The cores the rest of the step (all but loading) keeps busy: the process's CPU time
-    per step less loading's (the main thread's, on the CPU for fetch_cpu_share of it), over
-    the rest's time; 1 where not measured or where workers load (their share of the main
-    process's CPU time is not known). Torch's operator threads on a CPU keep several busy:
-    worker processes then take cores from the training loop, not only from its waits."""
-    cores = _number(value(ctx.table("step_timing"), "ProfileStep", "cpu_cores", math.nan))
-    rest = step - per_step
-    if loader is None or int(loader["num_workers"]) or math.isnan(cores) or rest <= 0:
-        return 1.0
-    share = _number(loader.get("fetch_cpu_share", math.nan))
-    loading_cpu = per_step * (1.0 if math.isnan(share) else share)
-    return max((cores * step - loading_cpu) / rest, 1.0)
+def _rest_threads(loader: pd.Series | None) -> float:
+    """The threads the main process runs its operators on (torch.get_num_threads() at the
+    loader's first read); 1 where not recorded."""
+    threads = _number(loader.get("torch_threads", math.nan)) if loader is not None else math.nan
+    return threads if threads >= 1 else 1.0
 
 
 # -- decide ----------------------------------------------------------------------------------------
@@ -226,13 +218,12 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
         pays = step_after(fig_n, worst)[0] < m.step * (1 - ctx.threshold("min_worker_gain"))
         if handoff:
             metrics.update({"handoff_ns": handoff, "handoff_worker_ns": handoff_worker})
-        # At worst, the rest of the step's operator threads (torch's, on a CPU) lose the
-        # cores the workers take and keep their CPU time on fewer: an upper bound, as that
-        # CPU time counts the threads' spinning between operators too.
-        fig_worst = StepFigures(**{**fig_n.__dict__, "rest_cores": m.rest_cores})
+        # At worst, the rest of the step's operators (on torch's threads, on a CPU) lose the
+        # cores the workers take, having scaled perfectly with them.
+        fig_worst = StepFigures(**{**fig_n.__dict__, "rest_threads": m.rest_threads})
         slower = rest_slowdown(fig_worst)
-        if m.rest_cores > 1.0:
-            metrics.update({"rest_cores": m.rest_cores, "rest_slowdown": slower})
+        if slower > 1.0:
+            metrics.update({"rest_threads": m.rest_threads, "rest_slowdown": slower})
         if pays:
             # The main process's loading shrinks to receiving the batch.
             received = {"loading": min(handoff / m.per_step, 1.0) if m.per_step > 0 else 0.0}
@@ -321,7 +312,7 @@ def _threads_advice(v: Verdict, m: Measure, metrics: dict[str, Any], contention:
     workers save."""
     if v.figures is None or math.isnan(m.usable_cores):
         return ""
-    crowded = rest_slowdown(StepFigures(**{**v.figures.__dict__, "rest_cores": m.rest_cores})) > 1.0
+    crowded = rest_slowdown(StepFigures(**{**v.figures.__dict__, "rest_threads": m.rest_threads})) > 1.0
     if step_after(v.figures, contention)[1] != "cpu" and not crowded:
         return ""
     threads = max(1, math.floor(m.usable_cores + 0.05) - v.workers)
@@ -332,10 +323,10 @@ def _threads_advice(v: Verdict, m: Measure, metrics: dict[str, Any], contention:
         return (f" The script already keeps the main process's operators to {now:.0f} thread"
                 f"{'s' if now != 1 else ''} (torch.set_num_threads): keep it so beside the workers.")
     if crowded:
-        return (f" The model's own operators keep {min(m.rest_cores, m.usable_cores):.1f} cores busy now (torch's "
-                f"threads): give them what the workers leave, torch.set_num_threads({threads}), or they compete "
-                "with the workers for the cores; beside the workers the rest of the step runs slower, the low end "
-                "of the saving.")
+        return (f" The model's operators run on {m.rest_threads:.0f} threads now (torch's default, a thread per "
+                f"core): give them what the workers leave, torch.set_num_threads({threads}), or they compete with "
+                "the workers for the cores; on fewer threads the rest of the step may run slower (the low end of "
+                "the saving).")
     return (f" With the workers on every core, give the main process's operators what they leave: "
             f"torch.set_num_threads({threads}) (its default, a thread per core, would compete with the workers "
             "for them).")
@@ -413,8 +404,8 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
                       f"{_spare(m)}.{_threads_advice(v, m, metrics, contention)} Then cut the per-item work"
                       + (f": {hotspot}." if hotspot else " in __getitem__ (decode once, cache, vectorise)."))
             if v.metrics.get("rest_slowdown", 1.0) > 1.0:
-                evidence.append(row_evidence("step_timing", ctx.table("step_timing"), "ProfileStep", "cpu_cores",
-                                             "the cores the training process keeps busy"))
+                evidence.append(row_evidence("dataloaders", loaders, key, "torch_threads",
+                                             "the main process's operator threads"))
         elif v.advice == "cheaper per-item work":
             if v.metrics.get("workers_do_not_pay"):
                 handoff = v.metrics.get("handoff_ns", 0.0)
