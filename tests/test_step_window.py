@@ -137,3 +137,29 @@ def test_a_period_most_of_whose_steps_are_not_slow_is_not_one():
     for n in (7, 15, 23):  # then it stops: 3 of the 8 steps on the period
         took[n] = 20.0
     assert _periodic(took) is None
+
+
+def test_evaluation_with_autograd_on_is_told_to_use_no_grad_and_named_by_its_caller():
+    # Every 8 steps the loop validates: twelve extra forwards with autograd on, 50 ms more.
+    from advisor.diagnosis import diagnose
+    from advisor.session import TimedStep
+
+    t = Trace()
+    for n in range(2, 7):
+        base = 50.0 * n
+        t.step(n, base, base + 50)
+        t.phase("Forward", base, base + 20)
+        t.phase("Backward", base + 20, base + 45)
+        t.op("aten::mm", base + 1, base + 19)
+    session = t.session(gpu_measured=False)
+    timed = []
+    for n in range(40):
+        extra = n % 8 == 7
+        timed.append(TimedStep(step=n, start_ns=int(n * 50 * MS), duration_ns=int((100 if extra else 50) * MS),
+                               recorded=2 <= n < 7, phases={"Forward": int((70 if extra else 20) * MS)},
+                               cpu_ns=int((100 if extra else 50) * MS),
+                               calls={"Forward": 13 if extra else 1, "Backward": 1, "Optimization": 1}))
+    session.meta.timed_steps = timed
+    (finding,) = [f for f in diagnose(session).findings if f.rule == "periodic-step-work"]
+    assert finding.metrics["no_grad"] is False
+    assert finding.recommendation.startswith("Run the evaluation under torch.no_grad()")

@@ -56,7 +56,14 @@ def check(ctx: RuleContext) -> list[Finding]:
     checkpoint = bool(len(work) and work["checkpoint"].astype(bool).any())
     advice = []
     if evaluation:
-        if periodic.no_grad:
+        if periodic.no_grad is False:
+            # Seen by the step clock: the extra forwards ran with autograd on, each building
+            # a graph no backward uses.
+            advice.append("Run the evaluation under torch.no_grad() (or torch.inference_mode()): its forwards run "
+                          "with autograd on, each recording a graph no backward uses; and validate less often "
+                          f"(every {every} steps rather than {periodic.every}), on a subset of the validation set, "
+                          "with a larger batch, or in a separate process on a copy of the weights")
+        elif periodic.no_grad:
             advice.append(f"Validate less often (every {every} steps rather than {periodic.every}) or on a subset of the "
                           "validation set; it already runs with autograd off, so what else it can take is a larger "
                           "evaluation batch, torch.inference_mode(), or a separate process on a copy of the weights")
@@ -122,8 +129,15 @@ def _line_said(row, periodic) -> str:
     called = str(row["calls"])
     said = f"{called} at {where}" if row["checkpoint"] else where + (f", calling {called}" if called else "")
     said += f", {pct(row['share_of_extra'])} of it"
+    # The calls that lead there name the periodic work itself (validate(), not the model's
+    # forward every step also runs).
+    frames = [f for f in str(row.get("stack") or "").split(" > ") if f]
+    if len(frames) > 1:
+        said += f", reached by {' > '.join(frames[:-1])}"
     if row["checkpoint"]:
         said += ": a checkpoint"
     elif row["phase"] == "Forward" and periodic.no_grad:
         said += ", a forward with autograd already off"
+    elif row["phase"] == "Forward" and periodic.no_grad is False:
+        said += ", a forward with autograd on"
     return said
