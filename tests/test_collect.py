@@ -531,6 +531,33 @@ def test_fullgraph_compile_does_not_see_the_hooks(tmp_path, capsys, recwarn):
     assert_well_formed(trace)
 
 
+def test_the_hooks_around_a_compiled_module_are_not_compiled_themselves(tmp_path, capsys):
+    # torch calls the global forward hooks around the compiled module's own call with its
+    # frame hook set: compiled as frames of their own, they made three compilations of one.
+    script = write_script(
+        tmp_path,
+        """
+        import torch
+        from torch import nn
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 2))
+            def forward(self, x):
+                return self.body(x)
+        model = torch.compile(Net(), fullgraph=True, backend="eager")
+        optimizer = torch.optim.Adam(model.parameters(), 1e-3)
+        for _ in range(4):
+            optimizer.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            optimizer.step()
+        """,
+    )
+    result, trace = run(script, [], tmp_path, with_stack=False)
+    assert result.exit_code == 0, capsys.readouterr().err
+    assert len(trace.compiles) == 1
+
+
 def test_warnings_name_the_users_line_not_the_hooks(tmp_path, recwarn):
     script = write_script(
         tmp_path,

@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from advisor.collect.hooks.base import hide_from_dynamo
+
 __all__ = ["DEFAULT_INTERVAL_S", "ENV_DIR", "ENV_INTERVAL", "LOADER_WORKER", "MAIN", "StackSampler", "StackSamples",
            "install_worker_sampling", "read_worker_samples", "sampled_worker_loop"]
 
@@ -233,27 +235,16 @@ class StackSampler:
         samples.phase.append(phase)
 
 
-# Whether the handler is marked for torch.compile to leave alone (see _hide_from_dynamo).
+# Whether the handler is marked for torch.compile to leave alone (hooks.base.hide_from_dynamo):
+# at start where torch is loaded, else at the first signal after it is (its C module is there
+# from ``import torch`` on, long before any compiled call).
 _hidden_from_dynamo = [False]
 
 
 def _hide_from_dynamo() -> None:
-    """Mark the signal handler, and all it calls, as code torch.compile never traces. The
-    handler runs wherever the timer lands, also in the moment a compiled function has its
-    frame hook set and before its own frame starts; the hook would then take the handler for
-    the user's function, and a ``fullgraph=True`` call fails with "found no compiled frames".
-    Marked at start where torch is loaded, else at the first signal after it is (its C
-    module is there from ``import torch`` on, long before any compiled call), through the
-    hook's own per-code setting; a torch without it is left as it is."""
-    frames = sys.modules.get("torch._C._dynamo.eval_frame")
-    if frames is None:
-        return
-    _hidden_from_dynamo[0] = True
-    try:
-        skip = frames._FrameAction.SKIP
-        frames.set_code_exec_strategy(StackSampler._on_signal.__code__, frames._FrameExecStrategy(skip, skip))
-    except Exception:  # noqa: BLE001  (a private interface that may change; the sampler runs on)
-        return
+    if "torch._C._dynamo.eval_frame" in sys.modules:
+        _hidden_from_dynamo[0] = True
+        hide_from_dynamo(StackSampler._on_signal)
 
 
 # Instructions that run C code of their own (an operator's, a subscript's, a formatting's)

@@ -70,6 +70,27 @@ def owned_here(thread: int) -> bool:
     return not _FORKED and threading.get_ident() == thread
 
 
+def hide_from_dynamo(*functions: Any) -> bool:
+    """Mark ``functions``, and all they call, as code torch.compile runs as it is and never
+    compiles as a frame of its own. A hook torch calls around a compiled module (a global
+    forward hook of the compiled module's own call), or a signal handler that runs while a
+    compiled function's frame hook is set, would otherwise be compiled as the user's code:
+    an extra compilation the job does not make, and with ``fullgraph=True`` a failed call.
+    Inside a traced forward torch inlines the hooks as before (they do nothing there, see
+    acting). Done through the frame hook's own per-code setting, where torch is loaded;
+    False where it is not (or has no such setting), and the functions are left as they are."""
+    frames = sys.modules.get("torch._C._dynamo.eval_frame")
+    if frames is None:
+        return False
+    try:
+        skip = frames._FrameAction.SKIP
+        for function in functions:
+            frames.set_code_exec_strategy(function.__code__, frames._FrameExecStrategy(skip, skip))
+    except Exception:  # noqa: BLE001  (a private interface that may change; the hooks run on)
+        return False
+    return True
+
+
 def acting() -> "HostCollector | None":
     """The collector a hook should report to: none while torch.compile or torch.jit.trace
     traces the code the hook is in (the hook must stay invisible to them, or a

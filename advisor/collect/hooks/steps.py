@@ -138,6 +138,9 @@ class Steps:
         torch = self._torch
         optim_mod = importlib.import_module("torch.optim.optimizer")
         dataloader_mod = importlib.import_module("torch.utils.data.dataloader")
+        # Torch calls the global hooks around a compiled module's own call too: they must
+        # not be compiled as frames of their own.
+        base.hide_from_dynamo(_forward_pre_hook, _forward_hook, _optimizer_pre_hook, _optimizer_post_hook)
         self._hook_every_module()
         patches.on_undo(self._unhook_modules)
         patches.on_undo(optim_mod.register_optimizer_step_pre_hook(_optimizer_pre_hook).remove)
