@@ -122,6 +122,10 @@ class StackSampler:
         self._how = how
         self._old_handler: Any = None
         self._in_handler = False
+        # Whether the handler is marked for torch.compile to leave alone (hide_from_dynamo):
+        # at start where torch is loaded, else at the first signal after it is (its C module
+        # is there from ``import torch`` on, long before any compiled call).
+        self._hidden = False
         self.way = ""
         self.samples = StackSamples(role=role, pid=os.getpid(), tid=self._tid, interval_ns=int(interval_s * 1e9))
 
@@ -136,7 +140,7 @@ class StackSampler:
         self._last_ns = self._clock()
         self._next_flush = time.monotonic() + WORKER_FLUSH_S
         if self._can_signal():
-            _hide_from_dynamo()
+            self._hidden = hide_from_dynamo(StackSampler._on_signal)
             self._old_handler = signal.signal(signal.SIGPROF, self._on_signal)
             # Restart interrupted system calls: C and C++ libraries that do not retry on
             # EINTR must never see the sampler.
@@ -173,8 +177,8 @@ class StackSampler:
             return
         self._in_handler = True
         try:
-            if not _hidden_from_dynamo[0]:
-                _hide_from_dynamo()
+            if not self._hidden:
+                self._hidden = hide_from_dynamo(StackSampler._on_signal)
             self._record(frame)
             self._maybe_flush()
         except Exception:  # noqa: BLE001  (a sampler must never take the user's run down)
@@ -233,18 +237,6 @@ class StackSampler:
         samples.stack_id.append(stack_id)
         samples.step.append(step)
         samples.phase.append(phase)
-
-
-# Whether the handler is marked for torch.compile to leave alone (hooks.base.hide_from_dynamo):
-# at start where torch is loaded, else at the first signal after it is (its C module is there
-# from ``import torch`` on, long before any compiled call).
-_hidden_from_dynamo = [False]
-
-
-def _hide_from_dynamo() -> None:
-    if "torch._C._dynamo.eval_frame" in sys.modules:
-        _hidden_from_dynamo[0] = True
-        hide_from_dynamo(StackSampler._on_signal)
 
 
 # Instructions that run C code of their own (an operator's, a subscript's, a formatting's)

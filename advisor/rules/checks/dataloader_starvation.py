@@ -57,7 +57,7 @@ class Measure:
     logical_cores: float
     usable_cores: float  # the cores the job may use (NaN: not known)
     starved_note: str = ""
-    rest_threads: float = 1.0  # the main process's operator threads (1: one, or not known)
+    rest_threads: float = math.nan  # the main process's operator threads (NaN: not known)
 
 
 def _share(ctx: RuleContext) -> tuple[float, float, str, list[Any]] | None:
@@ -112,9 +112,8 @@ def measure(ctx: RuleContext) -> Measure | None:
 
 def _rest_threads(loader: pd.Series | None) -> float:
     """The threads the main process runs its operators on (torch.get_num_threads() at the
-    loader's first read); 1 where not recorded."""
-    threads = _number(loader.get("torch_threads", math.nan)) if loader is not None else math.nan
-    return threads if threads >= 1 else 1.0
+    loader's first read); NaN where not recorded."""
+    return _number(loader.get("torch_threads", math.nan)) if loader is not None else math.nan
 
 
 # -- decide ----------------------------------------------------------------------------------------
@@ -317,11 +316,10 @@ def _threads_advice(v: Verdict, m: Measure, metrics: dict[str, Any], contention:
         return ""
     threads = max(1, math.floor(m.usable_cores + 0.05) - v.workers)
     metrics["torch_threads"] = threads
-    now = _number(m.loader.get("torch_threads", math.nan)) if m.loader is not None else math.nan
-    if not math.isnan(now) and now <= threads:
+    if m.rest_threads <= threads:
         # The script already keeps its operators to what the workers leave.
-        return (f" The script already keeps the main process's operators to {now:.0f} thread"
-                f"{'s' if now != 1 else ''} (torch.set_num_threads): keep it so beside the workers.")
+        return (f" The script already keeps the main process's operators to {m.rest_threads:.0f} thread"
+                f"{'s' if m.rest_threads != 1 else ''} (torch.set_num_threads): keep it so beside the workers.")
     if crowded:
         return (f" The model's operators run on {m.rest_threads:.0f} threads now (torch's default, a thread per "
                 f"core): give them what the workers leave, torch.set_num_threads({threads}), or they compete with "

@@ -270,22 +270,21 @@ def _known_calls(rows: pd.DataFrame, named: pd.Series) -> list[tuple[str, str]]:
 
 
 def _backward_of_outside(ctx: RuleContext) -> list[tuple[float, str]]:
-    """Backward's time spent on nodes made by operators called outside the model's phases,
-    as (ns per step at the job's own pace, node kind); empty where the profile does not say (no autograd_nodes rows, or none of
-    that work). Each kind's share of the nodes' recorded time is its share of the Backward
-    phase's time at the job's own pace: the engine's own work between nodes (scheduling,
+    """Backward's nodes made by operators called outside the model's phases, as (their share
+    of the Backward phase, node kind); empty where the profile does not say (no
+    autograd_nodes rows, or none of that work). Each kind's share of the nodes' recorded
+    time is its share of the phase: the engine's own work between nodes (scheduling,
     accumulating gradients) grows with the nodes too."""
     nodes = ctx.table("autograd_nodes")
     if nodes is None or not len(nodes):
         return []
     all_nodes = float(nodes["ns_per_step"].sum())
-    backward = float(value(ctx.table("step_timing"), "Backward", "best_avg_ns", float("nan")))
     share = nodes["outside_share"].fillna(0.0).astype(float)
     mine = nodes[share >= ctx.threshold("min_outside_node_share")]
     if not len(mine) or all_nodes <= 0:
         return []
-    scale = backward / all_nodes if backward == backward and backward > 0 else 1.0
-    return [(float(row["ns_per_step"]) * float(row["outside_share"]) * scale, str(kind)) for kind, row in mine.iterrows()]
+    return [(float(row["ns_per_step"]) * float(row["outside_share"]) / all_nodes, str(kind))
+            for kind, row in mine.iterrows()]
 
 
 def _calls(ctx: RuleContext, kind: str) -> float:
@@ -344,7 +343,10 @@ def _from_samples(ctx: RuleContext, hotspots: pd.DataFrame) -> list[Finding]:
     # run in backward: the named work's share of them goes with it.
     backward = _backward_of_outside(ctx)
     named_share = named_ns / total if total else 0.0
-    all_backward = sum(ns for ns, _kind in backward)
+    # The Backward phase at the job's own pace (where steps ran unrecorded).
+    phase = float(value(ctx.table("step_timing"), "Backward", "best_avg_ns", float("nan")))
+    outside_share = sum(share for share, _kind in backward) if phase == phase and phase > 0 else 0.0
+    all_backward = phase * outside_share if outside_share else 0.0
     named_backward = all_backward * named_share
     basis = ("the named functions' time per step, recoverable where the work is vectorised or overlapped with "
              "compute; at most all of the script's own Python outside the model")
@@ -367,8 +369,7 @@ def _from_samples(ctx: RuleContext, hotspots: pd.DataFrame) -> list[Finding]:
         keep = max(1.0 - named_share, 0.0)
         # Backward's share of those nodes goes from the Backward phase as a whole: the
         # engine's work between nodes goes with them (as _backward_of_outside counts it).
-        phase = float(value(ctx.table("step_timing"), "Backward", "best_avg_ns", float("nan")))
-        gone = named_backward / phase if phase == phase and phase > 0 else 0.0
+        gone = outside_share * named_share
         spans = (((ctx.model.facts.phase_intervals("Backward"), max(1.0 - gone, 0.0)),) if gone > 0 else ())
         fix = Fix("the named host work taken off the step", {"outside": keep, "unrecorded": keep}, host_spans=spans)
     point = named_ns + named_backward
