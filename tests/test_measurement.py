@@ -260,6 +260,32 @@ def test_a_signal_that_comes_while_the_handler_runs_is_one_sample_not_a_nest():
     assert len(sampler.samples) == 1 and nested
 
 
+def test_a_signal_that_comes_as_the_handler_is_called_is_one_sample_in_the_users_code():
+    # The next signal can be pending by the time Python calls the handler for the last one:
+    # it is handled at the handler's own entry, with the handler's frame, before that call
+    # has marked itself as running. Made certain here: as the handler is called, it is
+    # called again with its own frame, as that signal would call it.
+    sampler = StackSampler(interval_s=3600).start()
+    handler = StackSampler._on_signal.__code__
+    again = []
+
+    def signal_again(frame, event, arg):
+        if event == "call" and frame.f_code is handler and not again:
+            again.append(frame)
+            sampler._on_signal(signal.SIGPROF, frame)
+
+    try:
+        sys.setprofile(signal_again)
+        signal.raise_signal(signal.SIGPROF)
+        _nothing()
+    finally:
+        sys.setprofile(None)
+        samples = sampler.stop()
+    assert again
+    innermost = [samples.stacks[i].split(";")[0] for i in samples.stack_id]
+    assert len(innermost) == 1 and "test_a_signal_that_comes_as" in innermost[0], innermost
+
+
 def test_a_sample_taken_as_a_compiled_call_starts_is_not_taken_for_the_users_function(tmp_path):
     # The timer fires just after torch.compile set its frame hook and before the compiled
     # function's frame starts (here made certain: the signal is raised right there). The

@@ -172,8 +172,10 @@ class StackSampler:
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         # A handler slower than the interval (the first sight of a large code object) is
-        # itself interrupted: that sample is one, not a nest of them.
-        if self._in_handler:
+        # itself interrupted: that sample is one, not a nest of them. A signal that came as
+        # the handler was being called is handled at the handler's own entry, before it
+        # marks itself: the call it interrupted takes that sample.
+        if self._in_handler or frame is None or frame.f_code is StackSampler._on_signal.__code__:
             return
         self._in_handler = True
         try:
