@@ -94,6 +94,8 @@ def _handoff(entry: dict, figure: str) -> float:
         "kind": "'in-memory tensors' (a TensorDataset), 'map-style' or 'iterable'.",
         "batched_fetch": "Whether the dataset fetches a whole batch at once (__getitems__).",
         "num_workers": "DataLoader worker processes (0: batches are made in the main process).",
+        "persistent_workers": "Whether the workers are kept from one epoch to the next (persistent_workers=True).",
+        "length": "The dataset's items (len(dataset)); NaN where it has no length (an iterable dataset).",
         "batch_size": "Samples per batch (NaN where the loader does not batch).",
         "pin_memory": "Whether batches are copied to pinned memory.",
         "reads": "Batches read from it over the run.",
@@ -159,7 +161,9 @@ def dataloaders_table(f: Facts) -> pd.DataFrame | None:
             else "map-style"
         rows[key] = {
             "dataset": entry.get("dataset", ""), "kind": kind, "batched_fetch": bool(entry.get("batched_fetch")),
-            "num_workers": workers, "batch_size": entry.get("batch_size"), "pin_memory": bool(entry.get("pin_memory")),
+            "num_workers": workers, "persistent_workers": bool(entry.get("persistent_workers")),
+            "length": float(entry["length"]) if isinstance(entry.get("length"), int) else np.nan,
+            "batch_size": entry.get("batch_size"), "pin_memory": bool(entry.get("pin_memory")),
             "reads": reads, "read_avg_ns": read_avg, "fetch_avg_ns": fetch_avg, "item_avg_ns": item_avg,
             "collate_avg_ns": collate_avg, "collate_fn": str(entry.get("collate_fn") or ""),
             "fetch_cpu_share": cpu_share,

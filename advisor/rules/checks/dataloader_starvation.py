@@ -36,7 +36,7 @@ from typing import Any
 
 import pandas as pd
 
-from advisor.findings import Evidence, Finding
+from advisor.findings import Evidence, Finding, Saving
 from advisor.rules.checks.common import ms, pct, row_evidence, severity_by_share, value
 from advisor.rules.registry import RuleContext, register
 from advisor.rules.savings import StepFigures, best_workers, replayed, rest_slowdown, step_after, worker_floor
@@ -130,6 +130,9 @@ class Verdict:
     workers: int = 0
     figures: StepFigures | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
+    # The other fix where two hold (workers, and making the per-item work cheaper): word()
+    # replays both and leads with the one that saves clearly more.
+    alternative: Verdict | None = None
 
 
 def _number(x: Any) -> float:
@@ -224,8 +227,13 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
         if slower > 1.0:
             metrics.update({"rest_threads": m.rest_threads, "rest_slowdown": slower})
         if pays:
-            # The main process's loading shrinks to receiving the batch.
+            # The main process's loading shrinks to receiving the batch. Where the loading
+            # is CPU work of the script's own, making that work cheaper is the other fix:
+            # on few cores, where the workers and the model's operators share them, it can
+            # save more (word() weighs the two).
             received = {"loading": min(handoff / m.per_step, 1.0) if m.per_step > 0 else 0.0}
+            other = (_cheaper_work(loader, own_collate, {}) if demand >= 0.5 and not math.isnan(item_ns)
+                     and not math.isnan(items) else None)
             return Verdict(f"num_workers={n}",
                            Fix(f"{n} workers", received, rest_factor=contention,
                                floor_ns=worker_floor(fig_n, contention)),
@@ -234,24 +242,11 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
                            Fix(f"{n} workers, at best", received, floor_ns=worker_floor(fig_n, 1.0)),
                            f"the step replayed with {n} worker{'s' if n != 1 else ''} making the batches: what the "
                            "rest of the step, the GPU, the workers, the hand-over of each batch and the cores leave",
-                           _remains(fig_n, contention, ctx.gpu_measured), workers=n, figures=fig_n, metrics=metrics)
+                           _remains(fig_n, contention, ctx.gpu_measured), workers=n, figures=fig_n, metrics=metrics,
+                           alternative=other)
         metrics["workers_do_not_pay"] = True
     if workers == 0:
-        # Precomputing or caching removes the script's own work: the per-item work
-        # (__getitem__'s share of a read) and a collate function of its own; torch's
-        # collation and the loader's machinery stay (at worst half of that work goes, at
-        # best all of the loading).
-        read_ns = _number(loader["read_avg_ns"])
-        own_ns = item_ns * items + (collate_ns if own_collate else 0.0)
-        own = min(own_ns / read_ns, 1.0) if read_ns > 0 and not math.isnan(own_ns) else 1.0
-        return Verdict("cheaper per-item work", Fix("cheaper per-item work", {"loading": 1.0 - own}),
-                       Fix("cheaper per-item work, at worst", {"loading": 1.0 - own / 2}),
-                       Fix("no loading left", loading_gone),
-                       "the step replayed without the script's own loading work (__getitem__"
-                       + (", its collate function" if own_collate else "") + ") that precomputing or caching removes",
-                       "The step keeps " + ("the loader's own machinery" if own_collate else
-                                            "the collation and the loader's own machinery")
-                       + ", what remains of the work made cheaper, and the rest of the step.", metrics=metrics)
+        return _cheaper_work(loader, own_collate, metrics)
     busy = _number(loader["workers_busy"])
     # Loader-bound, the workers make one batch per step between them: each takes
     # workers x step to make one.
@@ -273,6 +268,28 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
                    Fix("cheaper loading, at worst", {"loading": 0.5}), None,
                    "the step replayed without the wait for batches, removed when a batch is cheaper to make",
                    "The step keeps the rest of its work.", workers=workers, metrics=metrics)
+
+
+def _cheaper_work(loader: pd.Series, own_collate: bool, metrics: dict[str, Any]) -> Verdict:
+    """Making the per-item work cheaper (precomputing, caching, vectorising it) removes the
+    script's own work: the per-item work (__getitem__'s share of a read) and a collate
+    function of its own; torch's collation and the loader's machinery stay (at worst half
+    of that work goes, at best all of the loading)."""
+    read_ns = _number(loader["read_avg_ns"])
+    item_ns, items, collate_ns = (_number(loader["item_avg_ns"]), _number(loader["items_per_batch"]),
+                                  _number(loader["collate_avg_ns"]))
+    own_ns = item_ns * items + (collate_ns if own_collate else 0.0)
+    own = min(own_ns / read_ns, 1.0) if read_ns > 0 and not math.isnan(own_ns) else 1.0
+    if not math.isnan(own_ns):
+        metrics = {**metrics, "own_work_ns": own_ns}  # per batch: what making the items once moves before training
+    return Verdict("cheaper per-item work", Fix("cheaper per-item work", {"loading": 1.0 - own}),
+                   Fix("cheaper per-item work, at worst", {"loading": 1.0 - own / 2}),
+                   Fix("no loading left", {"loading": 0.0}),
+                   "the step replayed without the script's own loading work (__getitem__"
+                   + (", its collate function" if own_collate else "") + ") that precomputing or caching removes",
+                   "The step keeps " + ("the loader's own machinery" if own_collate else
+                                        "the collation and the loader's own machinery")
+                   + ", what remains of the work made cheaper, and the rest of the step.", metrics=metrics)
 
 
 # -- word ------------------------------------------------------------------------------------------
@@ -330,11 +347,56 @@ def _threads_advice(v: Verdict, m: Measure, metrics: dict[str, Any], contention:
             "for them).")
 
 
-def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
+def _weigh(ctx: RuleContext, v: Verdict) -> tuple[Verdict, Saving, tuple[Verdict, Saving] | None] | None:
+    """The fix to lead with, its saving, and the other fix with its own where two hold:
+    each replayed; the other leads where it saves clearly more (``cheaper_work_lead``
+    times the first's point), so that a near tie, which the run's noise decides, does not
+    turn the advice over."""
     found = replayed(ctx, v.fix, v.basis, low=v.low, high=v.high, remains=v.remains)
     if found is None:
         return None
-    estimate, _ = found
+    estimate = found[0]
+    alternative = v.alternative
+    if alternative is None:
+        return v, estimate, None
+    other = replayed(ctx, alternative.fix, alternative.basis, low=alternative.low, high=alternative.high,
+                     remains=alternative.remains)
+    if other is None:
+        return v, estimate, None
+    if other[0].ms_per_step > estimate.ms_per_step * ctx.threshold("cheaper_work_lead"):
+        # The workers' figures (the hand-over, the operator threads) stay among the metrics.
+        led = Verdict(**{**alternative.__dict__, "metrics": {**v.metrics, **alternative.metrics}, "alternative": None})
+        return led, other[0], (v, estimate)
+    return v, estimate, (alternative, other[0])
+
+
+def _figure(saving: Saving) -> str:
+    """A fix's saving in words: "12.1 ms a step (30.4%; 0 to 13.1 ms)"."""
+    span = ""
+    if saving.low_ms_per_step is not None and saving.high_ms_per_step is not None:
+        low = ms(saving.low_ms_per_step * 1e6) if saving.low_ms_per_step > 0 else "0"
+        span = f"; {low} to {ms(saving.high_ms_per_step * 1e6)}"
+    return f"{ms(saving.ms_per_step * 1e6)} a step ({pct(saving.share_of_step)}{span})"
+
+
+def _one_pass(loader: pd.Series, own_work_ns: float) -> str:
+    """What making every item once costs, where the dataset's length is known: a pass over
+    it before training (the script's own work per batch, per item, times the items),
+    which pays back where training reads an item more than once."""
+    length, items = _number(loader.get("length", math.nan)), _number(loader["items_per_batch"])
+    if math.isnan(length) or math.isnan(own_work_ns) or length <= 0 or not items > 0:
+        return ""
+    per_item = own_work_ns / items
+    return (f" Making every item once costs a pass over the dataset before training ({length:.0f} items at "
+            f"{ms(per_item)}: {ms(length * per_item)}); it pays back from the second epoch, or at once where the "
+            "results are kept on disk between runs.")
+
+
+def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
+    weighed = _weigh(ctx, v)
+    if weighed is None:
+        return None
+    v, estimate, other = weighed
     evidence = list(m.evidence)
     message = (f"The data loader takes {pct(m.share)} of each step ({ms(m.per_step)} per step, over {m.over}); "
                "nothing else runs in the loop meanwhile, and a GPU would sit idle for that time.")
@@ -400,12 +462,30 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
             advice = (f"Make batches in worker processes so loading overlaps the model: DataLoader(num_workers={n}, "
                       "persistent_workers=True, prefetch_factor=2, pin_memory=True on a GPU); "
                       f"{_spare(m)}.{_threads_advice(v, m, metrics, contention)} Then cut the per-item work"
-                      + (f": {hotspot}." if hotspot else " in __getitem__ (decode once, cache, vectorise)."))
+                      + (f": {hotspot}" if hotspot else " in __getitem__ (decode once, cache, vectorise)")
+                      + (f"; made cheaper instead of moved to workers (precomputed once before training), it would "
+                         f"save {_figure(other[1])}." if other is not None else "."))
+            if other is not None:
+                metrics.update({"other_advice": other[0].advice, "other_ms_per_step": other[1].ms_per_step})
             if v.metrics.get("rest_slowdown", 1.0) > 1.0:
                 evidence.append(row_evidence("dataloaders", loaders, key, "torch_threads",
                                              "the main process's operator threads"))
         elif v.advice == "cheaper per-item work":
-            if v.metrics.get("workers_do_not_pay"):
+            if other is not None:
+                # Workers pay, but less: on few cores they share them with the model's operators.
+                workers_v, workers_saving = other
+                asked: dict[str, Any] = {}
+                _threads_advice(workers_v, m, asked, contention)
+                threads = asked.get("torch_threads")
+                set_threads = (f" and torch.set_num_threads({threads}) in the main process"
+                               if threads and not m.rest_threads <= threads else "")
+                why = (f"Worker processes would save less here, {_figure(workers_saving)}, with "
+                       f"DataLoader(num_workers={workers_v.workers}, persistent_workers=True){set_threads}: the job "
+                       f"may use {m.usable_cores:.1f} cores, and the workers' CPU work and the model's operators "
+                       "share them. Use the workers where the items cannot be made once (random augmentation each "
+                       "epoch).")
+                metrics.update({"other_advice": workers_v.advice, "other_ms_per_step": workers_saving.ms_per_step})
+            elif v.metrics.get("workers_do_not_pay"):
                 handoff = v.metrics.get("handoff_ns", 0.0)
                 why = ("Worker processes would not make the step shorter here"
                        + (f": on this machine handing a batch over from a worker costs the main process "
@@ -418,9 +498,11 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
             else:
                 why = (f"Worker processes would compete with training for CPU: the job may use "
                        f"{m.usable_cores:.1f} cores.")
-            advice = (f"{why} Make the per-item work cheaper instead"
-                      + (f": {hotspot} (cache its results, precompute them once before training, or vectorise it)."
-                         if hotspot else " (cache, precompute once before training, vectorise)."))
+            cheaper = (f": {hotspot} (precompute its results once before training, cache them, or vectorise it)."
+                       if hotspot else " (precompute once before training, cache, vectorise).")
+            once = _one_pass(loader, _number(v.metrics.get("own_work_ns")))
+            advice = (f"Make the per-item work cheaper{cheaper}{once} {why}" if other is not None
+                      else f"{why} Make the per-item work cheaper instead{cheaper}{once}")
         else:
             busy = v.metrics.get("workers_busy", math.nan)
             what = (f"raise num_workers from {workers} to {v.workers} ({_spare(m)})" if v.workers > workers
@@ -429,7 +511,9 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
             advice = (f"The {workers} worker process{'es' if workers != 1 else ''} cannot keep up"
                       + (f" (busy {pct(busy)} of their time)" if not math.isnan(busy) else "")
                       + f": {what}" + (f"; {hotspot}." if hotspot else ".") + threads
-                      + " Keep persistent_workers=True so workers are not restarted each epoch.")
+                      + (" Keep persistent_workers=True so workers are not restarted each epoch."
+                         if bool(loader.get("persistent_workers", False))
+                         else " Set persistent_workers=True too, so workers are not restarted each epoch."))
             if v.workers > workers:
                 metrics["advice"] = f"num_workers={v.workers}"
     # The settings of the fix, for `advisor verify` to apply (rules/builtin.yaml: verify).
