@@ -54,6 +54,7 @@ RUNS = {
     "tokenize_dataset": ["tokenize_dataset.py", "--steps", "3", "--num-workers", "1"],
     "char_features": ["char_features.py", "--steps", "3"],
     "char_features_fixed": ["char_features.py", "--steps", "3", "--num-workers", "2", "--torch-threads", "1"],
+    "char_features_precomputed": ["char_features.py", "--steps", "3", "--precompute"],
     "in_memory_loop": ["in_memory_loop.py", "--steps", "3"],
     "in_memory_loop_batched": ["in_memory_loop.py", "--steps", "3", "--batched"],
     "augment_loop": ["augment_loop.py", "--steps", "3"],
@@ -63,11 +64,14 @@ RUNS = {
     "spawn_train_gloo": ["spawn_train.py", "--steps", "3", "--gloo"],
     "custom_collate": ["custom_collate.py", "--steps", "3"],
     "custom_collate_workers": ["custom_collate.py", "--steps", "3", "--num-workers", "2", "--torch-threads", "1"],
+    "custom_collate_precomputed": ["custom_collate.py", "--steps", "3", "--precompute"],
+    "json_records": ["json_records.py", "--steps", "3", "--records", "256"],
+    "json_records_precomputed": ["json_records.py", "--steps", "3", "--records", "256", "--precompute"],
     "anomaly_left_on": ["anomaly_left_on.py", "--steps", "3"],
     "anomaly_left_on_fixed": ["anomaly_left_on.py", "--steps", "3", "--no-anomaly"],
 }
 USERS_SCRIPTS = ["tokenize_dataset.py", "char_features.py", "in_memory_loop.py", "augment_loop.py", "spawn_train.py",
-                 "custom_collate.py", "anomaly_left_on.py", "loss_loop.py"]
+                 "custom_collate.py", "anomaly_left_on.py", "loss_loop.py", "json_records.py"]
 
 
 OVERHEAD = "collector_overhead"
@@ -203,6 +207,31 @@ def test_the_vectorised_loss_is_the_looped_one_with_the_same_gradients():
     batched = loss_loop.smoothed_loss_batch(logits, target)
     (batched_grad,) = torch.autograd.grad(batched, logits)
     assert torch.allclose(looped, batched, atol=1e-6) and torch.allclose(looped_grad, batched_grad, atol=1e-6)
+
+
+# -- the loaders' items made once are the items made when asked for ---------------------------------
+
+
+def test_char_features_made_once_are_the_features_made_per_item():
+    char_features = load_module(EXAMPLES / "char_features.py")
+    asked, once = char_features.CharFeatures(8, seed=3), char_features.CharFeatures(8, seed=3, precompute=True)
+    for i in range(8):
+        assert torch.equal(asked[i][0], once[i][0]) and asked[i][1] == once[i][1]
+
+
+def test_json_records_decoded_once_are_the_records_decoded_per_item():
+    json_records = load_module(EXAMPLES / "json_records.py")
+    asked, once = json_records.Records(8, seed=3), json_records.Records(8, seed=3, precompute=True)
+    for i in range(8):
+        assert torch.equal(asked[i][0], once[i][0]) and asked[i][1] == once[i][1]
+
+
+def test_custom_collate_s_precomputed_counts_make_the_same_batch():
+    custom_collate = load_module(EXAMPLES / "custom_collate.py")
+    asked, once = custom_collate.Sequences(8, seed=3), custom_collate.Sequences(8, seed=3, precompute=True)
+    batch = custom_collate.pad_and_count([asked[i] for i in (5, 1, 7)])
+    made = custom_collate.pad_and_stack([once[i] for i in (5, 1, 7)])
+    assert all(torch.equal(a, b) for a, b in zip(batch, made, strict=True))
 
 
 # -- augment_loop's fix does what the per-sample augmentation does ------------------------------------
