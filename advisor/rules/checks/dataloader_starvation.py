@@ -17,7 +17,10 @@ Decide which fix holds:
 - per-item CPU work with no core to spare: make the work cheaper, naming the function that
   takes the time;
 - loaders that already have workers and still starve the loop: more workers where cores
-  allow, else cheaper per-item work;
+  allow, else cheaper per-item work, which also gives the rest of the step back the cores
+  the busy workers shared with it;
+- where workers pay and the loading is the script's own CPU work, making that work cheaper
+  too: both are replayed, and the one that saves clearly more leads;
 - a trace from another profiler: what cannot be seen there is said.
 
 The saving is the fix replayed on the step graph: the loading's host time gone (or cut to
@@ -264,10 +267,31 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
                        Fix(f"{n} workers, at best", loading_gone, floor_ns=worker_floor(fig_n, 1.0)),
                        f"the step replayed with {n} workers instead of {workers}", _remains(fig_n, contention, ctx.gpu_measured),
                        workers=n, figures=fig_n, metrics=metrics)
-    return Verdict("workers cannot keep up", Fix("cheaper loading", loading_gone),
+    # No core is left for more: the workers' CPU work shares the cores with the main
+    # process's, which ran that much slower. Once a batch is cheap to make, the workers
+    # mostly wait and the rest of the step gets the cores back (the point and the best);
+    # at worst half the wait goes and the rest keeps its pace.
+    shared = _shared_cores(usable, workers, busy, m.rest_threads)
+    if shared > 1.0:
+        metrics["main_slowed_by_workers"] = shared
+    return Verdict("workers cannot keep up", Fix("cheaper loading", loading_gone, rest_factor=1.0 / shared),
                    Fix("cheaper loading, at worst", {"loading": 0.5}), None,
-                   "the step replayed without the wait for batches, removed when a batch is cheaper to make",
-                   "The step keeps the rest of its work.", workers=workers, metrics=metrics)
+                   "the step replayed without the wait for batches, removed when a batch is cheaper to make"
+                   + (f", the rest of the step {shared:.2f} times faster with the cores the workers leave"
+                      if shared > 1.0 else ""),
+                   "The step keeps the rest of its work" + (", on the cores the workers no longer take." if shared > 1.0
+                                                            else "."), workers=workers, metrics=metrics)
+
+
+def _shared_cores(cores: float, workers: int, busy: float, threads: float) -> float:
+    """How much slower the main process's work ran while ``workers`` busy for ``busy`` of
+    their time shared ``cores`` with its operator threads (each runnable thread a fair
+    share of them): (workers x busy + threads) / cores, at least 1; 1 where the cores or
+    the workers' business are not known."""
+    if not math.isfinite(cores) or cores <= 0 or math.isnan(busy):
+        return 1.0
+    own = 1.0 if math.isnan(threads) else min(max(threads, 1.0), cores)
+    return max((workers * busy + own) / cores, 1.0)
 
 
 def _cheaper_work(loader: pd.Series, own_collate: bool, metrics: dict[str, Any]) -> Verdict:
