@@ -101,12 +101,15 @@ def _precomputed(finding: dict) -> list[str]:
     return ["--precompute"]
 
 
-def _loader_fix(finding: dict) -> list[str]:
-    """The loader fix the finding leads with: workers (and the main process's threads where
-    it sets them), or the per-item work made once before training."""
-    if str(finding["metrics"].get("advice", "")) == "cheaper per-item work":
-        return _precomputed(finding)
-    return _workers_and_threads(finding)
+def _loader_fix(workers: Callable[[dict], list[str]]) -> Callable[[dict], list[str]]:
+    """The loader fix the finding leads with: ``workers`` (the script's options for them),
+    or the per-item work made once before training."""
+    def fix(finding: dict) -> list[str]:
+        if str(finding["metrics"].get("advice", "")) == "cheaper per-item work":
+            return _precomputed(finding)
+        return workers(finding)
+
+    return fix
 
 
 def _less_often(finding: dict) -> list[str]:
@@ -121,12 +124,15 @@ SCRIPT_PAIRS = (
     ScriptPair("starved_loader", "starved_loader.py", "dataloader-starvation", _workers, 100, verify=True),
     # The loader pairs apply whichever fix the finding leads with (workers, or the items made
     # once): which one saves more depends on the machine's cores.
-    ScriptPair("tokenize_dataset", "tokenize_dataset.py", "dataloader-starvation", _loader_fix, 30, verify=True),
-    ScriptPair("char_features", "char_features.py", "dataloader-starvation", _loader_fix, 60,
+    # tokenize_dataset sets its own threads (one, --threads).
+    ScriptPair("tokenize_dataset", "tokenize_dataset.py", "dataloader-starvation", _loader_fix(_workers), 30,
+               verify=True),
+    ScriptPair("char_features", "char_features.py", "dataloader-starvation", _loader_fix(_workers_and_threads), 60,
                repeat_factor=2, verify=True),
-    ScriptPair("custom_collate", "custom_collate.py", "dataloader-starvation", _loader_fix, 60,
+    ScriptPair("custom_collate", "custom_collate.py", "dataloader-starvation", _loader_fix(_workers_and_threads), 60,
                repeat_factor=2, verify=True),
-    ScriptPair("json_records", "json_records.py", "dataloader-starvation", _loader_fix, 40, repeat_factor=2),
+    ScriptPair("json_records", "json_records.py", "dataloader-starvation", _loader_fix(_workers_and_threads), 40,
+               repeat_factor=2),
     ScriptPair("padded_items", "padded_items.py", "dataloader-starvation", _precomputed, 60, repeat_factor=3),
     ScriptPair("in_memory_loop", "in_memory_loop.py", "dataloader-starvation", lambda f: ["--batched"], 2000,
                repeat_factor=3, verify=True),
