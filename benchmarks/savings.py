@@ -101,6 +101,15 @@ def _precomputed(finding: dict) -> list[str]:
     return ["--precompute"]
 
 
+def _made_once_beside_workers(finding: dict) -> list[str]:
+    """Workers that cannot keep up and no core left for more: the per-item work made once."""
+    if finding["metrics"].get("advice") != "workers cannot keep up" or \
+            "make the per-item work cheaper" not in finding["recommendation"]:
+        raise ValueError(f"the finding does not advise cheaper per-item work beside the workers: "
+                         f"{finding['metrics'].get('advice')!r}")
+    return ["--precompute"]
+
+
 def _loader_fix(workers: Callable[[dict], list[str]]) -> Callable[[dict], list[str]]:
     """The loader fix the finding leads with: ``workers`` (the script's options for them),
     or the per-item work made once before training."""
@@ -133,6 +142,10 @@ SCRIPT_PAIRS = (
                repeat_factor=2, verify=True),
     ScriptPair("json_records", "json_records.py", "dataloader-starvation", _loader_fix(_workers_and_threads), 40,
                repeat_factor=2),
+    # Two workers on two cores that cannot keep up: the records decoded once also give the
+    # rest of the step the cores back.
+    ScriptPair("json_records_workers", "json_records.py", "dataloader-starvation", _made_once_beside_workers, 40,
+               args=("--num-workers", "2"), repeat_factor=2),
     ScriptPair("padded_items", "padded_items.py", "dataloader-starvation", _precomputed, 60, repeat_factor=3),
     ScriptPair("in_memory_loop", "in_memory_loop.py", "dataloader-starvation", lambda f: ["--batched"], 2000,
                repeat_factor=3, verify=True),

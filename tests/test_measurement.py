@@ -744,16 +744,17 @@ def test_workers_with_no_core_left_get_cheaper_work():
     finding = advise(kind="map-style", workers=2, item_ns=1.5e6, usable_cores=2.0)
     assert "no CPU core is left for more workers" in finding.recommendation
     # The two workers, busy 97 % of their time, and the main process's thread shared the two
-    # cores: the rest of the step ran (2 x 0.97 + 1) / 2 = 1.47 times slower. Made cheap, the
-    # batches leave it the cores: the 40 ms wait goes and the 60 ms of the rest run 1.47
-    # times faster; at worst half the wait goes.
+    # cores: the rest of the step ran (2 x 0.97 + 1) / 2 = 1.47 times slower, and 5 % more
+    # beside the workers (30 % at worst). Made cheap, the batches leave it the cores: the 40 ms
+    # wait goes and the 60 ms of the rest run that much faster; at worst half the wait goes.
     assert finding.metrics["main_slowed_by_workers"] == pytest.approx(1.47)
-    assert finding.saving.ms_per_step == pytest.approx(40 + 60 * (1 - 1 / 1.47), abs=0.01)
+    assert finding.saving.ms_per_step == pytest.approx(40 + 60 * (1 - 1 / (1.47 * 1.05)), abs=0.01)
     assert finding.saving.low_ms_per_step == pytest.approx(20, abs=0.01)
+    assert finding.saving.high_ms_per_step == pytest.approx(40 + 60 * (1 - 1 / (1.47 * 1.3)), abs=0.01)
     assert "on the cores the workers no longer take" in finding.saving.remains
     # On torch's default two threads, the main process had a fairer share still to lose.
     threads = advise(kind="map-style", workers=2, item_ns=1.5e6, usable_cores=2.0, torch_threads=2)
-    assert threads.saving.ms_per_step == pytest.approx(40 + 60 * (1 - 1 / 1.97), abs=0.01)
+    assert threads.saving.ms_per_step == pytest.approx(40 + 60 * (1 - 1 / (1.97 * 1.05)), abs=0.01)
     # The script did not keep its workers between epochs: it is asked to, not told to keep it.
     assert "Set persistent_workers=True too" in finding.recommendation and "Keep persistent" not in \
         finding.recommendation

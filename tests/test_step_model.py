@@ -306,3 +306,27 @@ def test_generated_traces_hold_the_step_model_s_invariants(trace, tmp_path_facto
     path = tmp_path_factory.mktemp("gen") / "trace.json.gz"
     path.write_bytes(gzip.compress(json.dumps(trace).encode()))
     check_invariants(load(path))
+
+
+# -- every fix at once ----------------------------------------------------------------------------
+
+
+def test_every_fix_at_once_keeps_the_speed_up_of_the_rest_one_fix_gives():
+    """A fix that gives the rest of the host its cores back (loading made cheap beside busy
+    workers) and another that changes nothing of the rest: at once, the rest is as fast as
+    the first makes it. (The combination once took the largest factor, 1.0 here, as it does
+    for slowdowns: the combined estimate came out below the first fix's own.)"""
+    from advisor.step import build_step_model
+    from advisor.step.whatif import Fix, combine
+    from test_measurement import loader_session
+
+    graph = build_step_model(loader_session(share=0.4)).graph
+    faster = Fix("cheaper loading", {"loading": 0.0}, rest_factor=0.5)
+    other = Fix("something else", {"loading": 0.5})
+    alone = what_if(graph, faster).saved_ns
+    together = what_if(graph, combine([faster, other])).saved_ns
+    assert alone > 0.4 * graph.baseline  # the 40 % of loading and half the rest
+    assert together == pytest.approx(alone)
+    # Slowdowns still count once, the largest: workers beside the rest at 1.05 and 1.3.
+    slow = combine([Fix("a", {}, rest_factor=1.05), Fix("b", {}, rest_factor=1.3), faster])
+    assert slow.rest_factor == pytest.approx(1.3 * 0.5)

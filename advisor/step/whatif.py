@@ -83,8 +83,9 @@ class WhatIf:
 
 def combine(fixes: list[Fix]) -> Fix:
     """Every fix at once: on a node two fixes change, the stronger change holds; waits
-    dropped by any are dropped; the rest of the host is slowed by the most any slows it;
-    the step's floor is the highest."""
+    dropped by any are dropped; the rest of the host is slowed by the most any slows it
+    and sped up by the most any speeds it up (workers that share the cores, and loading
+    that gives the cores back, are different effects); the step's floor is the highest."""
     states: dict[str, float] = {}
     gpu: dict[int, float] = {}
     spans: list[tuple[iv.Intervals, float]] = []
@@ -99,7 +100,8 @@ def combine(fixes: list[Fix]) -> Fix:
     return Fix(what="every fix at once", host_states=states, host_spans=tuple(spans), gpu_rows=gpu,
                drop_waits=any(f.drop_waits for f in fixes), wait_rows=frozenset(waits),
                free_gpu=any(f.free_gpu for f in fixes),
-               rest_factor=max((f.rest_factor for f in fixes), default=1.0),
+               rest_factor=(max((f.rest_factor for f in fixes if f.rest_factor > 1.0), default=1.0)
+                            * min((f.rest_factor for f in fixes if f.rest_factor < 1.0), default=1.0)),
                floor_ns=max((f.floor_ns for f in fixes), default=0.0),
                beside_ns=max((f.beside_ns for f in fixes), default=0.0),
                beside_factor=min((f.beside_factor for f in fixes if f.beside_ns), default=1.0),

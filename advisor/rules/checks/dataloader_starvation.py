@@ -268,14 +268,17 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
                        f"the step replayed with {n} workers instead of {workers}", _remains(fig_n, contention, ctx.gpu_measured),
                        workers=n, figures=fig_n, metrics=metrics)
     # No core is left for more: the workers' CPU work shares the cores with the main
-    # process's, which ran that much slower. Once a batch is cheap to make, the workers
-    # mostly wait and the rest of the step gets the cores back (the point and the best);
-    # at worst half the wait goes and the rest keeps its pace.
+    # process's, which ran that much slower, and beside them slower still (contention, as
+    # the rest of a step beside workers runs everywhere in this rule). Once a batch is cheap
+    # to make, the workers mostly wait and the rest of the step gets the cores back; at
+    # worst half the wait goes and the rest keeps its pace.
     shared = _shared_cores(usable, workers, busy, m.rest_threads)
+    back = (1.0 / (shared * contention), 1.0 / (shared * worst)) if shared > 1.0 else (1.0, 1.0)
     if shared > 1.0:
         metrics["main_slowed_by_workers"] = shared
-    return Verdict("workers cannot keep up", Fix("cheaper loading", loading_gone, rest_factor=1.0 / shared),
-                   Fix("cheaper loading, at worst", {"loading": 0.5}), None,
+    return Verdict("workers cannot keep up", Fix("cheaper loading", loading_gone, rest_factor=back[0]),
+                   Fix("cheaper loading, at worst", {"loading": 0.5}),
+                   Fix("cheaper loading, at best", loading_gone, rest_factor=back[1]),
                    "the step replayed without the wait for batches, removed when a batch is cheaper to make"
                    + (f", the rest of the step {shared:.2f} times faster with the cores the workers leave"
                       if shared > 1.0 else ""),
