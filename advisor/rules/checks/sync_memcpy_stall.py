@@ -59,7 +59,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             evidence.append(src)
         where = f" at {row['source']}" if row.get("source") else ""
         lines.append(f"{row.get('name', key)} ({row.get('reason', '')}){where}: "
-                      f"{row['calls'] / steps:.1f}/step, {ms(row['per_step_ns'])}/step")
+                      f"{_per_step(row['calls'] / steps)} a step, {ms(row['per_step_ns'])} a step")
     for event_id in (in_loop.iloc[0].get("example_event_ids") or [])[:3]:
         evidence.append(Evidence(kind="event", event_id=int(event_id), name=str(in_loop.iloc[0].get("name", ""))))
 
@@ -193,3 +193,10 @@ def _pinned_copies(ctx: RuleContext, calls) -> tuple[dict[int, float], str]:
 def _count(n: int, noun: str) -> str:
     """ "1 step", "6 steps"."""
     return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _per_step(calls: float) -> str:
+    """Calls a step, whole where they are ("1 call", "2048 calls"), else to one decimal ("0.5 calls")."""
+    if abs(calls - round(calls)) < 0.05:
+        return f"{calls:.0f} call{'' if round(calls) == 1 else 's'}"
+    return f"{calls:.1f} calls"
