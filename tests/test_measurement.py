@@ -505,7 +505,7 @@ def loader_context(*, kind: str, workers: int, item_ns: float, usable_cores: flo
                    gpu_busy_ms: float | None = None, collate_fn: str | None = None,
                    collate_ns: float = 1e5, handoff: tuple[float, float] | None = None,
                    torch_threads: int | None = None, length: int | None = None,
-                   persistent: bool | None = None) -> RuleContext:
+                   persistent: bool | None = None, random_share: float | None = None) -> RuleContext:
     from advisor.step import build_step_model
 
     spec = next(s for s in builtin_specs() if s.id == "dataloader-starvation")
@@ -524,6 +524,8 @@ def loader_context(*, kind: str, workers: int, item_ns: float, usable_cores: flo
         "fetch_cpu_share": [cpu_share if not workers else np.nan],
         "fetch_runnable_share": [runnable_share if not workers else np.nan],
     }, index=["Data"])
+    if random_share is not None:  # the fetches that drew random numbers
+        loaders["random_share"] = random_share
     if persistent is not None:  # persistent_workers=
         loaders["persistent_workers"] = persistent
     if length is not None:  # the dataset's items
@@ -900,3 +902,60 @@ def test_a_hot_line_that_deep_copies_gets_the_in_place_update_not_vectorising():
     finding = next(f for f in run_rules(session, tables).findings if f.rule == "host-bound")
     assert finding.recommendation.startswith("copy.deepcopy at ema (train.py:12)")
     assert "torch._foreach_lerp_" in finding.recommendation and finding.metrics["calls"] == ["copy.deepcopy"]
+
+
+# -- items augmented at random cannot be made once ------------------------------------------------
+
+
+RANDOM_ITEMS = """
+    import random, sys
+    import numpy as np
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Items(Dataset):
+        def __init__(self, how):
+            self.how = how
+        def __len__(self):
+            return 64
+        def __getitem__(self, i):
+            x = torch.arange(8, dtype=torch.float32) + i
+            if self.how == "torch":
+                x = x + torch.rand(8)
+            elif self.how == "python":
+                x = x * random.random()
+            elif self.how == "numpy":
+                x = x + float(np.random.rand())
+            return x
+
+    torch.manual_seed(0); random.seed(0); np.random.seed(0)
+    for x in DataLoader(Items(sys.argv[1]), batch_size=8):
+        pass
+    # what the job draws next: advisor only reads the generators' states
+    print("next", torch.rand(1).item(), random.random(), float(np.random.rand()))
+"""
+
+
+@pytest.mark.parametrize("how", ["torch", "python", "numpy", "none"])
+def test_batches_that_draw_random_numbers_are_told_apart_and_the_job_draws_its_own_numbers(tmp_path, capfd, how):
+    script = write(tmp_path, "items.py", RANDOM_ITEMS)
+    run = collect_script(script, [how], gpu=False)
+    under_advisor = [line for line in capfd.readouterr().out.splitlines() if line.startswith("next ")]
+    (loader,) = compute_tables(run.session, ["dataloaders"])["dataloaders"].itertuples()
+    assert loader.random_share == (0.0 if how == "none" else 1.0)
+    plain = subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, check=True)
+    assert under_advisor == [plain.stdout.strip().splitlines()[-1]]
+
+
+def test_items_augmented_at_random_are_not_told_to_be_made_once():
+    # On two cores the items made once would lead (see above); drawn at random every time,
+    # they cannot be: the workers lead, and no figure is given for making them once.
+    finding = advise(kind="map-style", workers=0, item_ns=2.8e6, usable_cores=2.0, share=0.9, random_share=1.0)
+    assert finding.metrics["advice"] == "num_workers=2" and "other_advice" not in finding.metrics
+    assert "precomputed once" not in finding.recommendation
+    # Where workers do not pay either, the per-item work is to be made cheaper, not made once.
+    cheaper = advise(kind="map-style", workers=0, item_ns=1.5e6, usable_cores=1.0, random_share=1.0)
+    assert cheaper.metrics["advice"] == "cheaper per-item work"
+    assert "it draws random numbers for every item, so it cannot be made once" in cheaper.recommendation
+    assert "precompute" not in cheaper.recommendation and "costs a pass over the dataset" not in \
+        cheaper.recommendation

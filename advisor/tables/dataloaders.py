@@ -114,6 +114,9 @@ def _handoff(entry: dict, figure: str) -> float:
         "machinery_avg_ns": "read_avg_ns - fetch_avg_ns: the loader's own work per batch (sampler, iteration, "
                             "pinning); with workers, waiting for them.",
         "items_per_batch": "Items fetched per batch in the main process.",
+        "random_share": "The share of the main process's fetches during which a global random generator (Python's, "
+                        "torch's CPU generator, numpy's) was drawn from: items augmented at random differ every "
+                        "epoch and cannot be made once; NaN with workers or where not recorded.",
         "torch_threads": "The main process's torch operator threads (torch.get_num_threads()) when it first read "
                          "the loader; NaN where not recorded.",
         "handoff_main_ns": "Where the main process made the batches: the main process's CPU time to receive one "
@@ -170,6 +173,8 @@ def dataloaders_table(f: Facts) -> pd.DataFrame | None:
             "fetch_runnable_share": runnable_share,
             "machinery_avg_ns": read_avg - fetch_avg if not workers else read_avg,
             "items_per_batch": items / fetches if fetches and not workers else np.nan,
+            "random_share": (min(entry["random_fetches"] / fetches, 1.0)
+                             if fetches and not workers and isinstance(entry.get("random_fetches"), int) else np.nan),
             "torch_threads": float(entry["torch_threads"]) if isinstance(entry.get("torch_threads"), int) else np.nan,
             "handoff_main_ns": _handoff(entry, "main_ns"), "handoff_wall_ns": _handoff(entry, "wall_ns"),
             "workers_busy": np.nan, "top_function": "", "top_function_share": np.nan, "top_lines": "",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -77,6 +78,7 @@ class Loaders:
                 spent[0] += time.perf_counter_ns() - began
 
         fetcher.collate_fn = timed_collate
+        drawn = _random_states()
         delay = self._run_delay()
         began_delay = delay.read() if delay is not None else None
         began, began_cpu = time.perf_counter_ns(), time.thread_time_ns()
@@ -94,10 +96,41 @@ class Loaders:
                 entry["fetch_runnable_ns"] = entry.get("fetch_runnable_ns", 0) + ended_delay - began_delay
             entry["collate_ns"] += spent[0]
             entry["fetches"] += 1
+            # Items that draw random numbers (augmentation) differ every epoch: they cannot
+            # be made once before training.
+            if not _same_states(drawn, _random_states()):
+                entry["random_fetches"] = entry.get("random_fetches", 0) + 1
             try:
                 entry["items"] += len(index) if getattr(fetcher, "auto_collation", False) else 1
             except TypeError:  # an index without a length (an iterable dataset's batch)
                 entry["items"] += 1
+
+
+def _random_states() -> tuple[Any, ...]:
+    """The global random generators' states as they are (Python's, torch's CPU generator,
+    numpy's where it is loaded): read, never drawn from, so the job's numbers are its own."""
+    import random  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+
+    states: list[Any] = [random.getstate(), torch.default_generator.get_state()]
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        legacy = numpy.random.get_state(legacy=False)
+        states.append((legacy["state"]["pos"], legacy["state"]["key"].copy()))
+    return tuple(states)
+
+
+def _same_states(before: tuple[Any, ...], after: tuple[Any, ...]) -> bool:
+    """Whether no generator moved between the two reads of _random_states."""
+    import torch  # noqa: PLC0415
+
+    if len(before) != len(after) or before[0] != after[0] or not torch.equal(before[1], after[1]):
+        return False
+    if len(before) > 2:
+        (pos, key), (pos_after, key_after) = before[2], after[2]
+        return pos == pos_after and bool((key == key_after).all())
+    return True
 
 
 def _wrap_fetch(original: Any) -> Any:
@@ -138,6 +171,7 @@ def loader_facts(torch: Any, iterator: Any) -> dict[str, Any]:
         # beside workers must not ask for what the script already does).
         "torch_threads": importlib.import_module("torch").get_num_threads(),
         "reads": 0, "read_ns": 0, "fetches": 0, "fetch_ns": 0, "fetch_cpu_ns": 0, "collate_ns": 0, "items": 0,
+        "random_fetches": 0,
     }
 
 

@@ -236,7 +236,7 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
             # save more (word() weighs the two).
             received = {"loading": min(handoff / m.per_step, 1.0) if m.per_step > 0 else 0.0}
             other = (_cheaper_work(loader, own_collate, {}) if demand >= 0.5 and not math.isnan(item_ns)
-                     and not math.isnan(items) else None)
+                     and not math.isnan(items) and not _random_items(loader) else None)
             return Verdict(f"num_workers={n}",
                            Fix(f"{n} workers", received, rest_factor=contention,
                                floor_ns=worker_floor(fig_n, contention)),
@@ -295,6 +295,12 @@ def _shared_cores(cores: float, workers: int, busy: float, threads: float) -> fl
         return 1.0
     own = 1.0 if math.isnan(threads) else min(max(threads, 1.0), cores)
     return max((workers * busy + own) / cores, 1.0)
+
+
+def _random_items(loader: pd.Series) -> bool:
+    """Whether most batches drew random numbers while they were made (augmentation): such
+    items differ every epoch, so making them once is no fix."""
+    return _number(loader.get("random_share", math.nan)) >= 0.5
 
 
 def _cheaper_work(loader: pd.Series, own_collate: bool, metrics: dict[str, Any]) -> Verdict:
@@ -525,9 +531,18 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
             else:
                 why = (f"Worker processes would compete with training for CPU: the job may use "
                        f"{m.usable_cores:.1f} cores.")
-            cheaper = (f": {hotspot} (precompute its results once before training, cache them, or vectorise it)."
-                       if hotspot else " (precompute once before training, cache, vectorise).")
-            once = _one_pass(loader, _number(v.metrics.get("own_work_ns")))
+            if _random_items(loader):
+                # Random augmentation differs every epoch: it cannot be made once.
+                cheaper = ((f": {hotspot}" if hotspot else " in __getitem__")
+                           + " (it draws random numbers for every item, so it cannot be made once before training: "
+                             "do it for the whole batch with tensor ops, or with fewer Python operations per item).")
+                once = ""
+                evidence.append(row_evidence("dataloaders", loaders, key, "random_share",
+                                             "the batches drew random numbers while they were made"))
+            else:
+                cheaper = (f": {hotspot} (precompute its results once before training, cache them, or vectorise "
+                           "it)." if hotspot else " (precompute once before training, cache, vectorise).")
+                once = _one_pass(loader, _number(v.metrics.get("own_work_ns")))
             advice = (f"Make the per-item work cheaper{cheaper}{once} {why}" if other is not None
                       else f"{why} Make the per-item work cheaper instead{cheaper}{once}")
         else:
