@@ -101,13 +101,14 @@ def test_only_the_window_is_recorded_and_every_step_is_timed(tmp_path):
     # each step's CPU time, the main thread's and the whole process's (torch's threads too)
     assert all(t.cpu_ns > 0 and t.process_cpu_ns > 0 for t in timed)
     timing = compute_tables(session, ["step_timing"])["step_timing"]
-    assert timing.at["ProfileStep", "recorded_steps"] == 3
-    assert timing.at["ProfileStep", "cpu_cores"] > 0 and timing["cpu_cores"].drop("ProfileStep").isna().all()
     # Steps 6..11: 0 and 1 are warm-up, 5 pays for stopping the profiler. On a loaded
-    # machine a step slowed by other work can be set apart as periodic: the window names
-    # it, and the table gives it a row of its own.
+    # machine a step slowed by other work can be set apart as periodic, recorded or not:
+    # the window names it, and the table gives it a row of its own.
     periodic = build_step_model(session).window.periodic
     apart = set(periodic.steps) if periodic is not None and periodic.source == "timed steps" else set()
+    recorded_apart = {2, 3, 4} & (set(periodic.steps) if periodic is not None else set())
+    assert timing.at["ProfileStep", "recorded_steps"] == 3 - len(recorded_apart)
+    assert timing.at["ProfileStep", "cpu_cores"] > 0 and timing["cpu_cores"].drop("ProfileStep").isna().all()
     assert timing.at["ProfileStep", "unrecorded_steps"] == len(set(range(6, 12)) - apart)
     assert ("PeriodicStep" in timing.index) == bool(apart)
     assert timing.at["ProfileStep", "source"] == "unrecorded steps"
@@ -959,3 +960,22 @@ def test_items_augmented_at_random_are_not_told_to_be_made_once():
     assert "it draws random numbers for every item, so it cannot be made once" in cheaper.recommendation
     assert "precompute" not in cheaper.recommendation and "costs a pass over the dataset" not in \
         cheaper.recommendation
+
+
+def test_workers_that_keep_up_but_crowd_the_cores_of_a_cpu_run_are_a_finding():
+    # Two workers busy 97 % of their time and torch's two operator threads on two cores: the
+    # wait for batches is 5 % of the step, under the rule's share, but the rest of the step
+    # ran (2 x 0.97 + 2) / 2 = 1.97 times as long. Made cheap, the batches give it the cores.
+    finding = advise(kind="map-style", workers=2, item_ns=1.5e6, usable_cores=2.0, share=0.05, torch_threads=2)
+    assert finding.metrics["workers_keep_up"] and finding.metrics["main_slowed_by_workers"] == pytest.approx(1.97)
+    assert "keep up, busy 97.0% of their time, but they share the job's 2.0 cores" in finding.message
+    assert finding.recommendation.startswith("The 2 worker processes crowd the cores")
+    assert finding.saving.ms_per_step == pytest.approx(5 + 95 * (1 - 1 / (1.97 * 1.05)), abs=0.01)
+    assert any(e.table == "dataloaders" and e.column == "workers_busy" for e in finding.evidence)
+    # On one operator thread the crowding is under the threshold (1.47), and a short wait is no finding.
+    assert not engine.checks()["dataloader-starvation"](loader_context(
+        kind="map-style", workers=2, item_ns=1.5e6, usable_cores=2.0, share=0.05, torch_threads=1))
+    # On a GPU run the model's operators are the GPU's: the cores they share say nothing.
+    assert not engine.checks()["dataloader-starvation"](loader_context(
+        kind="map-style", workers=2, item_ns=1.5e6, usable_cores=2.0, share=0.05, torch_threads=2,
+        gpu_busy_ms=10.0))

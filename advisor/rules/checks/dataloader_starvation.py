@@ -153,8 +153,23 @@ def _remains(fig: StepFigures, contention: float, gpu: bool) -> str:
     return f"The step keeps {'; '.join(parts)}."
 
 
+def _crowding(ctx: RuleContext, m: Measure) -> float:
+    """On a CPU run whose loader has workers: how much slower the main process's operators
+    ran for sharing the cores with the busy workers (_shared_cores); 1 where not known, on
+    a GPU run (the model's operators are the GPU's there), or without workers."""
+    loader = m.loader
+    if loader is None or ctx.gpu_measured or not int(loader["num_workers"]) or math.isnan(m.usable_cores):
+        return 1.0
+    return _shared_cores(m.usable_cores, int(loader["num_workers"]), _number(loader["workers_busy"]),
+                         m.rest_threads)
+
+
 def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
-    if m.share < ctx.threshold("dataloader_share") or m.per_step < ctx.threshold("min_saving_ms") * 1e6:
+    # Workers that keep up can still crowd the cores the model's operators run on (a CPU
+    # run): the wait for batches is short, but the rest of the step runs that much slower.
+    crowded = _crowding(ctx, m) >= ctx.threshold("crowded_cores")
+    if not crowded and (m.share < ctx.threshold("dataloader_share")
+                        or m.per_step < ctx.threshold("min_saving_ms") * 1e6):
         return None
     contention, worst = ctx.threshold("contention"), ctx.threshold("contention_worst")
     loading_gone = {"loading": 0.0}
@@ -257,7 +272,9 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
     more = StepFigures(step_ns=m.step, moved_ns=batch_ns, rest_ns=rest, cores=usable)
     n = best_workers(more, contention, max(cap, workers))
     metrics["workers_busy"] = busy
-    if n > workers:
+    if crowded and m.share < ctx.threshold("dataloader_share"):
+        metrics["workers_keep_up"] = True
+    if n > workers and not crowded:
         fig_n = StepFigures(**{**more.__dict__, "workers": n})
         return Verdict("workers cannot keep up",
                        Fix(f"{n} workers", loading_gone, rest_factor=contention,
@@ -550,7 +567,18 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
             what = (f"raise num_workers from {workers} to {v.workers} ({_spare(m)})" if v.workers > workers
                     else "make the per-item work cheaper (no CPU core is left for more workers)")
             threads = _threads_advice(v, m, metrics, contention) if v.workers > workers else ""
-            advice = (f"The {workers} worker process{'es' if workers != 1 else ''} cannot keep up"
+            if v.metrics.get("workers_keep_up"):
+                shared = float(v.metrics.get("main_slowed_by_workers", 1.0))
+                message += (f" Its {workers} worker process{'es' if workers != 1 else ''} keep up, busy {pct(busy)} "
+                            f"of their time, but they share the job's {m.usable_cores:.1f} cores with the model's "
+                            f"{m.rest_threads if not math.isnan(m.rest_threads) else 1:.0f} operator thread(s): the "
+                            f"rest of the step runs about {shared:.2f} times as long as on cores of its own.")
+                evidence.append(row_evidence("dataloaders", loaders, key, "workers_busy",
+                                             "the workers' share of their time spent working"))
+                what = ("make the per-item work cheaper (where the items are the same every epoch, make them once "
+                        "before training), so that the workers leave the cores to the model")
+            advice = (f"The {workers} worker process{'es' if workers != 1 else ''} "
+                      + ("crowd the cores" if v.metrics.get("workers_keep_up") else "cannot keep up")
                       + (f" (busy {pct(busy)} of their time)" if not math.isnan(busy) else "")
                       + f": {what}" + (f"; {hotspot}." if hotspot else ".") + threads
                       + (" Keep persistent_workers=True so workers are not restarted each epoch."
