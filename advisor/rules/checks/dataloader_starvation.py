@@ -20,7 +20,10 @@ Decide which fix holds:
   allow, else cheaper per-item work, which also gives the rest of the step back the cores
   the busy workers shared with it;
 - where workers pay and the loading is the script's own CPU work, making that work cheaper
-  too: both are replayed, and the one that saves clearly more leads;
+  too: both are replayed, and the one that saves clearly more leads (never making items
+  once where they draw random numbers while they are made);
+- on a CPU run, workers that keep up but crowd the cores the model's operators run on:
+  however short the wait, cheaper per-item work gives the rest of the step the cores back;
 - a trace from another profiler: what cannot be seen there is said.
 
 The saving is the fix replayed on the step graph: the loading's host time gone (or cut to
