@@ -146,6 +146,10 @@ SCRIPT_PAIRS = (
     # rest of the step the cores back.
     ScriptPair("json_records_workers", "json_records.py", "dataloader-starvation", _made_once_beside_workers, 40,
                args=("--num-workers", "2"), repeat_factor=2),
+    # Items augmented at random each time: only workers take the loading off, and on few
+    # cores the main process's operators keep to the threads the workers leave.
+    ScriptPair("random_augment", "random_augment.py", "dataloader-starvation", _workers_and_threads, 40,
+               repeat_factor=2),
     ScriptPair("padded_items", "padded_items.py", "dataloader-starvation", _precomputed, 60, repeat_factor=3),
     ScriptPair("in_memory_loop", "in_memory_loop.py", "dataloader-starvation", lambda f: ["--batched"], 2000,
                repeat_factor=3, verify=True),

@@ -67,11 +67,14 @@ RUNS = {
     "custom_collate_precomputed": ["custom_collate.py", "--steps", "3", "--precompute"],
     "json_records": ["json_records.py", "--steps", "3", "--records", "256"],
     "json_records_precomputed": ["json_records.py", "--steps", "3", "--records", "256", "--precompute"],
+    "random_augment": ["random_augment.py", "--steps", "3", "--images", "128"],
+    "random_augment_workers": ["random_augment.py", "--steps", "3", "--images", "128", "--num-workers", "1",
+                               "--torch-threads", "1"],
     "anomaly_left_on": ["anomaly_left_on.py", "--steps", "3"],
     "anomaly_left_on_fixed": ["anomaly_left_on.py", "--steps", "3", "--no-anomaly"],
 }
 USERS_SCRIPTS = ["tokenize_dataset.py", "char_features.py", "in_memory_loop.py", "augment_loop.py", "spawn_train.py",
-                 "custom_collate.py", "anomaly_left_on.py", "loss_loop.py", "json_records.py"]
+                 "custom_collate.py", "anomaly_left_on.py", "loss_loop.py", "json_records.py", "random_augment.py"]
 
 
 OVERHEAD = "collector_overhead"
@@ -224,6 +227,15 @@ def test_json_records_decoded_once_are_the_records_decoded_per_item():
     asked, once = json_records.Records(8, seed=3), json_records.Records(8, seed=3, precompute=True)
     for i in range(8):
         assert torch.equal(asked[i][0], once[i][0]) and asked[i][1] == once[i][1]
+
+
+def test_random_augment_s_items_differ_each_time_they_are_asked_for():
+    # the planted property: the items cannot be made once before training
+    random_augment = load_module(EXAMPLES / "random_augment.py")
+    data = random_augment.Augmented(4, seed=3)
+    first, again = data[2], data[2]
+    assert first[0].shape == (3, random_augment.SIZE, random_augment.SIZE) and first[1] == again[1]
+    assert not torch.equal(first[0], again[0])
 
 
 def test_custom_collate_s_precomputed_counts_make_the_same_batch():

@@ -13,6 +13,7 @@ sampler, and the tables and rules built on them.
 
 from __future__ import annotations
 
+import math
 import signal
 import subprocess
 import sys
@@ -603,10 +604,13 @@ def test_workers_are_not_advised_where_handing_a_batch_over_costs_more_than_they
 def test_workers_that_take_cores_from_the_models_own_threads_slow_it_at_worst():
     # 6 cores; the model's operators run on 6 threads (torch's default). One worker leaves
     # them 5 cores: at worst they had scaled perfectly and run 6 / 5 times longer, beside the
-    # worker 30 % slower on top. The point keeps the model's own time.
+    # worker 30 % slower on top. At best they had not scaled at all; the point takes the
+    # geometric middle, sqrt(6 / 5), beside the worker 5 % slower.
     finding = advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=6.0, torch_threads=6)
     assert finding.metrics["advice"] == "num_workers=1" and finding.metrics["rest_threads"] == 6
-    assert finding.saving.ms_per_step == pytest.approx(100 - 60 * 1.05, abs=0.01)
+    assert finding.saving.ms_per_step == pytest.approx(100 - 60 * 1.05 * math.sqrt(6 / 5), abs=0.01)
+    assert finding.metrics["rest_slowdown_point"] == pytest.approx(math.sqrt(6 / 5))
+    assert "counts it 1.10 times as long" in finding.recommendation
     assert finding.saving.low_ms_per_step == pytest.approx(100 - 60 * 1.3 * 6 / 5, abs=0.01)
     # the main process's operators get the cores the worker leaves
     assert "torch.set_num_threads(5)" in finding.recommendation and finding.metrics["torch_threads"] == 5
@@ -619,11 +623,21 @@ def test_workers_that_take_cores_from_the_models_own_threads_slow_it_at_worst():
 
 def test_a_model_whose_threads_fill_the_cores_gets_one_thread_beside_its_worker():
     # 2 cores, the model's operators on 2 threads: beside a worker they would compete with
-    # it; at worst, on one thread, the step does not get shorter at all.
-    finding = advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=2.0, torch_threads=2)
+    # it; at worst, on one thread, the step does not get shorter at all. Items augmented at
+    # random cannot be made once: the workers lead.
+    finding = advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=2.0, torch_threads=2, random_share=1.0)
     assert finding.metrics["advice"] == "num_workers=1"
     assert "torch.set_num_threads(1)" in finding.recommendation and "run on 2 threads" in finding.recommendation
     assert finding.saving.low_ms_per_step == 0.0
+    # The point: the rest on one thread sqrt(2) times as long (between not scaling and
+    # scaling perfectly with its threads), 5 % slower beside the worker.
+    assert finding.saving.ms_per_step == pytest.approx(100 - 60 * 1.05 * math.sqrt(2), abs=0.01)
+    assert "counts it 1.41 times as long (as long as it is at best, 2.00 times at worst" in finding.recommendation
+    assert "the host's other work (1.41 times as long on the threads the workers leave it)" in finding.saving.remains
+    # Items that can be made once: that saves clearly more than the worker on one thread.
+    made_once = advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=2.0, torch_threads=2)
+    assert made_once.metrics["advice"] == "cheaper per-item work"
+    assert made_once.metrics["other_ms_per_step"] == pytest.approx(finding.saving.ms_per_step, abs=0.01)
     # On one thread already (or not recorded): no thread advice, the usual low end.
     for plain in (advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=2.0, torch_threads=1),
                   advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=2.0)):

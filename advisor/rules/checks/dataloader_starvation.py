@@ -145,10 +145,13 @@ def _number(x: Any) -> float:
     return float(x) if x is not None and pd.notna(x) else math.nan
 
 
-def _remains(fig: StepFigures, contention: float, gpu: bool) -> str:
-    """What the step keeps after the workers take the loading, in words."""
-    parts = [("the GPU's own work and " if gpu else "") + "the host's other work (a little slower while workers "
-             "share the CPU)"]
+def _remains(fig: StepFigures, contention: float, gpu: bool, fewer_threads: float = 1.0) -> str:
+    """What the step keeps after the workers take the loading, in words (``fewer_threads``:
+    how much longer the point counts the rest of the host's work on the threads the workers
+    leave it)."""
+    slower = (f"{fewer_threads:.2f} times as long on the threads the workers leave it" if fewer_threads > 1.0
+              else "a little slower while workers share the CPU")
+    parts = [("the GPU's own work and " if gpu else "") + f"the host's other work ({slower})"]
     if math.isfinite(fig.workers):
         parts.append(f"the workers' {ms(fig.moved_ns)} per batch shared among {fig.workers:.0f}")
     if math.isfinite(fig.cores):
@@ -242,11 +245,16 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
         if handoff:
             metrics.update({"handoff_ns": handoff, "handoff_worker_ns": handoff_worker})
         # At worst, the rest of the step's operators (on torch's threads, on a CPU) lose the
-        # cores the workers take, having scaled perfectly with them.
+        # cores the workers take, having scaled perfectly with them; at best they had not
+        # scaled at all. The point takes the geometric middle of the two: on 2 cores, 2
+        # threads cut to 1 ran the rest of the step of two scripts that augment images at
+        # random 1.37 and 1.55 times as long, where perfect scaling says 2 and none 1
+        # (benchmarks/RESULTS.md).
         fig_worst = StepFigures(**{**fig_n.__dict__, "rest_threads": m.rest_threads})
         slower = rest_slowdown(fig_worst)
         if slower > 1.0:
-            metrics.update({"rest_threads": m.rest_threads, "rest_slowdown": slower})
+            metrics.update({"rest_threads": m.rest_threads, "rest_slowdown": slower,
+                            "rest_slowdown_point": math.sqrt(slower)})
         if pays:
             # The main process's loading shrinks to receiving the batch. Where the loading
             # is CPU work of the script's own, making that work cheaper is the other fix:
@@ -256,15 +264,15 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
             other = (_cheaper_work(loader, own_collate, {}) if demand >= 0.5 and not math.isnan(item_ns)
                      and not math.isnan(items) and not _random_items(loader) else None)
             return Verdict(f"num_workers={n}",
-                           Fix(f"{n} workers", received, rest_factor=contention,
+                           Fix(f"{n} workers", received, rest_factor=contention * math.sqrt(slower),
                                floor_ns=worker_floor(fig_n, contention)),
                            Fix(f"{n} workers, at worst", received, rest_factor=worst * slower,
                                floor_ns=worker_floor(fig_worst, worst)),
                            Fix(f"{n} workers, at best", received, floor_ns=worker_floor(fig_n, 1.0)),
                            f"the step replayed with {n} worker{'s' if n != 1 else ''} making the batches: what the "
                            "rest of the step, the GPU, the workers, the hand-over of each batch and the cores leave",
-                           _remains(fig_n, contention, ctx.gpu_measured), workers=n, figures=fig_n, metrics=metrics,
-                           alternative=other)
+                           _remains(fig_n, contention, ctx.gpu_measured, math.sqrt(slower)), workers=n,
+                           figures=fig_n, metrics=metrics, alternative=other)
         metrics["workers_do_not_pay"] = True
     if workers == 0:
         return _cheaper_work(loader, own_collate, metrics)
@@ -381,7 +389,8 @@ def _threads_advice(v: Verdict, m: Measure, metrics: dict[str, Any], contention:
     workers save."""
     if v.figures is None or math.isnan(m.usable_cores):
         return ""
-    crowded = rest_slowdown(StepFigures(**{**v.figures.__dict__, "rest_threads": m.rest_threads})) > 1.0
+    slower = rest_slowdown(StepFigures(**{**v.figures.__dict__, "rest_threads": m.rest_threads}))
+    crowded = slower > 1.0
     if step_after(v.figures, contention)[1] != "cpu" and not crowded:
         return ""
     threads = max(1, math.floor(m.usable_cores + 0.05) - v.workers)
@@ -393,8 +402,9 @@ def _threads_advice(v: Verdict, m: Measure, metrics: dict[str, Any], contention:
     if crowded:
         return (f" The model's operators run on {m.rest_threads:.0f} threads now (torch's default, a thread per "
                 f"core): give them what the workers leave, torch.set_num_threads({threads}), or they compete with "
-                "the workers for the cores; on fewer threads the rest of the step may run slower (the low end of "
-                "the saving).")
+                "the workers for the cores. On fewer threads the rest of the step runs slower: the saving counts it "
+                f"{math.sqrt(slower):.2f} times as long (as long as it is at best, {slower:.2f} times at worst, the "
+                "low end).")
     return (f" With the workers on every core, give the main process's operators what they leave: "
             f"torch.set_num_threads({threads}) (its default, a thread per core, would compete with the workers "
             "for them).")
