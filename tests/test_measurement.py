@@ -788,6 +788,23 @@ def test_a_trace_s_loader_gets_the_advice_for_both_cases():
                       gpu_measured=True, model=build_step_model(loader_session(share=0.4, gpu_busy_ms=10.0)))
     (finding,) = engine.checks()["dataloader-starvation"](ctx)
     assert "in-memory tensors" in finding.recommendation and "does not show which" in finding.recommendation
+    # the GPU measured idles while the loader runs; a CPU run has none to idle
+    assert "the GPU sits idle for that time unless work is still queued on it." in finding.message
+    cpu = advise(kind="map-style", workers=0, item_ns=1.5e6)
+    assert cpu.message.split("); ", 1)[1].startswith("nothing else runs in the loop meanwhile. ")
+    assert "GPU" not in cpu.message
+    assert "1.50 ms per item, 32 items and 100 us of collation per batch" in cpu.message
+
+
+def test_a_batch_size_said_as_the_loader_s_not_as_a_mean_cut_by_the_short_last_batch():
+    ctx = loader_context(kind="map-style", workers=0, item_ns=1.5e6)
+    ctx.tables["dataloaders"]["items_per_batch"] = 31.4  # 32 a batch, each epoch's last one shorter
+    (finding,) = engine.checks()["dataloader-starvation"](ctx)
+    assert "32 items (31.4 on average, with each epoch's shorter last batch) and" in finding.message
+    # a mean far below the batch size is not a short last batch: said as measured
+    ctx.tables["dataloaders"]["items_per_batch"] = 12.0
+    (finding,) = engine.checks()["dataloader-starvation"](ctx)
+    assert "per item, 12 items and" in finding.message
 
 
 def hotspots(other_ns: dict[str, float]) -> pd.DataFrame:

@@ -325,6 +325,15 @@ def _shared_cores(cores: float, workers: int, busy: float, threads: float) -> fl
     return max((workers * busy + own) / cores, 1.0)
 
 
+def _items(items: float, loader: pd.Series) -> str:
+    """A batch's items in words: the loader's batch size where the mean falls short of it
+    only by an epoch's shorter last batches (a batch_size of 64 said as 64, not 63)."""
+    size = _number(loader.get("batch_size", math.nan))
+    if not math.isnan(size) and size >= 1 and size * 0.8 <= items < size - 0.05:
+        return f"{size:.0f} items ({items:.1f} on average, with each epoch's shorter last batch)"
+    return f"{items:.0f} items"
+
+
 def _random_items(loader: pd.Series) -> bool:
     """Whether most batches drew random numbers while they were made (augmentation): such
     items differ every epoch, so making them once is no fix."""
@@ -462,7 +471,10 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
     v, estimate, other = weighed
     evidence = list(m.evidence)
     message = (f"The data loader takes {pct(m.share)} of each step ({ms(m.per_step)} per step, over {m.over}); "
-               "nothing else runs in the loop meanwhile, and a GPU would sit idle for that time.")
+               "nothing else runs in the loop meanwhile"
+               # A CPU run has no GPU to idle: said only where one was measured.
+               + (", and the GPU sits idle for that time unless work is still queued on it." if ctx.gpu_measured
+                  else "."))
     hotspot = _hotspot(m.loader)
     metrics: dict[str, Any] = {"share": m.share, "ns_per_step": m.per_step, "job_cores": m.usable_cores,
                                "logical_cores": m.logical_cores, "advice": v.advice, **v.metrics}
@@ -491,7 +503,7 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
         if workers == 0 and not math.isnan(item_ns):
             source = {"in-memory tensors": f"in-memory tensors ({key})", "iterable": f"an iterable dataset ({key})"}
             message += (f" Its batches come from {source.get(loader['kind'], f'a map-style dataset ({key})')}, made "
-                        f"in the main process one item at a time: {ms(item_ns)} per item, {items:.0f} items and "
+                        f"in the main process one item at a time: {ms(item_ns)} per item, {_items(items, loader)} and "
                         f"{ms(collate_ns)} of collation per batch.")
             evidence += [row_evidence("dataloaders", loaders, key, "item_avg_ns"),
                          row_evidence("dataloaders", loaders, key, "collate_avg_ns")]
