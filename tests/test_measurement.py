@@ -831,6 +831,20 @@ def test_host_bound_names_the_functions_that_take_the_step():
     assert any(e.kind == "source_line" and e.line == 10 for e in finding.evidence)
 
 
+def test_host_bound_leaves_out_the_time_the_phases_own_calls_spend_outside_their_marks():
+    # loss.backward()'s and optimizer.step()'s lines, sampled in autograd's and the
+    # optimizer's Python before their phases' marks: the phases' own work, not the script's
+    table = hotspots({"augment": 9e6, "main": 2e6, "train": 1.5e6})
+    table["calls"] = ["", "torch._tensor.backward", "torch.optim.optimizer.wrapper"]
+    (finding,) = host_bound(table)
+    assert finding.saving.ms_per_step == pytest.approx(9.0)
+    assert "main (t.py" not in finding.message and "train (t.py" not in finding.message
+    # the same lines calling anything else are the script's own work, and counted
+    table["calls"] = ["", "torch.nn.Module.__call__", ""]
+    (counted,) = host_bound(table)
+    assert counted.saving.ms_per_step == pytest.approx(12.5)
+
+
 def test_host_bound_stays_quiet_below_its_share():
     assert host_bound(hotspots({"augment": 1e6})) == []  # 5% of the step
 

@@ -291,8 +291,17 @@ def _calls(ctx: RuleContext, kind: str) -> float:
     return float(value(ctx.table("autograd_nodes"), kind, "calls_per_step", 0.0))
 
 
+# The calls that open a phase of the model from the user's line (loss.backward(),
+# optimizer.step()): their samples before the phase's mark and after it (autograd's and the
+# optimizer's Python wrappers) fall outside every phase, but they are the phase's own
+# work, which no vectorising of the script's code removes.
+_PHASE_CALLS = ("torch._tensor.backward", "torch.autograd.backward", "torch.autograd.grad", "torch.optim.")
+
+
 def _from_samples(ctx: RuleContext, hotspots: pd.DataFrame) -> list[Finding]:
     main = hotspots[(hotspots["role"] == "main") & (hotspots["function"] != "")]
+    if "calls" in main.columns:
+        main = main[~main["calls"].fillna("").astype(str).str.startswith(_PHASE_CALLS)]
     outside = main["other_ns"].astype(float) * (1.0 - main["waiting_share"].fillna(0).astype(float))
     outside = outside[outside > 0].sort_values(ascending=False)
     step = ctx.mean_step_ns
