@@ -150,6 +150,9 @@ SCRIPT_PAIRS = (
     # cores the main process's operators keep to the threads the workers leave.
     ScriptPair("random_augment", "random_augment.py", "dataloader-starvation", _workers_and_threads, 40,
                repeat_factor=2),
+    # Items flipped at random whose decode, the costly part, does not depend on the flip.
+    ScriptPair("decode_and_flip", "decode_and_flip.py", "dataloader-starvation", _loader_fix(_workers_and_threads),
+               40, repeat_factor=2),
     ScriptPair("padded_items", "padded_items.py", "dataloader-starvation", _precomputed, 60, repeat_factor=3),
     ScriptPair("in_memory_loop", "in_memory_loop.py", "dataloader-starvation", lambda f: ["--batched"], 2000,
                repeat_factor=3, verify=True),

@@ -70,11 +70,14 @@ RUNS = {
     "random_augment": ["random_augment.py", "--steps", "3", "--images", "128"],
     "random_augment_workers": ["random_augment.py", "--steps", "3", "--images", "128", "--num-workers", "1",
                                "--torch-threads", "1"],
+    "decode_and_flip": ["decode_and_flip.py", "--steps", "3", "--images", "96"],
+    "decode_and_flip_precomputed": ["decode_and_flip.py", "--steps", "3", "--images", "96", "--precompute"],
     "anomaly_left_on": ["anomaly_left_on.py", "--steps", "3"],
     "anomaly_left_on_fixed": ["anomaly_left_on.py", "--steps", "3", "--no-anomaly"],
 }
 USERS_SCRIPTS = ["tokenize_dataset.py", "char_features.py", "in_memory_loop.py", "augment_loop.py", "spawn_train.py",
-                 "custom_collate.py", "anomaly_left_on.py", "loss_loop.py", "json_records.py", "random_augment.py"]
+                 "custom_collate.py", "anomaly_left_on.py", "loss_loop.py", "json_records.py", "random_augment.py",
+                 "decode_and_flip.py"]
 
 
 OVERHEAD = "collector_overhead"
@@ -236,6 +239,16 @@ def test_random_augment_s_items_differ_each_time_they_are_asked_for():
     first, again = data[2], data[2]
     assert first[0].shape == (3, random_augment.SIZE, random_augment.SIZE) and first[1] == again[1]
     assert not torch.equal(first[0], again[0])
+
+
+def test_decode_and_flip_s_images_decoded_once_are_the_images_decoded_per_item():
+    decode_and_flip = load_module(EXAMPLES / "decode_and_flip.py")
+    asked, once = decode_and_flip.EncodedImages(4, seed=3), decode_and_flip.EncodedImages(4, seed=3, precompute=True)
+    for i in range(4):
+        assert torch.equal(torch.from_numpy(asked.decode(asked.blobs[i])), torch.from_numpy(once.decoded[i]))
+        # the flip is drawn for every item: the item is the decoded image, flipped or not
+        image, label = once[i]
+        assert label == asked.labels[i] and image.shape == (3, decode_and_flip.SIZE, decode_and_flip.SIZE)
 
 
 def test_custom_collate_s_precomputed_counts_make_the_same_batch():

@@ -396,6 +396,32 @@ def test_loading_names_the_caller_of_its_busiest_function(tmp_path):
     assert loader["top_caller"].startswith("tokenize (") and loader["top_caller_share"] > loader["top_function_share"]
 
 
+def test_a_comprehension_s_work_is_the_function_around_it_s(tmp_path):
+    # decode's work is all in its list comprehension, a frame of its own: loading's busiest
+    # function is decode, with the comprehension's share, not "<listcomp>"
+    script = write(tmp_path, "comprehension.py", """
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+
+        def decode(n):
+            rows = [sum(j * j for j in range(300)) + i for i in range(40 + n % 3)]
+            return float(len(rows))
+
+        class Images(Dataset):
+            def __len__(self):
+                return 8 * 10
+            def __getitem__(self, i):
+                return torch.tensor([decode(i)])
+
+        for x in DataLoader(Images(), batch_size=8):
+            (x * 2).sum()
+    """)
+    session = collect_script(script, [], gpu=False).session
+    loader = compute_tables(session, ["dataloaders"])["dataloaders"].iloc[0]
+    assert loader["top_function"].startswith("decode (") and loader["top_function_share"] > 0.8
+    assert set(int(n) for n in loader["top_lines"].split(",")) == {6}
+
+
 def test_a_main_process_loader_gets_its_worker_hand_over_timed_and_its_reads_of_items_are_no_waits(tmp_path):
     script = write(tmp_path, "padded.py", """
         import torch
@@ -625,7 +651,8 @@ def test_a_model_whose_threads_fill_the_cores_gets_one_thread_beside_its_worker(
     # 2 cores, the model's operators on 2 threads: beside a worker they would compete with
     # it; at worst, on one thread, the step does not get shorter at all. Items augmented at
     # random cannot be made once: the workers lead.
-    finding = advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=2.0, torch_threads=2, random_share=1.0)
+    finding = advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=2.0, torch_threads=2, random_share=1.0,
+                     top="__getitem__ (train.py)")
     assert finding.metrics["advice"] == "num_workers=1"
     assert "torch.set_num_threads(1)" in finding.recommendation and "run on 2 threads" in finding.recommendation
     assert finding.saving.low_ms_per_step == 0.0
@@ -995,16 +1022,44 @@ def test_batches_that_draw_random_numbers_are_told_apart_and_the_job_draws_its_o
 
 def test_items_augmented_at_random_are_not_told_to_be_made_once():
     # On two cores the items made once would lead (see above); drawn at random every time,
-    # they cannot be: the workers lead, and no figure is given for making them once.
-    finding = advise(kind="map-style", workers=0, item_ns=2.8e6, usable_cores=2.0, share=0.9, random_share=1.0)
+    # they cannot be where their busiest function is __getitem__ itself, where the draws are
+    # made: the workers lead, and no figure is given for making them once.
+    finding = advise(kind="map-style", workers=0, item_ns=2.8e6, usable_cores=2.0, share=0.9, random_share=1.0,
+                     top="__getitem__ (train.py)")
     assert finding.metrics["advice"] == "num_workers=2" and "other_advice" not in finding.metrics
-    assert "precomputed once" not in finding.recommendation
+    assert "precomputed once" not in finding.recommendation and "made once" not in finding.recommendation
     # Where workers do not pay either, the per-item work is to be made cheaper, not made once.
-    cheaper = advise(kind="map-style", workers=0, item_ns=1.5e6, usable_cores=1.0, random_share=1.0)
+    cheaper = advise(kind="map-style", workers=0, item_ns=1.5e6, usable_cores=1.0, random_share=1.0,
+                     top="__getitem__ (train.py)")
     assert cheaper.metrics["advice"] == "cheaper per-item work"
     assert "it draws random numbers for every item, so it cannot be made once" in cheaper.recommendation
     assert "precompute" not in cheaper.recommendation and "costs a pass over the dataset" not in \
         cheaper.recommendation
+
+
+def test_a_function_of_its_own_in_items_augmented_at_random_is_told_to_be_made_once():
+    # A decode of its own takes 80 % of loading; the items are flipped at random in
+    # __getitem__. The decode's results can be made once, the flip kept per item: on two
+    # cores that saves clearly more than the workers, and leads.
+    finding = advise(kind="map-style", workers=0, item_ns=2.8e6, usable_cores=2.0, share=0.9, random_share=1.0,
+                     top="decode (train.py)", length=5000)
+    assert finding.metrics["advice"] == "cheaper per-item work" and finding.metrics["made_once_function"] == "decode"
+    # the decode's share of the loading goes: 80 % of 90 ms
+    assert finding.saving.ms_per_step == pytest.approx(0.8 * 90, abs=0.01)
+    assert finding.saving.low_ms_per_step == pytest.approx(0.4 * 90, abs=0.01)
+    assert "make decode's results once before training, or cache them, where they do not depend on those draws, " \
+           "and keep the random part per item" in finding.recommendation
+    assert "Use the workers where decode's results depend on the random draws." in finding.recommendation
+    assert finding.metrics["other_advice"] == "num_workers=2"
+    # its pass over the dataset: 72 ms a batch of 32 items, 2.25 ms an item
+    assert "Making decode's results for every item once costs a pass over the dataset before training (5000 items " \
+           "at 2.25 ms: 11.2 s)" in finding.recommendation
+    # On many cores the workers lead, the decode made once said beside them.
+    roomy = advise(kind="map-style", workers=0, item_ns=1.5e6, usable_cores=8.0, random_share=1.0,
+                   top="decode (train.py)")
+    assert roomy.metrics["advice"] == "num_workers=1" and roomy.metrics["other_advice"] == "cheaper per-item work"
+    assert "with decode's results made once before training (the random part kept per item), it would save" in \
+        roomy.recommendation
 
 
 def test_workers_that_keep_up_but_crowd_the_cores_of_a_cpu_run_are_a_finding():

@@ -20,8 +20,9 @@ Decide which fix holds:
   allow, else cheaper per-item work, which also gives the rest of the step back the cores
   the busy workers shared with it;
 - where workers pay and the loading is the script's own CPU work, making that work cheaper
-  too: both are replayed, and the one that saves clearly more leads (never making items
-  once where they draw random numbers while they are made);
+  too: both are replayed, and the one that saves clearly more leads (where the items draw
+  random numbers while they are made, only their busiest function of their own, a decode
+  or a tokenizer, is made once, the random part kept per item);
 - on a CPU run, workers that keep up but crowd the cores the model's operators run on:
   however short the wait, cheaper per-item work gives the rest of the step the cores back;
 - a trace from another profiler: what cannot be seen there is said.
@@ -261,8 +262,12 @@ def decide(ctx: RuleContext, m: Measure) -> Verdict | None:
             # on few cores, where the workers and the model's operators share them, it can
             # save more (word() weighs the two).
             received = {"loading": min(handoff / m.per_step, 1.0) if m.per_step > 0 else 0.0}
-            other = (_cheaper_work(loader, own_collate, {}) if demand >= 0.5 and not math.isnan(item_ns)
-                     and not math.isnan(items) and not _random_items(loader) else None)
+            other = None
+            if demand >= 0.5 and not math.isnan(item_ns) and not math.isnan(items):
+                # Items drawn at random: only a function of their own (a decode, a
+                # tokenizer) can be made once; the random part stays per item.
+                other = (_made_once_beside_random(loader) if _random_items(loader)
+                         else _cheaper_work(loader, own_collate, {}))
             return Verdict(f"num_workers={n}",
                            Fix(f"{n} workers", received, rest_factor=contention * math.sqrt(slower),
                                floor_ns=worker_floor(fig_n, contention)),
@@ -338,6 +343,32 @@ def _random_items(loader: pd.Series) -> bool:
     """Whether most batches drew random numbers while they were made (augmentation): such
     items differ every epoch, so making them once is no fix."""
     return _number(loader.get("random_share", math.nan)) >= 0.5
+
+
+def _made_once_beside_random(loader: pd.Series) -> Verdict | None:
+    """Items drawn at random (augmentation) whose busiest function is one of its own, not
+    ``__getitem__`` where the draws are made: that function's results made once before
+    training (a decode, a tokenizer), the random part kept per item. Its share of loading
+    goes (at worst half of it); None where the busiest function is ``__getitem__`` itself
+    or is not known (nothing separable to make once)."""
+    function = str(loader.get("top_function") or "").partition(" (")[0]
+    share = _number(loader.get("top_function_share", math.nan))
+    if not function or function in ("__getitem__", "__getitems__", "__iter__", "__next__") or not share > 0:
+        return None
+    share = min(share, 1.0)
+    item_ns = _number(loader["item_avg_ns"]) * _number(loader["items_per_batch"])
+    read_ns = _number(loader["read_avg_ns"])
+    metrics = {"made_once_function": function}
+    if read_ns > 0:
+        metrics["own_work_ns"] = share * read_ns  # per batch: what making its results once moves before training
+    elif not math.isnan(item_ns):
+        metrics["own_work_ns"] = share * item_ns
+    return Verdict("cheaper per-item work", Fix(f"{function} made once", {"loading": 1.0 - share}),
+                   Fix(f"{function} made once, at worst", {"loading": 1.0 - share / 2}),
+                   Fix(f"{function} made once", {"loading": 1.0 - share}),
+                   f"the step replayed without {function}'s share of loading, its results made once before training",
+                   f"The step keeps the random augmentation of each item, the collation, the loader's own "
+                   "machinery and the rest of the step.", metrics=metrics)
 
 
 def _cheaper_work(loader: pd.Series, own_collate: bool, metrics: dict[str, Any]) -> Verdict:
@@ -442,6 +473,14 @@ def _weigh(ctx: RuleContext, v: Verdict) -> tuple[Verdict, Saving, tuple[Verdict
     return v, estimate, (alternative, other[0])
 
 
+def _instead(cheaper: Verdict) -> str:
+    """The cheaper-work fix beside the workers, in words."""
+    function = cheaper.metrics.get("made_once_function")
+    if function:
+        return f"with {function}'s results made once before training (the random part kept per item)"
+    return "made cheaper instead of moved to workers (precomputed once before training)"
+
+
 def _figure(saving: Saving) -> str:
     """A fix's saving in words: "12.1 ms a step (30.4%; 0 to 13.1 ms)"."""
     span = ""
@@ -451,7 +490,7 @@ def _figure(saving: Saving) -> str:
     return f"{ms(saving.ms_per_step * 1e6)} a step ({pct(saving.share_of_step)}{span})"
 
 
-def _one_pass(loader: pd.Series, own_work_ns: float) -> str:
+def _one_pass(loader: pd.Series, own_work_ns: float, what: str = "every item") -> str:
     """What making every item once costs, where the dataset's length is known: a pass over
     it before training (the script's own work per batch, per item, times the items),
     which pays back where training reads an item more than once."""
@@ -459,7 +498,7 @@ def _one_pass(loader: pd.Series, own_work_ns: float) -> str:
     if math.isnan(length) or math.isnan(own_work_ns) or length <= 0 or not items > 0:
         return ""
     per_item = own_work_ns / items
-    return (f" Making every item once costs a pass over the dataset before training ({length:.0f} items at "
+    return (f" Making {what} once costs a pass over the dataset before training ({length:.0f} items at "
             f"{ms(per_item)}: {ms(length * per_item)}); it pays back from the second epoch, or at once where the "
             "results are kept on disk between runs.")
 
@@ -538,8 +577,7 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
                       "persistent_workers=True, prefetch_factor=2, pin_memory=True on a GPU); "
                       f"{_spare(m)}.{_threads_advice(v, m, metrics, contention)} Then cut the per-item work"
                       + (f": {hotspot}" if hotspot else " in __getitem__ (decode once, cache, vectorise)")
-                      + (f"; made cheaper instead of moved to workers (precomputed once before training), it would "
-                         f"save {_figure(other[1])}." if other is not None else "."))
+                      + (f"; {_instead(other[0])}, it would save {_figure(other[1])}." if other is not None else "."))
             if other is not None:
                 metrics.update({"other_advice": other[0].advice, "other_ms_per_step": other[1].ms_per_step})
             if v.metrics.get("rest_slowdown", 1.0) > 1.0:
@@ -554,11 +592,13 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
                 threads = asked.get("torch_threads")
                 set_threads = (f" and torch.set_num_threads({threads}) in the main process"
                                if threads and not m.rest_threads <= threads else "")
+                made_once = v.metrics.get("made_once_function")
                 why = (f"Worker processes would save less here, {_figure(workers_saving)}, with "
                        f"DataLoader(num_workers={workers_v.workers}, persistent_workers=True){set_threads}: the job "
                        f"may use {m.usable_cores:.1f} cores, and the workers' CPU work and the model's operators "
-                       "share them. Use the workers where the items cannot be made once (random augmentation each "
-                       "epoch).")
+                       "share them. Use the workers where "
+                       + (f"{made_once}'s results depend on the random draws." if made_once else
+                          "the items cannot be made once (random augmentation each epoch)."))
                 metrics.update({"other_advice": workers_v.advice, "other_ms_per_step": workers_saving.ms_per_step})
             elif v.metrics.get("workers_do_not_pay"):
                 handoff = v.metrics.get("handoff_ns", 0.0)
@@ -573,7 +613,17 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
             else:
                 why = (f"Worker processes would compete with training for CPU: the job may use "
                        f"{m.usable_cores:.1f} cores.")
-            if _random_items(loader):
+            made_once = v.metrics.get("made_once_function")
+            if _random_items(loader) and made_once:
+                # The items are augmented at random, but their busiest function is one of
+                # its own: its results can be made once, the random part kept per item.
+                cheaper = (f": {hotspot}. The items draw random numbers (augmentation that must differ every "
+                           f"epoch): make {made_once}'s results once before training, or cache them, where they do "
+                           "not depend on those draws, and keep the random part per item.")
+                once = _one_pass(loader, _number(v.metrics.get("own_work_ns")), f"{made_once}'s results for every item")
+                evidence.append(row_evidence("dataloaders", loaders, key, "random_share",
+                                             "the batches drew random numbers while they were made"))
+            elif _random_items(loader):
                 # Random augmentation differs every epoch: it cannot be made once.
                 cheaper = ((f": {hotspot}" if hotspot else " in __getitem__")
                            + " (it draws random numbers for every item, so it cannot be made once before training: "
