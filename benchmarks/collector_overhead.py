@@ -199,6 +199,8 @@ SCRIPTS = (
     ("tokenize_dataset", ["tokenize_dataset.py", "--steps", "20"]),
     ("in_memory_loop", ["in_memory_loop.py", "--steps", "300"]),
     ("augment_loop", ["augment_loop.py", "--steps", "40"]),
+    ("json_records", ["json_records.py", "--steps", "40"]),
+    ("random_augment", ["random_augment.py", "--steps", "40"]),
 )
 # Runs a command and prints, as its last line, the peak RSS of the processes it waited
 # for (the command and its children: DataLoader workers), in KiB.
