@@ -213,9 +213,16 @@ def format_number(value: Any) -> str:
     return f"{value:.4g}"
 
 
+def is_time_column(column: str) -> bool:
+    """Whether a column holds nanoseconds by its name: ``*_ns``, ``ns`` or ``ns_*``
+    (autograd_nodes' ``ns_per_step``)."""
+    name = column.lower()
+    return name.endswith("_ns") or name == "ns" or name.startswith("ns_")
+
+
 def _column_kind(column: str) -> str:
     name = column.lower()
-    if name.endswith("_ns") or name == "ns":
+    if is_time_column(name):
         return "time"
     if name.endswith("_ms"):
         return "time_ms"

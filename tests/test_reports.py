@@ -728,3 +728,14 @@ def test_on_a_busy_machine_a_saving_leads_with_its_share_and_says_the_load():
     assert said.startswith(f"{format_share(busy.saving.share_of_step)} of each step")
     assert "at this run's load: the main thread waited for a core 40% of its time" in said
     assert busy.saving.ms_per_step == quiet.saving.ms_per_step  # the figures are the run's; only the wording leads
+
+
+def test_evidence_of_a_column_of_nanoseconds_by_any_of_its_names_reads_as_a_duration():
+    # autograd_nodes' ns_per_step read "9.281e+06" beside every other figure in units
+    from advisor.reports._common import evidence_value
+    from advisor.units import format_cell
+
+    assert evidence_value("ns_per_step", 9.281e6) == "9.28 ms"
+    assert evidence_value("per_step_ns", 9.281e6) == "9.28 ms"
+    assert evidence_value("calls_per_step", 9.281e6) == "9.281e+06"
+    assert format_cell("ns_per_step", 64_600.0) == "64.6 us"

@@ -20,6 +20,7 @@ from advisor.units import (
     format_number,
     format_percent,
     is_number,
+    is_time_column,
 )
 
 # A reference is a list of (text, is_code) segments: Markdown sets the code parts in code
@@ -117,7 +118,7 @@ def evidence_value(column: str | None, value: Any, unit: str | None = None) -> s
         return str(value).lower()
     if is_number(value):
         name = (column or "").lower()
-        if name.endswith("_ns"):
+        if is_time_column(name):
             return format_ns(value)
         if name.endswith("bytes"):
             return format_bytes(value)
