@@ -88,7 +88,7 @@ def _workers(finding: dict) -> list[str]:
 
 def _workers_and_threads(finding: dict) -> list[str]:
     """The workers, and the main process's torch threads where the finding sets them."""
-    threads = finding["metrics"].get("torch_threads")
+    threads = finding["metrics"].get("fix_torch_threads")
     return _workers(finding) + (["--torch-threads", str(int(threads))] if threads else [])
 
 

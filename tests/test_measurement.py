@@ -639,7 +639,7 @@ def test_workers_that_take_cores_from_the_models_own_threads_slow_it_at_worst():
     assert "counts it 1.10 times as long" in finding.recommendation
     assert finding.saving.low_ms_per_step == pytest.approx(100 - 60 * 1.3 * 6 / 5, abs=0.01)
     # the main process's operators get the cores the worker leaves
-    assert "torch.set_num_threads(5)" in finding.recommendation and finding.metrics["torch_threads"] == 5
+    assert "torch.set_num_threads(5)" in finding.recommendation and finding.metrics["fix_torch_threads"] == 5
     assert any(e.table == "dataloaders" and e.column == "torch_threads" for e in finding.evidence)
     # Operators on threads that fit in what the worker leaves lose nothing to it.
     roomy = advise(kind="map-style", workers=0, item_ns=1.2e6, usable_cores=8.0, torch_threads=6)
@@ -761,7 +761,7 @@ def test_the_cores_are_the_job_s_whatever_other_processes_do_meanwhile():
 
 def test_workers_that_leave_cores_free_get_no_thread_advice():
     finding = advise(kind="map-style", workers=0, item_ns=1.5e6)
-    assert "set_num_threads" not in finding.recommendation and "torch_threads" not in finding.metrics
+    assert "set_num_threads" not in finding.recommendation and "fix_torch_threads" not in finding.metrics
 
 
 def test_the_gpu_s_own_work_bounds_the_saving():

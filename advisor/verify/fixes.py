@@ -3,7 +3,7 @@
 A rule declares its fixes in its pack (``verify:``, rules/builtin.yaml; a user's pack may
 name the same fixes with its own settings). Only the fixes below exist: a pack names one
 and gives settings, data only, and nothing read from a pack runs as code. Settings may
-take a figure of the finding (``"{fix_num_workers}"``; ``"{torch_threads?}"`` is left out
+take a figure of the finding (``"{fix_num_workers}"``; ``"{fix_torch_threads?}"`` is left out
 where the finding has none).
 
 Each fix is applied in the trial's own process before the script runs, by wrapping what

@@ -434,7 +434,7 @@ def _threads_advice(v: Verdict, m: Measure, metrics: dict[str, Any], contention:
     if step_after(v.figures, contention)[1] != "cpu" and not crowded:
         return ""
     threads = max(1, math.floor(m.usable_cores + 0.05) - v.workers)
-    metrics["torch_threads"] = threads
+    metrics["fix_torch_threads"] = threads  # the threads advised (the table's torch_threads: as run)
     if m.rest_threads <= threads:
         # The script already keeps its operators to what the workers leave.
         return (f" The script already keeps the main process's operators to {m.rest_threads:.0f} thread"
@@ -589,7 +589,7 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
                 workers_v, workers_saving = other
                 asked: dict[str, Any] = {}
                 _threads_advice(workers_v, m, asked, contention)
-                threads = asked.get("torch_threads")
+                threads = asked.get("fix_torch_threads")
                 set_threads = (f" and torch.set_num_threads({threads}) in the main process"
                                if threads and not m.rest_threads <= threads else "")
                 made_once = v.metrics.get("made_once_function")
