@@ -418,7 +418,8 @@ def test_a_comprehension_s_work_is_the_function_around_it_s(tmp_path):
     """)
     session = collect_script(script, [], gpu=False).session
     loader = compute_tables(session, ["dataloaders"])["dataloaders"].iloc[0]
-    assert loader["top_function"].startswith("decode (") and loader["top_function_share"] > 0.8
+    # (without it, decode's own lines hold next to nothing: the work is the comprehension's)
+    assert loader["top_function"].startswith("decode (") and loader["top_function_share"] > 0.5
     assert set(int(n) for n in loader["top_lines"].split(",")) == {6}
 
 
@@ -821,6 +822,17 @@ def test_a_trace_s_loader_gets_the_advice_for_both_cases():
     assert cpu.message.split("); ", 1)[1].startswith("nothing else runs in the loop meanwhile. ")
     assert "GPU" not in cpu.message
     assert "1.50 ms per item, 32 items and 100 us of collation per batch" in cpu.message
+
+
+def test_the_pass_that_makes_the_items_once_is_costed_at_the_job_s_own_pace():
+    # The loader's reads, the recorded steps' among them, took 1.5 times the loading of the
+    # steps run without the profiler: the pass over the dataset is costed at the latter.
+    ctx = loader_context(kind="map-style", workers=0, item_ns=2.8e6, usable_cores=2.0, share=0.9, length=5000)
+    (plain,) = engine.checks()["dataloader-starvation"](ctx)
+    assert "(5000 items at 2.80 ms: 14.0 s)" in plain.recommendation
+    ctx.tables["dataloaders"]["read_avg_ns"] *= 1.5
+    (finding,) = engine.checks()["dataloader-starvation"](ctx)
+    assert "(5000 items at 1.87 ms: 9.33 s)" in finding.recommendation
 
 
 def test_a_batch_size_said_as_the_loader_s_not_as_a_mean_cut_by_the_short_last_batch():

@@ -490,13 +490,18 @@ def _figure(saving: Saving) -> str:
     return f"{ms(saving.ms_per_step * 1e6)} a step ({pct(saving.share_of_step)}{span})"
 
 
-def _one_pass(loader: pd.Series, own_work_ns: float, what: str = "every item") -> str:
+def _one_pass(loader: pd.Series, own_work_ns: float, m: Measure, what: str = "every item") -> str:
     """What making every item once costs, where the dataset's length is known: a pass over
     it before training (the script's own work per batch, per item, times the items),
-    which pays back where training reads an item more than once."""
+    which pays back where training reads an item more than once. The loader's own timings
+    are of every read, the recorded steps' too, which the profiler slowed: the work is
+    taken at the job's own pace, the loading per step of the steps run without it."""
     length, items = _number(loader.get("length", math.nan)), _number(loader["items_per_batch"])
     if math.isnan(length) or math.isnan(own_work_ns) or length <= 0 or not items > 0:
         return ""
+    read_ns = _number(loader["read_avg_ns"])
+    if read_ns > 0 and m.per_step > 0:
+        own_work_ns *= min(m.per_step / read_ns, 1.0)
     per_item = own_work_ns / items
     return (f" Making {what} once costs a pass over the dataset before training ({length:.0f} items at "
             f"{ms(per_item)}: {ms(length * per_item)}); it pays back from the second epoch, or at once where the "
@@ -620,7 +625,8 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
                 cheaper = (f": {hotspot}. The items draw random numbers (augmentation that must differ every "
                            f"epoch): make {made_once}'s results once before training, or cache them, where they do "
                            "not depend on those draws, and keep the random part per item.")
-                once = _one_pass(loader, _number(v.metrics.get("own_work_ns")), f"{made_once}'s results for every item")
+                once = _one_pass(loader, _number(v.metrics.get("own_work_ns")), m,
+                                 f"{made_once}'s results for every item")
                 evidence.append(row_evidence("dataloaders", loaders, key, "random_share",
                                              "the batches drew random numbers while they were made"))
             elif _random_items(loader):
@@ -634,7 +640,7 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
             else:
                 cheaper = (f": {hotspot} (precompute its results once before training, cache them, or vectorise "
                            "it)." if hotspot else " (precompute once before training, cache, vectorise).")
-                once = _one_pass(loader, _number(v.metrics.get("own_work_ns")))
+                once = _one_pass(loader, _number(v.metrics.get("own_work_ns")), m)
             advice = (f"Make the per-item work cheaper{cheaper}{once} {why}" if other is not None
                       else f"{why} Make the per-item work cheaper instead{cheaper}{once}")
         else:
