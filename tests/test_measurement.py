@@ -884,6 +884,27 @@ def test_host_bound_leaves_out_the_time_the_phases_own_calls_spend_outside_their
     assert counted.saving.ms_per_step == pytest.approx(12.5)
 
 
+def test_host_bound_counts_backward_s_nodes_of_the_outside_work_only_where_they_are_a_share_of_the_step():
+    nodes = pd.DataFrame({"calls_per_step": [1.0], "ns_per_step": [50e3], "outside_share": [1.0]},
+                         index=["MseLossBackward0"])
+    spec = next(s for s in builtin_specs() if s.id == "host-bound")
+
+    def with_backward(phase_ns: float) -> Finding:
+        timing = pd.DataFrame({"best_avg_ns": [phase_ns]}, index=["Backward"])
+        ctx = RuleContext(tables={"python_hotspots": hotspots({"augment": 9e6}), "autograd_nodes": nodes,
+                                  "step_timing": timing}, spec=spec, step_count=10, mean_step_ns=20e6,
+                          window_ns=200_000_000, gpu_measured=False)
+        (finding,) = engine.checks()["host-bound"](ctx)
+        return finding
+
+    # the loss's one node, 0.1 ms of a 20 ms step: not the named work's, not said
+    small = with_backward(0.1e6)
+    assert "autograd nodes" not in small.message and "backward_ns_per_step" not in small.metrics
+    # 4 ms of backward a step of nodes the outside work made: said and counted
+    large = with_backward(4e6)
+    assert "Its operators also leave autograd nodes that loss.backward() runs: 4.00 ms" in large.message
+
+
 def test_host_bound_stays_quiet_below_its_share():
     assert host_bound(hotspots({"augment": 1e6})) == []  # 5% of the step
 

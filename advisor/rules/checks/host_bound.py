@@ -357,6 +357,11 @@ def _from_samples(ctx: RuleContext, hotspots: pd.DataFrame) -> list[Finding]:
     outside_share = sum(share for share, _kind in backward) if phase == phase and phase > 0 else 0.0
     all_backward = phase * outside_share if outside_share else 0.0
     named_backward = all_backward * named_share
+    # A loss or a squeeze called on the model's output leaves a node or two: ordinary, and
+    # nothing the fix changes; the backward counts where it is a share of the step as a
+    # function is named (a loss looped over the batch leaves hundreds).
+    if named_backward < ctx.threshold("min_line_share") * step:
+        named_backward = 0.0
     basis = ("the named functions' time per step, recoverable where the work is vectorised or overlapped with "
              "compute; at most all of the script's own Python outside the model")
     if named_backward:
