@@ -166,6 +166,37 @@ def test_traceback_through_advisors_hooks_shows_only_user_and_torch_frames(tmp_p
     assert "site-packages/torch" in stderr or "/torch/" in stderr
 
 
+def test_an_error_advisor_raised_and_handled_is_not_shown_as_the_context_of_the_script_s(capsys):
+    # CI once printed a hook's own caught ValueError (advisor/collect/cores.py) "during
+    # handling" of which the script's error came; the script never saw it
+    from advisor.collect import script as runner
+    from advisor.errors import UsageError
+    from advisor.tables import compute_tables
+
+    try:
+        compute_tables(None, ["no such table"])
+    except UsageError as caught:
+        # raised and caught in advisor's code: its traceback from advisor's frame on
+        inside = caught.with_traceback(caught.__traceback__.tb_next)
+    try:
+        raise ValueError("bad batch")
+    except ValueError as error:
+        users = error
+    users.__context__ = inside
+    runner._show_like_python(users, __file__)
+    shown = capsys.readouterr().err
+    assert shown.startswith("Traceback (most recent call last):") and shown.strip().endswith("ValueError: bad batch")
+    assert "During handling" not in shown and "no such table" not in shown
+    assert users.__suppress_context__ is False  # the exception is left as it was
+    # an error the script caught itself (a frame of its own) is its context, as Python shows
+    try:
+        compute_tables(None, ["no such table"])
+    except UsageError as caught:
+        users.__context__ = caught
+    runner._show_like_python(users, __file__)
+    assert "During handling of the above exception" in capsys.readouterr().err
+
+
 def test_syntax_error_is_the_users_error(tmp_path, capsys):
     script = write_script(tmp_path, "broken.py", "def f(:\n    pass\n")
     run = run_script(script, [], save_trace_to=tmp_path / "t.json", with_stack=False)

@@ -564,8 +564,35 @@ def _show_like_python(exc: BaseException, file_name: str) -> None:
             print(exc.code, file=sys.stderr)
     else:
         tb = _from_script(exc, file_name)
-        traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+        # An error advisor's own code raised and handled (a hook's, between two of the
+        # script's lines) can be the context of the script's: Python would print it first,
+        # "During handling of the above exception". The script never saw it.
+        hide = (exc.__context__ is not None and not exc.__suppress_context__
+                and _raised_in_advisor(exc.__context__))
+        if hide:
+            exc.__suppress_context__ = True
+        try:
+            traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+        finally:
+            if hide:
+                exc.__suppress_context__ = False
     _flush_std()
+
+
+_ADVISOR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _raised_in_advisor(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised and caught in advisor's own code: every frame of its
+    traceback is advisor's (an error the script caught itself has the script's frame)."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb is not None:
+        if not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_ADVISOR_DIR):
+            return False
+        tb = tb.tb_next
+    return True
 
 
 def _from_script(exc: BaseException, file_name: str) -> TracebackType | None:
