@@ -417,10 +417,14 @@ def test_a_comprehension_s_work_is_the_function_around_it_s(tmp_path):
             (x * 2).sum()
     """)
     session = collect_script(script, [], gpu=False).session
-    loader = compute_tables(session, ["dataloaders"])["dataloaders"].iloc[0]
+    tables = compute_tables(session, ["dataloaders", "python_hotspots"])
+    loader = tables["dataloaders"].iloc[0]
     # (without it, decode's own lines hold next to nothing: the work is the comprehension's)
     assert loader["top_function"].startswith("decode (") and loader["top_function_share"] > 0.5
     assert set(int(n) for n in loader["top_lines"].split(",")) == {6}
+    # the per-line table names the comprehension's line by its function too
+    functions = set(tables["python_hotspots"]["function"])
+    assert "decode" in functions and not functions & {"<listcomp>", "<genexpr>"}
 
 
 def test_a_main_process_loader_gets_its_worker_hand_over_timed_and_its_reads_of_items_are_no_waits(tmp_path):

@@ -18,7 +18,7 @@ import pandas as pd
 from advisor.session import text
 from advisor.step.facts import Facts, coded
 from advisor.tables._registry import table
-from advisor.tables.python_hotspots import NO_USER_FRAME, library_roots, samples_in_steps, stack_facts
+from advisor.tables.python_hotspots import COMPREHENSIONS, NO_USER_FRAME, library_roots, samples_in_steps, stack_facts
 
 
 def _loader_samples(f: Facts) -> pd.DataFrame:
@@ -36,12 +36,9 @@ def _loader_samples(f: Facts) -> pd.DataFrame:
     # Only code the loader itself calls (a Dataset, a collate function) is loading's own; a
     # main-thread sample whose user frame is the loop reading the loader is not.
     own = (facts["function"].to_numpy() != "") & facts["in_loader"].to_numpy().astype(bool)
-    # By function, not line: a tokenizer's time spreads over the lines of its loop. A
-    # comprehension's frame is part of the function around it (a decode's row-by-row
-    # list comprehension is the decode's work).
-    function = np.array([_enclosing(str(name), str(stack)) for name, stack in
-                         zip(facts["function"], facts["user_stack"])], dtype=object)
-    label = np.where(~own, NO_USER_FRAME, function + " (" + facts["file"].astype(str) + ")")
+    # By function, not line: a tokenizer's time spreads over the lines of its loop.
+    label = np.where(~own, NO_USER_FRAME,
+                     facts["function"].astype(str) + " (" + facts["file"].astype(str) + ")")
     return pd.DataFrame({
         "role": text(samples["category"]),
         "pid": samples["pid"].to_numpy(),
@@ -55,20 +52,6 @@ def _loader_samples(f: Facts) -> pd.DataFrame:
 
 
 _ENTRY_POINTS = ("__getitem__", "__getitems__", "__iter__", "__next__")  # where torch's loader calls in
-_COMPREHENSIONS = ("<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>")
-
-
-def _enclosing(function: str, user_stack: str) -> str:
-    """The function a sample's innermost user frame belongs to: a comprehension's frame
-    (``<listcomp>``) is named by the function around it, from the user frames that led
-    there (outermost first); others by their own name."""
-    if function not in _COMPREHENSIONS:
-        return function
-    for frame in reversed(user_stack.split(" > ")):
-        name = frame.split(" (")[0]
-        if name not in _COMPREHENSIONS:
-            return name
-    return function
 
 
 def _caller(samples: pd.DataFrame) -> str:
@@ -79,7 +62,7 @@ def _caller(samples: pd.DataFrame) -> str:
     if not len(chains):
         return ""
     # Outermost first; a comprehension's frame is part of the function around it.
-    frames = [f for f in str(chains.index[0]).split(" > ") if f.split(" (")[0] not in _COMPREHENSIONS]
+    frames = [f for f in str(chains.index[0]).split(" > ") if f.split(" (")[0] not in COMPREHENSIONS]
     if len(frames) < 2 or any(frame.split(" (")[0] in _ENTRY_POINTS for frame in frames[-2:]):
         return ""
     return frames[-2]

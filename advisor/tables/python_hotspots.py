@@ -41,6 +41,8 @@ _WAITING = re.compile(
 )
 _FALLBACK_LIBRARY = re.compile(r"site-packages|dist-packages|(^|/)torch/|/lib/python\d|(^|/)advisor/")
 NO_USER_FRAME = "(no frame of the user's code)"
+# A comprehension's or generator expression's frame is part of the function around it.
+COMPREHENSIONS = ("<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>")
 
 
 def library_roots(f: Facts) -> tuple[str, ...]:
@@ -82,6 +84,9 @@ def stack_facts(stacks: np.ndarray, roots: tuple[str, ...]) -> pd.DataFrame:
         frames = [m for m in map(parsed, parts) if m is not None]
         user = [m for m in frames if not m.library]
         innermost = user[0] if user else None
+        # Named by the function a comprehension's frame belongs to (a decode's row-by-row
+        # list comprehension is the decode's work), at the comprehension's own line.
+        enclosing = next((m for m in user if m.function not in COMPREHENSIONS), innermost)
         waiting = bool(frames) and bool(_WAITING.search(parts[0].strip()))
         # Whether the user frame was reached through torch.utils.data (a Dataset's
         # __getitem__, a collate function) rather than being the loop that reads the loader.
@@ -89,7 +94,7 @@ def stack_facts(stacks: np.ndarray, roots: tuple[str, ...]) -> pd.DataFrame:
         in_loader = any("/torch/utils/data/" in m.file for m in below)
         rows.append({
             "in_loader": in_loader,
-            "function": innermost.function if innermost else "",
+            "function": enclosing.function if enclosing else "",
             "file": innermost.file if innermost else "",
             "line": int(innermost.line) if innermost else -1,
             "own_code": bool(frames) and innermost is frames[0],
