@@ -421,7 +421,9 @@ def test_a_comprehension_s_work_is_the_function_around_it_s(tmp_path):
     loader = tables["dataloaders"].iloc[0]
     # (without it, decode's own lines hold next to nothing: the work is the comprehension's)
     assert loader["top_function"].startswith("decode (") and loader["top_function_share"] > 0.5
-    assert set(int(n) for n in loader["top_lines"].split(",")) == {6}
+    # busiest first: the comprehension's line leads (a stray sample on line 7, `return`, may
+    # follow it on a loaded machine; top_lines lists up to three)
+    assert int(loader["top_lines"].split(",")[0]) == 6
     # the per-line table names the comprehension's line by its function too
     functions = set(tables["python_hotspots"]["function"])
     assert "decode" in functions and not functions & {"<listcomp>", "<genexpr>"}
