@@ -1101,6 +1101,15 @@ def test_a_function_of_its_own_in_items_augmented_at_random_is_told_to_be_made_o
         roomy.recommendation
 
 
+def test_a_collate_function_of_its_own_beside_items_drawn_at_random_is_not_told_to_be_made_once():
+    # The busiest function is the script's collate, which combines the items drawn at
+    # random: its results change with them, so making them once is no fix; the workers lead.
+    finding = advise(kind="map-style", workers=0, item_ns=2.8e6, usable_cores=2.0, share=0.9, random_share=1.0,
+                     collate_fn="pad_batch", collate_ns=20e6, top="pad_batch (train.py)")
+    assert finding.metrics["advice"] == "num_workers=2" and "made_once_function" not in finding.metrics
+    assert "made once" not in finding.recommendation
+
+
 def test_workers_that_keep_up_but_crowd_the_cores_of_a_cpu_run_are_a_finding():
     # Two workers busy 97 % of their time and torch's two operator threads on two cores: the
     # wait for batches is 5 % of the step, under the rule's share, but the rest of the step

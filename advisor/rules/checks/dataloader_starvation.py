@@ -349,11 +349,14 @@ def _made_once_beside_random(loader: pd.Series) -> Verdict | None:
     """Items drawn at random (augmentation) whose busiest function is one of its own, not
     ``__getitem__`` where the draws are made: that function's results made once before
     training (a decode, a tokenizer), the random part kept per item. Its share of loading
-    goes (at worst half of it); None where the busiest function is ``__getitem__`` itself
-    or is not known (nothing separable to make once)."""
+    goes (at worst half of it); None where the busiest function is ``__getitem__`` itself,
+    the loader's collate function (it combines the items drawn, so its results change
+    with them), or is not known (nothing separable to make once)."""
     function = str(loader.get("top_function") or "").partition(" (")[0]
     share = _number(loader.get("top_function_share", math.nan))
-    if not function or function in ("__getitem__", "__getitems__", "__iter__", "__next__") or not share > 0:
+    collate_fn = str(loader.get("collate_fn") or "")
+    if (not function or function in ("__getitem__", "__getitems__", "__iter__", "__next__", collate_fn)
+            or not share > 0):
         return None
     share = min(share, 1.0)
     item_ns = _number(loader["item_avg_ns"]) * _number(loader["items_per_batch"])
