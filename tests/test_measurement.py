@@ -891,7 +891,8 @@ def test_host_bound_leaves_out_the_time_the_phases_own_calls_spend_outside_their
 
 
 def test_host_bound_counts_backward_s_nodes_of_the_outside_work_only_where_they_are_a_share_of_the_step():
-    nodes = pd.DataFrame({"calls_per_step": [1.0], "ns_per_step": [50e3], "outside_share": [1.0]},
+    # a loss looped over the batch: 64 nodes a step, one forward pass
+    nodes = pd.DataFrame({"calls_per_step": [64.0], "ns_per_step": [50e3], "outside_share": [1.0]},
                          index=["MseLossBackward0"])
     spec = next(s for s in builtin_specs() if s.id == "host-bound")
 
@@ -909,6 +910,22 @@ def test_host_bound_counts_backward_s_nodes_of_the_outside_work_only_where_they_
     # 4 ms of backward a step of nodes the outside work made: said and counted
     large = with_backward(4e6)
     assert "Its operators also leave autograd nodes that loss.backward() runs: 4.00 ms" in large.message
+    assert "64 MseLossBackward0 a step" in large.message
+    # the loss called once a pass on the model's output: the step's ordinary work however
+    # long its backward takes (a DDP job's NllLossBackward0 and LogSoftmaxBackward0, 0.25 ms
+    # of 11 ms, were listed as work to vectorise)
+    nodes.loc["MseLossBackward0", "calls_per_step"] = 1.0
+    once = with_backward(4e6)
+    assert "autograd nodes" not in once.message and "backward_ns_per_step" not in once.metrics
+    # twice a pass where the model runs forward twice a step (two micro-batches): still the loss's
+    nodes.loc["MseLossBackward0", "calls_per_step"] = 2.0
+    timing = pd.DataFrame({"best_avg_ns": [4e6]}, index=["Backward"])
+    model = pd.DataFrame({"calls": [20]}, index=["Forward"])
+    ctx = RuleContext(tables={"python_hotspots": hotspots({"augment": 9e6}), "autograd_nodes": nodes,
+                              "step_timing": timing, "model": model}, spec=spec, step_count=10, mean_step_ns=20e6,
+                      window_ns=200_000_000, gpu_measured=False)
+    (twice,) = engine.checks()["host-bound"](ctx)
+    assert "backward_ns_per_step" not in twice.metrics
 
 
 def test_host_bound_stays_quiet_below_its_share():

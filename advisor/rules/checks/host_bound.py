@@ -280,11 +280,24 @@ def _backward_of_outside(ctx: RuleContext) -> list[tuple[float, str]]:
         return []
     all_nodes = float(nodes["ns_per_step"].sum())
     share = nodes["outside_share"].fillna(0.0).astype(float)
-    mine = nodes[share >= ctx.threshold("min_outside_node_share")]
+    # A kind made no more often than the model runs forward (a loss, a squeeze of its
+    # output, once a pass) is the step's ordinary work, whatever it costs: only work
+    # repeated within a pass (a loss looped over the batch) is what the fix removes.
+    outside_calls = (nodes["outside_calls_per_step"].astype(float) if "outside_calls_per_step" in nodes.columns
+                     else nodes["calls_per_step"].astype(float) * share)
+    mine = nodes[(share >= ctx.threshold("min_outside_node_share")) & (outside_calls > _forward_passes(ctx))]
     if not len(mine) or all_nodes <= 0:
         return []
     return [(float(row["ns_per_step"]) * float(row["outside_share"]) / all_nodes, str(kind))
             for kind, row in mine.iterrows()]
+
+
+def _forward_passes(ctx: RuleContext) -> float:
+    """The model's forward passes per step (the Forward phase's calls; 1 where not known)."""
+    calls = value(ctx.table("model"), "Forward", "calls")
+    if calls is None or not ctx.step_count:
+        return 1.0
+    return max(float(calls) / ctx.step_count, 1.0)
 
 
 def _calls(ctx: RuleContext, kind: str) -> float:
