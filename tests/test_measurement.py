@@ -892,8 +892,8 @@ def test_host_bound_leaves_out_the_time_the_phases_own_calls_spend_outside_their
 
 def test_host_bound_counts_backward_s_nodes_of_the_outside_work_only_where_they_are_a_share_of_the_step():
     # a loss looped over the batch: 64 nodes a step, one forward pass
-    nodes = pd.DataFrame({"calls_per_step": [64.0], "ns_per_step": [50e3], "outside_share": [1.0]},
-                         index=["MseLossBackward0"])
+    nodes = pd.DataFrame({"calls_per_step": [64.0], "ns_per_step": [50e3], "outside_calls_per_step": [64.0],
+                          "outside_share": [1.0]}, index=["MseLossBackward0"])
     spec = next(s for s in builtin_specs() if s.id == "host-bound")
 
     def with_backward(phase_ns: float) -> Finding:
@@ -914,11 +914,11 @@ def test_host_bound_counts_backward_s_nodes_of_the_outside_work_only_where_they_
     # the loss called once a pass on the model's output: the step's ordinary work however
     # long its backward takes (a DDP job's NllLossBackward0 and LogSoftmaxBackward0, 0.25 ms
     # of 11 ms, were listed as work to vectorise)
-    nodes.loc["MseLossBackward0", "calls_per_step"] = 1.0
+    nodes.loc["MseLossBackward0", ["calls_per_step", "outside_calls_per_step"]] = 1.0
     once = with_backward(4e6)
     assert "autograd nodes" not in once.message and "backward_ns_per_step" not in once.metrics
     # twice a pass where the model runs forward twice a step (two micro-batches): still the loss's
-    nodes.loc["MseLossBackward0", "calls_per_step"] = 2.0
+    nodes.loc["MseLossBackward0", ["calls_per_step", "outside_calls_per_step"]] = 2.0
     timing = pd.DataFrame({"best_avg_ns": [4e6]}, index=["Backward"])
     model = pd.DataFrame({"calls": [20]}, index=["Forward"])
     ctx = RuleContext(tables={"python_hotspots": hotspots({"augment": 9e6}), "autograd_nodes": nodes,

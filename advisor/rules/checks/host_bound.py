@@ -283,8 +283,7 @@ def _backward_of_outside(ctx: RuleContext) -> list[tuple[float, str]]:
     # A kind made no more often than the model runs forward (a loss, a squeeze of its
     # output, once a pass) is the step's ordinary work, whatever it costs: only work
     # repeated within a pass (a loss looped over the batch) is what the fix removes.
-    outside_calls = (nodes["outside_calls_per_step"].astype(float) if "outside_calls_per_step" in nodes.columns
-                     else nodes["calls_per_step"].astype(float) * share)
+    outside_calls = nodes["outside_calls_per_step"].fillna(0.0).astype(float)
     mine = nodes[(share >= ctx.threshold("min_outside_node_share")) & (outside_calls > _forward_passes(ctx))]
     if not len(mine) or all_nodes <= 0:
         return []
