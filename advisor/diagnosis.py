@@ -18,10 +18,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from advisor.reports.build import build_report
-from advisor.reports.report import CombinedSaving, PeriodicSteps, Report, SetApartSpan, StepSummary, Window
+from advisor.reports.report import (CombinedSaving, PeriodicSteps, Report, SetApartSpan, StalledStep, StepSummary,
+                                   Window)
 from advisor.rules.engine import Combined, EngineResult, run_rules
 from advisor.session import Session
 from advisor.session.busy import busy_share
@@ -116,9 +118,14 @@ def report_steps(model: StepModel, tables: dict[str, pd.DataFrame]) -> StepSumma
     overhead = timing.at["ProfileStep", "overhead_ratio"] \
         if unrecorded and timing is not None and "ProfileStep" in timing.index else None
     overhead = float(overhead) if overhead is not None and math.isfinite(float(overhead)) else None
+    job = times.job_steps
+    median = float(np.median(job["duration_ns"].to_numpy(dtype=np.float64))) if len(job) else 0.0
+    stalled = [StalledStep(step=int(row.step), duration_ns=float(row.duration_ns),
+                           times_median=round(float(row.duration_ns) / median, 1) if median > 0 else 0.0)
+               for row in times.stalled.itertuples()]
     return StepSummary(count=len(steps), numbers=[int(n) for n in steps["step"]] if len(steps) else [],
                        mean_step_ns=times.recorded_step_ns if len(steps) else None, unrecorded_steps=unrecorded,
-                       unrecorded_mean_step_ns=times.unrecorded_step_ns, overhead_ratio=overhead)
+                       unrecorded_mean_step_ns=times.unrecorded_step_ns, overhead_ratio=overhead, stalled=stalled)
 
 
 def _combined(combined: Combined | None, model: StepModel) -> CombinedSaving | None:

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from builders import Trace
 
 from advisor.cli import FAIL_ON_EXIT, main
 from advisor.collect import collect_script
@@ -459,9 +460,63 @@ def test_a_main_process_loader_gets_its_worker_hand_over_timed_and_its_reads_of_
     loader = tables["dataloaders"].iloc[0]
     assert loader["handoff_main_ns"] > 0 and loader["handoff_wall_ns"] > 0
     assert loader["torch_threads"] == 1  # as the script set them
+    # Each read's and fetch's own time kept beside the sums, for the table to see a stall.
+    assert len(entry["read_each_ns"]) == entry["reads"] == 8 and sum(entry["read_each_ns"]) == entry["read_ns"]
+    assert [f[2] for f in entry["fetch_each"]] == [8] * 8
+    assert all(0 < collate <= fetch for fetch, collate, _ in entry["fetch_each"])
     # The Dataset's int(tensor) is no host-blocking call; the loop's loss.item() is one.
     sources = set(tables["host_sync"]["source"])
     assert len(sources) == 1 and sources.pop().endswith("padded.py:20")
+
+
+def _loader_entry(reads: int, stall_at: list[int], *, stall_ns: int = 190_000_000) -> dict:
+    """A main-process loader's entry as the collector writes it: each read 6.5 ms, of
+    which the fetch 5.5 (64 items of 82 us and a collation of 0.25 ms); the reads at
+    ``stall_at`` held up ``stall_ns`` inside their collation."""
+    read_each, fetch_each = [], []
+    for n in range(reads):
+        extra = stall_ns if n in stall_at else 0
+        read_each.append(6_500_000 + extra)
+        fetch_each.append([5_500_000 + extra, 250_000 + extra, 64])
+    return {"dataset": "data.Packed", "dataset_name": "Packed", "num_workers": 0, "batch_size": 64,
+            "auto_collation": True, "collate_fn": "default_collate", "reads": reads, "read_ns": sum(read_each),
+            "fetches": reads, "fetch_ns": sum(f[0] for f in fetch_each), "collate_ns": sum(f[1] for f in fetch_each),
+            "fetch_cpu_ns": sum(f[0] for f in fetch_each), "items": 64 * reads, "random_fetches": 0,
+            "read_each_ns": read_each, "fetch_each": fetch_each}
+
+
+@pytest.mark.parametrize("stall_at, set_apart", [([54], True), ([10, 25, 40, 54, 70], False), ([], False)])
+def test_a_read_a_pause_held_up_is_set_apart_from_the_loader_s_means(stall_at, set_apart):
+    """One read in 80 held up 190 ms (a full garbage collection inside torch's collation):
+    in the sums it made the mean collation 2.6 ms against 0.25, and the script's own work 60 %
+    of a read against 82 %, which sized the fix. Set apart, the means are the loader's;
+    slow reads that recur (5 in 80) are its own and stay."""
+    t = Trace()
+    t.step(1, 0, 10)
+    session = t.session(gpu_measured=False, advisor={"loaders": [_loader_entry(80, stall_at)]})
+    loader = compute_tables(session, ["dataloaders"])["dataloaders"].iloc[0]
+    assert loader["reads"] == 80
+    if set_apart:
+        assert loader["stalled_reads"] == 1 and loader["stalled_ns"] == pytest.approx(190_000_000)
+        assert loader["read_avg_ns"] == pytest.approx(6_500_000)
+        assert loader["collate_avg_ns"] == pytest.approx(250_000)
+        assert loader["item_avg_ns"] == pytest.approx(5_250_000 / 64)
+    else:
+        assert loader["stalled_reads"] == 0 and loader["stalled_ns"] == 0
+        assert loader["read_avg_ns"] == pytest.approx(6_500_000 + 190_000_000 * len(stall_at) / 80)
+        assert loader["collate_avg_ns"] == pytest.approx(250_000 + 190_000_000 * len(stall_at) / 80)
+
+
+def test_a_loader_entry_without_each_read_s_time_is_read_from_its_sums():
+    """Sessions saved before each read's time was kept (cases/) give the means of the sums."""
+    entry = _loader_entry(80, [54])
+    del entry["read_each_ns"], entry["fetch_each"]
+    t = Trace()
+    t.step(1, 0, 10)
+    loader = compute_tables(t.session(gpu_measured=False, advisor={"loaders": [entry]}),
+                            ["dataloaders"])["dataloaders"].iloc[0]
+    assert loader["stalled_reads"] == 0
+    assert loader["collate_avg_ns"] == pytest.approx(250_000 + 190_000_000 / 80)
 
 
 def test_the_hand_over_probe_says_why_it_did_not_run():

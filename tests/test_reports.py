@@ -701,11 +701,26 @@ def test_the_steps_line_says_what_recording_cost_and_never_a_negative_cost(ratio
 
     from advisor.reports._common import steps_text
 
-    steps = SimpleNamespace(count=5, numbers=[2, 3, 4, 5, 6], mean_step_ns=69.3e6, unrecorded_steps=12,
-                            unrecorded_mean_step_ns=75.2e6, overhead_ratio=ratio)
+    steps = StepSummary(count=5, numbers=[2, 3, 4, 5, 6], mean_step_ns=69.3e6, unrecorded_steps=12,
+                        unrecorded_mean_step_ns=75.2e6, overhead_ratio=ratio)
     text = steps_text(SimpleNamespace(session=SimpleNamespace(steps=steps)))
     assert text.endswith(said), text
     assert "added -" not in text
+
+
+def test_the_steps_line_says_which_step_was_set_apart_as_a_stall():
+    from types import SimpleNamespace
+
+    from advisor.reports._common import steps_text
+    from advisor.reports.report import StalledStep
+
+    steps = StepSummary(count=5, numbers=[2, 3, 4, 5, 6], mean_step_ns=10.9e6, unrecorded_steps=70,
+                        unrecorded_mean_step_ns=8.5e6, overhead_ratio=0.244,
+                        stalled=[StalledStep(step=54, duration_ns=192e6, times_median=21.8)])
+    text = steps_text(SimpleNamespace(session=SimpleNamespace(steps=steps)))
+    assert text.endswith("(recording added 24.4%); step #54 (192 ms, 21.8x the median) set apart from the mean: a "
+                         "pause of the process (most likely the garbage collector or the machine), not the loop's "
+                         "pace"), text
 
 
 def test_on_a_busy_machine_a_saving_leads_with_its_share_and_says_the_load():

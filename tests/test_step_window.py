@@ -163,3 +163,74 @@ def test_evaluation_with_autograd_on_is_told_to_use_no_grad_and_named_by_its_cal
     (finding,) = [f for f in diagnose(session).findings if f.rule == "periodic-step-work"]
     assert finding.metrics["no_grad"] is False
     assert finding.recommendation.startswith("Run the evaluation under torch.no_grad()")
+
+
+# -- stalled steps -------------------------------------------------------------------------------
+
+def _timed_run(durations_ms: list[float], loading_ms: list[float] | None = None):
+    """Five recorded steps (#2-#6) and, after them, one unrecorded step per duration: the
+    session as the collector's clock timed it."""
+    from advisor.session import TimedStep
+
+    t = Trace()
+    for n in range(2, 7):
+        base = 10.0 * n
+        t.step(n, base, base + 10)
+        t.phase("Dataloader", base, base + 8)
+        t.op("aten::mm", base + 8.5, base + 9.5)
+    session = t.session(gpu_measured=False)
+    took = [10.0] * 5 + list(durations_ms)
+    loading = [8.0] * 5 + list(loading_ms if loading_ms is not None else [d - 2 for d in durations_ms])
+    start, timed = 20.0, []
+    for i, (d, load) in enumerate(zip(took, loading)):
+        timed.append(TimedStep(step=i + 2, start_ns=int(start * MS), duration_ns=int(d * MS), recorded=i < 5,
+                               phases={"Dataloader": int(load * MS)}))
+        start += d
+    session.meta.timed_steps = timed
+    return session
+
+
+def test_one_step_a_pause_stopped_is_set_apart_from_the_job_s_pace_and_said():
+    """A full collection of the garbage collector stopped one read of a loader for 190 ms
+    among steps of 8 ms (a struct-decoding Dataset under advisor): in the mean of 70 steps it
+    added 2.6 ms to each, and to the loader's fix."""
+    from advisor.diagnosis import report_steps
+
+    durations = [8.0 + 0.1 * (i % 5) for i in range(71)]
+    durations[47] = 190.0
+    model = build_step_model(_timed_run(durations))
+    times = model.times
+    assert times.stalled["step"].tolist() == [54]
+    # The first step after the window (it stops the profiler) is left out as ever.
+    assert times.unrecorded_step_ns == pytest.approx(np.mean(durations[1:47] + durations[48:]) * MS)
+    timing = compute_tables(model.session, ["step_timing"])["step_timing"]
+    assert timing.at["Dataloader", "unrecorded_avg_ns"] < 6.5 * MS, "the pause is not the loader's"
+    (stall,) = report_steps(model, {"step_timing": timing}).stalled
+    assert (stall.step, stall.duration_ns) == (54, 190 * MS) and stall.times_median == pytest.approx(23.2, abs=0.1)
+
+
+@pytest.mark.parametrize("slow", [
+    [10, 30],  # two in 39: the loop's own, however slow
+    [],  # none far over the median
+])
+def test_slow_steps_that_recur_or_are_not_far_over_the_median_stay_in_the_mean(slow):
+    durations = [8.0] * 40
+    for n in slow:
+        durations[n] = 190.0
+    durations[25] = 70.0  # 8.75x the median: slow, not a stall
+    times = build_step_model(_timed_run(durations)).times
+    assert times.stalled.empty
+    assert times.unrecorded_step_ns == pytest.approx(np.mean(durations[1:]) * MS), "the first after the window goes"
+
+
+def test_a_stall_among_too_few_steps_cannot_be_told_from_their_spread_nor_many_slow_steps_called_stalls():
+    from advisor.step.timing import isolated_stalls
+
+    assert isolated_stalls(np.array([8.0] * 8 + [190.0])).size == 0
+    assert isolated_stalls(np.array([8.0] * 9 + [190.0])).tolist() == [9]
+    # A long run's slow steps that keep coming (a per-sample loop's, 80 in 2000) are its own.
+    long = np.full(400, 0.4 * MS)
+    long[[50, 150, 250]] = 5.0 * MS
+    assert isolated_stalls(long).tolist() == [50, 150, 250]
+    long[350] = 5.0 * MS
+    assert isolated_stalls(long).size == 0

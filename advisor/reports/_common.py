@@ -201,6 +201,11 @@ def steps_text(report: Report) -> str:
             # Recording cannot speed a step up: the steps simply vary by more than it costs.
             text += (f" (the recorded steps were {format_percent(-steps.overhead_ratio * 100)} faster: "
                      "recording cost less than the steps vary)")
+    if steps.stalled:
+        which = ", ".join(f"#{s.step} ({format_ns(s.duration_ns)}, {s.times_median:g}x the median)"
+                          for s in steps.stalled)
+        text += (f"; step{'s' if len(steps.stalled) > 1 else ''} {which} set apart from the mean: a pause of the "
+                 "process (most likely the garbage collector or the machine), not the loop's pace")
     return text
 
 

@@ -133,6 +133,14 @@ class CombinedSaving(_Model):
     basis: str = Field(default="", description="How it was made, in one sentence.")
 
 
+class StalledStep(_Model):
+    """A step set apart from the mean step as a stall (advisor.step.timing)."""
+
+    step: int = Field(description="The step's number.")
+    duration_ns: float = Field(description="How long it took, ns.")
+    times_median: float = Field(description="Its time over the median step's.")
+
+
 class StepSummary(_Model):
     """The steps found in the window."""
 
@@ -145,6 +153,9 @@ class StepSummary(_Model):
                                                                             "own pace; null where none ran.")
     overhead_ratio: float | None = Field(default=None, description="How much longer the recorded steps took than "
                                                                    "the unrecorded ones (0.1: 10% longer).")
+    stalled: list[StalledStep] = Field(default_factory=list, description=(
+        "Steps set apart from the mean step as stalls: over ten times the median step, and few (at most one in "
+        "twenty, three in all); a pause of the process (a full garbage collection, the machine), not the loop's pace."))
 
 
 class SessionSummary(_Model):

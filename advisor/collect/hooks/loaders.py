@@ -19,6 +19,10 @@ from typing import Any
 from advisor.collect.hooks import base
 from advisor.collect.hooks.collection import HostCollection
 
+# Reads and fetches whose own times are kept, per loader: enough to see a stall among
+# them, bounded so a long run's collection stays small (a few tens of kB per loader).
+KEPT = 2048
+
 
 class Loaders:
     """The DataLoaders of the run, keyed by their dataset."""
@@ -53,8 +57,11 @@ class Loaders:
         the iterator exhausted is not a batch)."""
         start = time.perf_counter_ns()
         batch = original(iterator)
-        loader["read_ns"] += time.perf_counter_ns() - start
+        spent = time.perf_counter_ns() - start
+        loader["read_ns"] += spent
         loader["reads"] += 1
+        if len(loader["read_each_ns"]) < KEPT:
+            loader["read_each_ns"].append(spent)
         if loader["reads"] == 1:
             # What a batch is made of: what handing one over from a worker would move
             # (advisor.collect.handoff times that after the run).
@@ -86,7 +93,8 @@ class Loaders:
             return original(fetcher, index)
         finally:
             fetcher.collate_fn = collate
-            entry["fetch_ns"] += time.perf_counter_ns() - began
+            fetched = time.perf_counter_ns() - began
+            entry["fetch_ns"] += fetched
             # The thread's CPU time tells work from waiting (reading files, sleeps):
             # workers that mostly wait can outnumber the cores. Time spent ready but
             # waiting for a core (a busy machine) is CPU work too, not waiting.
@@ -101,9 +109,12 @@ class Loaders:
             if not _same_states(drawn, _random_states()):
                 entry["random_fetches"] = entry.get("random_fetches", 0) + 1
             try:
-                entry["items"] += len(index) if getattr(fetcher, "auto_collation", False) else 1
+                items = len(index) if getattr(fetcher, "auto_collation", False) else 1
             except TypeError:  # an index without a length (an iterable dataset's batch)
-                entry["items"] += 1
+                items = 1
+            entry["items"] += items
+            if len(entry["fetch_each"]) < KEPT:
+                entry["fetch_each"].append([fetched, spent[0], items])
 
 
 def _random_states() -> tuple[Any, ...]:
@@ -172,6 +183,8 @@ def loader_facts(torch: Any, iterator: Any) -> dict[str, Any]:
         "torch_threads": importlib.import_module("torch").get_num_threads(),
         "reads": 0, "read_ns": 0, "fetches": 0, "fetch_ns": 0, "fetch_cpu_ns": 0, "collate_ns": 0, "items": 0,
         "random_fetches": 0,
+        # The first KEPT reads' times, ns, and fetches' [fetch, collation, items].
+        "read_each_ns": [], "fetch_each": [],
     }
 
 
