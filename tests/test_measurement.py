@@ -1101,7 +1101,7 @@ RANDOM_ITEMS = """
         def __init__(self, how):
             self.how = how
         def __len__(self):
-            return 64
+            return 320  # 40 batches: the first 32 checked
         def __getitem__(self, i):
             x = torch.arange(8, dtype=torch.float32) + i
             if self.how == "torch":
@@ -1127,6 +1127,8 @@ def test_batches_that_draw_random_numbers_are_told_apart_and_the_job_draws_its_o
     under_advisor = [line for line in capfd.readouterr().out.splitlines() if line.startswith("next ")]
     (loader,) = compute_tables(run.session, ["dataloaders"])["dataloaders"].itertuples()
     assert loader.random_share == (0.0 if how == "none" else 1.0)
+    (entry,) = run.session.meta.trace_metadata["advisor"]["loaders"]
+    assert (entry["fetches"], entry["random_checked"]) == (40, 32), "the generators are read for the first 32 only"
     plain = subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, check=True)
     assert under_advisor == [plain.stdout.strip().splitlines()[-1]]
 

@@ -86,6 +86,17 @@ def _fetches(entry: dict) -> list[list[float]]:
     return kept
 
 
+def _random_share(entry: dict, fetches: int) -> float:
+    """The share of the checked fetches that drew from a global random generator: the
+    collector checks the first fetches (advisor.collect.hooks.loaders.RANDOM_CHECKED);
+    sessions saved before that checked every fetch. NaN where none was checked."""
+    drawn = entry.get("random_fetches")
+    checked = entry.get("random_checked", fetches)
+    if not isinstance(drawn, int) or not isinstance(checked, int) or checked <= 0:
+        return np.nan
+    return min(drawn / checked, 1.0)
+
+
 def _handoff(entry: dict, figure: str) -> float:
     """A figure of the worker hand-over timed after the run, NaN where it was not."""
     handoff = entry.get("handoff")
@@ -137,7 +148,8 @@ def _handoff(entry: dict, figure: str) -> float:
         "machinery_avg_ns": "read_avg_ns - fetch_avg_ns: the loader's own work per batch (sampler, iteration, "
                             "pinning); with workers, waiting for them.",
         "items_per_batch": "Items fetched per batch in the main process.",
-        "random_share": "The share of the main process's fetches during which a global random generator (Python's, "
+        "random_share": "The share of the main process's fetches (the first 32, where the collector checked those) "
+                        "during which a global random generator (Python's, "
                         "torch's CPU generator, numpy's) was drawn from: items augmented at random differ every "
                         "epoch and cannot be made once; NaN with workers or where not recorded.",
         "torch_threads": "The main process's torch operator threads (torch.get_num_threads()) when it first read "
@@ -209,8 +221,7 @@ def dataloaders_table(f: Facts) -> pd.DataFrame | None:
             "fetch_runnable_share": runnable_share,
             "machinery_avg_ns": read_avg - fetch_avg if not workers else read_avg,
             "items_per_batch": items / fetches if fetches and not workers else np.nan,
-            "random_share": (min(entry["random_fetches"] / fetches, 1.0)
-                             if fetches and not workers and isinstance(entry.get("random_fetches"), int) else np.nan),
+            "random_share": _random_share(entry, fetches) if not workers else np.nan,
             "torch_threads": float(entry["torch_threads"]) if isinstance(entry.get("torch_threads"), int) else np.nan,
             "handoff_main_ns": _handoff(entry, "main_ns"), "handoff_wall_ns": _handoff(entry, "wall_ns"),
             "workers_busy": np.nan, "top_function": "", "top_function_share": np.nan, "top_lines": "",

@@ -23,6 +23,9 @@ from advisor.collect.hooks.collection import HostCollection
 # them, bounded so a long run's collection stays small (a few tens of kB per loader).
 KEPT = 2048
 
+# Fetches whose draws from the global random generators are checked, per loader.
+RANDOM_CHECKED = 32
+
 
 class Loaders:
     """The DataLoaders of the run, keyed by their dataset."""
@@ -85,7 +88,11 @@ class Loaders:
                 spent[0] += time.perf_counter_ns() - began
 
         fetcher.collate_fn = timed_collate
-        drawn = _random_states()
+        # Reading the generators' states costs 0.2-0.5 ms a fetch (numpy's copies its key):
+        # read only for the first RANDOM_CHECKED fetches, which tell a loader that draws on
+        # every item from one that does not as well as every fetch would.
+        checked = entry.get("random_checked", 0) < RANDOM_CHECKED
+        drawn = _random_states() if checked else None
         delay = self._run_delay()
         began_delay = delay.read() if delay is not None else None
         began, began_cpu = time.perf_counter_ns(), time.thread_time_ns()
@@ -106,8 +113,10 @@ class Loaders:
             entry["fetches"] += 1
             # Items that draw random numbers (augmentation) differ every epoch: they cannot
             # be made once before training.
-            if not _same_states(drawn, _random_states()):
-                entry["random_fetches"] = entry.get("random_fetches", 0) + 1
+            if drawn is not None:
+                entry["random_checked"] = entry.get("random_checked", 0) + 1
+                if not _same_states(drawn, _random_states()):
+                    entry["random_fetches"] = entry.get("random_fetches", 0) + 1
             try:
                 items = len(index) if getattr(fetcher, "auto_collation", False) else 1
             except TypeError:  # an index without a length (an iterable dataset's batch)
@@ -182,7 +191,7 @@ def loader_facts(torch: Any, iterator: Any) -> dict[str, Any]:
         # beside workers must not ask for what the script already does).
         "torch_threads": importlib.import_module("torch").get_num_threads(),
         "reads": 0, "read_ns": 0, "fetches": 0, "fetch_ns": 0, "fetch_cpu_ns": 0, "collate_ns": 0, "items": 0,
-        "random_fetches": 0,
+        "random_fetches": 0, "random_checked": 0,
         # The first KEPT reads' times, ns, and fetches' [fetch, collation, items].
         "read_each_ns": [], "fetch_each": [],
     }
