@@ -1029,6 +1029,10 @@ def test_a_cpu_run_s_read_backs_promise_nothing_and_say_where_they_would_cost():
     (finding,) = engine.checks()["sync-memcpy-stall"](ctx)
     assert finding.saving.ms_per_step == 0 and finding.severity.value == "low"
     assert "on this CPU run they wait for nothing" in finding.message
+    # Nothing blocks here: the title does not say the host blocks on a GPU, and the advice
+    # is for the GPU run.
+    assert finding.title == "Tensors are read back to Python inside the loop (each read would wait on a GPU)"
+    assert finding.recommendation.startswith("Before running on a GPU, keep values on the device")
     assert "int (tensor to host) at train.py:30 main: 256 calls a step, 1.30 ms a step" in finding.message
     assert any(e.kind == "source_line" and e.line == 30 for e in finding.evidence)
 

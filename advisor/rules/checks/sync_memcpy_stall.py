@@ -13,6 +13,10 @@ from advisor.rules.copy_rates import pinned_rate
 from advisor.rules.savings import replayed
 from advisor.session import intervals as iv
 from advisor.step.waits import PAGEABLE_COPY
+
+# The title on a CPU run, where the calls wait for no device (the rule's own title says
+# the host blocks on the GPU).
+CPU_TITLE = "Tensors are read back to Python inside the loop (each read would wait on a GPU)"
 from advisor.step.whatif import Fix
 
 _SOURCE = re.compile(r"^(?P<file>.+):(?P<line>\d+)(?: (?P<function>.+))?$")
@@ -140,13 +144,20 @@ def check(ctx: RuleContext) -> list[Finding]:
                       "only around timing code)")
     recommendation = ("Remove the waits from the loop: " + "; ".join(advice) + "."
                       if advice else "Remove the waits from the loop.")
+    title = ctx.spec.title
+    if not ctx.gpu_measured and not unrecorded:
+        # Nothing blocks on a CPU run: the title says what the calls are and where they
+        # would cost, and the advice is for the GPU run the script is written for.
+        title = CPU_TITLE
+        recommendation = ("Before running on a GPU, " + "; ".join(advice) + "."
+                          if advice else "Before running on a GPU, remove these reads from the loop.")
     if estimate is None:
         estimate = saving(ctx, ns, basis)
     finding_fix = fix
     return [
         Finding(
             rule=ctx.spec.id,
-            title=ctx.spec.title,
+            title=title,
             # Severity follows what a fix would save, not how long the host waited: a wait
             # for work the GPU is busy with anyway costs little.
             severity=severity_by_share(ctx, estimate.share_of_step),
