@@ -754,3 +754,19 @@ def test_evidence_of_a_column_of_nanoseconds_by_any_of_its_names_reads_as_a_dura
     assert evidence_value("per_step_ns", 9.281e6) == "9.28 ms"
     assert evidence_value("calls_per_step", 9.281e6) == "9.281e+06"
     assert format_cell("ns_per_step", 64_600.0) == "64.6 us"
+
+
+def test_a_long_row_key_is_cut_in_the_middle_so_its_end_is_read():
+    """'autograd::engine::evaluate_function: AddmmBackward0' cut at its end read
+    'autograd::engine::evaluate_function…': which backward it was is at the end."""
+    from advisor.reports._terminal import _cut_key
+
+    tables = make_tables()
+    long = "autograd::engine::evaluate_function: AddmmBackward0_with_a_name_longer_than_any_column_allows_here"
+    tables["kernel"] = tables["kernel"].rename(index={NASTY_KERNEL: long})
+    text = terminal_text(build_report(make_session(), tables, make_findings(), steps=STEPS))
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("autograd::engine::")]
+    key = line.split("  ")[0]
+    assert "…" in key and key.endswith("_here") and len(key) < len(long)
+    assert _cut_key("abcdefghij", 10) == "abcdefghij"
+    assert _cut_key("abcdefghijk", 6) == "abc…jk"

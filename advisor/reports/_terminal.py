@@ -128,6 +128,17 @@ def _findings(report: Report) -> list[RenderableType]:
     return out[:-1]
 
 
+def _cut_key(key: str, width: int) -> str:
+    """``key`` in at most ``width`` characters, cut in the middle: a name's end says as much
+    as its start ('autograd::engine::evaluate_function: AddmmBackward0' cut at its end lost
+    which backward it was)."""
+    if len(key) <= width:
+        return key
+    head = max((width - 1) * 3 // 5, 1)
+    tail = max(width - 1 - head, 0)
+    return key[:head] + "…" + (key[-tail:] if tail else "")
+
+
 def _table(table: Table, *, columns: list[str], rows: int | None, width: int) -> RichTable:
     view = RichTable(
         title=table.title,
@@ -148,7 +159,7 @@ def _table(table: Table, *, columns: list[str], rows: int | None, width: int) ->
         view.add_column(c, justify="right" if numeric[c] else "left", no_wrap=True, overflow="ellipsis", min_width=w)
     for row, values in zip(shown, cells, strict=True):
         # Text, not str: names from traces may hold "[...]", which rich would take as markup.
-        view.add_row(Text(str(row["key"])), *(Text(v) for v in values))
+        view.add_row(Text(_cut_key(str(row["key"]), key_width)), *(Text(v) for v in values))
     caption = list(table.notes)
     if rows is not None and len(table.rows) > rows:
         caption.insert(0, f"top {rows} of {len(table.rows)} rows")
