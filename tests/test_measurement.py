@@ -931,6 +931,19 @@ def test_host_bound_names_the_functions_that_take_the_step():
     assert any(e.kind == "source_line" and e.line == 10 for e in finding.evidence)
 
 
+def test_host_bound_s_evidence_says_which_figure_is_a_line_s_and_which_its_function_s():
+    """The function's figure (all its lines) beside its busiest line's row: each says which
+    it is, so 18.1 ms beside 19.0 ms reads as a part and its whole."""
+    table = hotspots({"main": 7e6, "augment": 9e6})
+    table.loc["main (t.py:30)"] = {"role": "main", "function": "main", "file": "t.py", "line": 30, "other_ns": 2e6,
+                                   "waiting_share": 0.0, "stack": "main (t.py:30)"}
+    (finding,) = host_bound(table)
+    row = next(e for e in finding.evidence if e.kind == "table_row" and e.row == "main (t.py:10)")
+    assert row.note.startswith("line 10 alone, per step, outside every phase; reached by ")
+    line = next(e for e in finding.evidence if e.kind == "source_line" and e.function == "main")
+    assert line.note == "9.00 ms per step of host Python outside the model in main, lines 10, 30"
+
+
 def test_host_bound_leaves_out_the_time_the_phases_own_calls_spend_outside_their_marks():
     # loss.backward()'s and optimizer.step()'s lines, sampled in autograd's and the
     # optimizer's Python before their phases' marks: the phases' own work, not the script's

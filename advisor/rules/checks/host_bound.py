@@ -339,12 +339,18 @@ def _from_samples(ctx: RuleContext, hotspots: pd.DataFrame) -> list[Finding]:
         lines.append(f"{function} ({file}, line{'s' if len(mine) > 1 else ''} {busiest}): {ms(ns)} per step "
                      f"({pct(ns / step)})")
         top = mine.index[0]
+        # The row is one line's, the figure above is the function's (all its lines): each
+        # note says which, so the two figures side by side do not read as a contradiction.
+        line_no = int(mine.at[top, "line"])
+        where = f"line {line_no} alone, per step, outside every phase"
         evidence.append(row_evidence("python_hotspots", hotspots, top, "other_ns",
-                                     f"outside every phase; reached by {mine.at[top, 'stack']}"
-                                     if mine.at[top, "stack"] else "outside every phase"))
-        evidence.append(Evidence(kind="source_line", file=str(file), line=int(mine.at[top, "line"]),
+                                     f"{where}; reached by {mine.at[top, 'stack']}" if mine.at[top, "stack"]
+                                     else where))
+        evidence.append(Evidence(kind="source_line", file=str(file), line=line_no,
                                  function=str(function), name=str(function),
-                                 note=f"{ms(ns)} per step of host Python outside the model in {function}"))
+                                 note=f"{ms(ns)} per step of host Python outside the model in {function}, "
+                                      f"line{'s' if len(mine) > 1 else ''} {busiest}"
+                                      + (" and the rest of its lines" if len(mine) > 3 else "")))
     named_ns = float(named.sum())
     metrics: dict[str, Any] = {"host_ns_per_step": total, "share": share, "where": "outside the model",
                                "functions": [{"file": file, "function": function, "ns_per_step": float(v)}
