@@ -234,3 +234,30 @@ def test_a_stall_among_too_few_steps_cannot_be_told_from_their_spread_nor_many_s
     assert isolated_stalls(long).tolist() == [50, 150, 250]
     long[350] = 5.0 * MS
     assert isolated_stalls(long).size == 0
+
+
+# -- gradient accumulation -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("every, said", [(4, True), (1, False), (None, False)])
+def test_gradient_accumulation_is_said_so_a_step_reads_as_one_batch(every, said):
+    """A loop that steps the optimizer every 4 batches: advisor's step is one batch (its
+    figures per step a quarter of the script's own timer's), which the report says."""
+    from advisor.session import TimedStep
+
+    t = Trace()
+    for n in range(2, 7):
+        t.step(n, 10.0 * n, 10.0 * n + 10)
+        t.phase("Forward", 10.0 * n, 10.0 * n + 5)
+    session = t.session(gpu_measured=False)
+    session.meta.timed_steps = [
+        TimedStep(step=n, start_ns=int(n * 10 * MS), duration_ns=int(10 * MS), recorded=2 <= n < 7,
+                  calls={"Forward": 1, "Backward": 1,
+                         **({"Optimization": 2} if every is not None and n % every == every - 1 else {})})
+        for n in range(40)]
+    notes = [n for n in steady_of(session).meta.collector.notes if "gradient accumulation" in n]
+    if said:
+        assert notes == ["The optimizer steps once every 4 steps (gradient accumulation): a step here is one batch, "
+                         "its forward and backward, and an optimizer step 4 of them; figures per step are per batch, "
+                         "their shares of the step the same either way."]
+    else:
+        assert not notes

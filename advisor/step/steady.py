@@ -24,7 +24,7 @@ from advisor.session.attribute import assign_steps_and_phases, infer_phases, mai
 from advisor.step.window import SteadyWindow
 from advisor.units import format_ns
 
-__all__ = ["INFERRED", "SET_APART", "notes_for", "steady_session"]
+__all__ = ["INFERRED", "SET_APART", "accumulation_notes", "notes_for", "steady_session"]
 
 INFERRED = "advisor-inferred"
 SET_APART = "advisor-set-apart"
@@ -38,7 +38,7 @@ def steady_session(session: Session, window: SteadyWindow) -> Session:
     apart = _set_apart_step_numbers(window)
     if len(apart):
         events = _without_steps(events, apart)
-    notes = notes_for(window)
+    notes = notes_for(window) + accumulation_notes(session)
     meta = session.meta
     if notes:
         collector = meta.collector
@@ -124,3 +124,22 @@ def notes_for(window: SteadyWindow) -> list[str]:
                      f"{format_ns(periodic.steady_ns)} (steps {', '.join(f'#{n}' for n in periodic.steps[:6])}"
                      f"{'...' if len(periodic.steps) > 6 else ''}, over {periodic.timed} {periodic.source}).")
     return notes
+
+
+def accumulation_notes(session: Session) -> list[str]:
+    """The report's line where the optimizer steps once every N steps (gradient
+    accumulation): a step here is one batch, where the script's own step (and its timer)
+    may be the optimizer's, N of them. Said from the collector's clock: the steps whose
+    phases opened the optimizer, at a regular gap of two or more over most of the run."""
+    timed = [t for t in session.meta.timed_steps if not t.partial]
+    stepped = np.array([t.step for t in timed if t.calls.get("Optimization", 0) > 0], dtype=np.int64)
+    if len(stepped) < 3 or not len(timed):
+        return []
+    gaps = np.diff(stepped)
+    values, counts = np.unique(gaps, return_counts=True)
+    every = int(values[np.argmax(counts)])
+    if every < 2 or counts.max() < 0.8 * len(gaps):
+        return []
+    return [f"The optimizer steps once every {every} steps (gradient accumulation): a step here is one batch, "
+            f"its forward and backward, and an optimizer step {every} of them; figures per step are per batch, "
+            "their shares of the step the same either way."]
