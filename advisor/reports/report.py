@@ -155,7 +155,8 @@ class StepSummary(_Model):
                                                                    "the unrecorded ones (0.1: 10% longer).")
     stalled: list[StalledStep] = Field(default_factory=list, description=(
         "Steps set apart from the mean step as stalls: over ten times the median step, and few (at most one in "
-        "twenty, three in all); a pause of the process (a full garbage collection, the machine), not the loop's pace."))
+        "twenty, three in all); a pause of the process (most likely the garbage collector or the machine), not the "
+        "loop's pace."))
 
 
 class SessionSummary(_Model):

@@ -24,12 +24,11 @@ step; the step as the run averages it (a user's own timer) is ``mean_step_ns + b
 
 A step the process stalled in is set apart from the job's steps too (``stalled``): one over
 ``STALL_TIMES`` the median step, where at most one in twenty, and three in all, are
-(``isolated_stalls``). A full
-collection of Python's garbage collector, made longer by the objects the collector itself
-holds, stopped one read of a data loader for 190 ms among steps of 6 to 9 ms; in the mean
-of 71 steps it added 2.6 ms to each, and to what a fix of the loader promised. Such pauses
-come once, where they come at all, and are not the loop's pace; slow steps that recur more
-often than that are the loop's own and stay.
+(``isolated_stalls``). One read of a data loader stopped for 190 ms among steps of 6 to
+9 ms (a full collection of Python's garbage collector took 140-260 ms in that process under
+advisor); in the mean of 71 steps it added 2.6 ms to each, and to what a fix of the loader
+promised. Such pauses come once, where they come at all, and are not the loop's pace; slow
+steps that recur more often than that are the loop's own and stay.
 
 The collector's clock times every step of a script's run (``SessionMeta.timed_steps``); its
 frames are here too: ``timed`` (every complete timed step from the first recorded one on,

@@ -8,6 +8,15 @@ into per-item work (``__getitem__``), collation and the loader's own machinery. 
 workers make them, the stack samples of the worker processes say how busy they were and
 in which function. The rule that judges a starved loop reads this table to tell per-item
 work that worker processes would spread out from per-batch costs they would not.
+
+The means are of the loader's ordinary reads: a read the process stalled in is set apart,
+said in ``stalled_reads`` and ``stalled_ns``, where the collector kept each read's time
+(advisor.collect.hooks.loaders.KEPT) and such reads are few, as the step model sets apart a
+stalled step (advisor.step.timing.isolated_stalls). One such read among eighty (187 ms
+inside a collation of 0.2 ms, a full garbage collection's length in that process) moved the
+mean collation from 0.16 to 2.5 ms, and the share of a read the script's own work takes
+from 82 to 60 %, which sizes the loader's fix. Reads that are often that slow are the
+loader's own pattern (a file opened every so often) and stay in the means.
 """
 
 from __future__ import annotations

@@ -13,12 +13,11 @@ from advisor.rules.copy_rates import pinned_rate
 from advisor.rules.savings import replayed
 from advisor.session import intervals as iv
 from advisor.step.waits import PAGEABLE_COPY
+from advisor.step.whatif import Fix
 
 # The title on a CPU run, where the calls wait for no device (the rule's own title says
 # the host blocks on the GPU).
 CPU_TITLE = "Tensors are read back to Python inside the loop (each read would wait on a GPU)"
-from advisor.step.whatif import Fix
-
 _SOURCE = re.compile(r"^(?P<file>.+):(?P<line>\d+)(?: (?P<function>.+))?$")
 
 
