@@ -770,3 +770,5 @@ def test_a_long_row_key_is_cut_in_the_middle_so_its_end_is_read():
     assert "…" in key and key.endswith("_here") and len(key) < len(long)
     assert _cut_key("abcdefghij", 10) == "abcdefghij"
     assert _cut_key("abcdefghijk", 6) == "abc…jk"
+    # An escaped control character is kept whole or left out, never cut in two.
+    assert _cut_key(r"aten::mm\x1b]0;title\x07\x9b31m", 18) == r"aten::mm…\x9b31m"

@@ -8,6 +8,7 @@ test renders at width 100 with no colour).
 from __future__ import annotations
 
 import io
+import re
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -128,15 +129,40 @@ def _findings(report: Report) -> list[RenderableType]:
     return out[:-1]
 
 
+# A character of a name as the report shows it: an escaped control character (\x1b) is one.
+_KEY_UNIT = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)|.", re.S)
+
+
 def _cut_key(key: str, width: int) -> str:
     """``key`` in at most ``width`` characters, cut in the middle: a name's end says as much
     as its start ('autograd::engine::evaluate_function: AddmmBackward0' cut at its end lost
-    which backward it was)."""
+    which backward it was). An escaped control character is kept whole or left out, never
+    cut in two."""
     if len(key) <= width:
         return key
     head = max((width - 1) * 3 // 5, 1)
     tail = max(width - 1 - head, 0)
-    return key[:head] + "…" + (key[-tail:] if tail else "")
+    units = _KEY_UNIT.findall(key)
+    front, used = [], 0
+    for unit in units:
+        if used + len(unit) > head:
+            break
+        front.append(unit)
+        used += len(unit)
+    back, used = [], 0
+    for unit in reversed(units[len(front):]):
+        if used + len(unit) > tail:
+            break
+        back.append(unit)
+        used += len(unit)
+    # What a whole unit left of either side's share goes to the start, where it fits.
+    room = width - 1 - sum(map(len, front)) - sum(map(len, back))
+    for unit in units[len(front):len(units) - len(back)]:
+        if len(unit) > room:
+            break
+        front.append(unit)
+        room -= len(unit)
+    return "".join(front) + "…" + "".join(reversed(back))
 
 
 def _table(table: Table, *, columns: list[str], rows: int | None, width: int) -> RichTable:

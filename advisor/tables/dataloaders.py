@@ -138,8 +138,8 @@ def _handoff(entry: dict, figure: str) -> float:
         "reads": "Batches read from it over the run.",
         "read_avg_ns": "Mean time a read took in the main process, ns (the stalled reads set apart).",
         "stalled_reads": "Reads set apart as stalls: over ten times the median read, and few (at most one in "
-                         "twenty, three in all); their time is the machine's, not the loader's work. 0 where none were, or "
-                         "where each read's time was not kept.",
+                         "twenty, three in all); a pause of the process, not the loader's work. 0 where none were, "
+                         "or where each read's time was not kept.",
         "stalled_ns": "The stalled reads' time beyond a median read, summed over the run, ns.",
         "fetch_avg_ns": "Mean time making a batch in the main process (items and collation), ns "
                         "(NaN with workers; stalled fetches set apart, as reads are).",
