@@ -1045,9 +1045,32 @@ def test_a_cpu_run_s_read_backs_promise_nothing_and_say_where_they_would_cost():
     # Nothing blocks here: the title does not say the host blocks on a GPU, and the advice
     # is for the GPU run.
     assert finding.title == "Tensors are read back to Python inside the loop (each read would wait on a GPU)"
-    assert finding.recommendation.startswith("Before running on a GPU, keep values on the device")
+    # 256 reads a step of one line: once per sample, so the advice batches them.
+    assert finding.recommendation.startswith("Before running on a GPU, at train.py:30, a tensor is read back once "
+                                             "per sample: decide for the whole batch with tensor ops")
+    assert "loss.detach()" not in finding.recommendation
     assert "int (tensor to host) at train.py:30 main: 256 calls a step, 1.30 ms a step" in finding.message
     assert any(e.kind == "source_line" and e.line == 30 for e in finding.evidence)
+
+
+def test_a_read_back_once_a_step_is_told_to_read_every_n_steps_and_one_per_sample_to_batch():
+    """A loss logged with .item() each step reads once a step: read it every N steps. An `if
+    torch.rand(1) < 0.5` per sample reads 128 times a step: reading it less often is no
+    fix; deciding for the whole batch at once is (a new user applied the first advice to
+    the second and the step got 8 ms slower on a CPU)."""
+    spec = next(s for s in builtin_specs() if s.id == "sync-memcpy-stall")
+    sync = pd.DataFrame({"calls": [6, 128 * 6], "host_total_ns": [6 * 2e5, 6 * 3.6e5],
+                         "reason": ["tensor to host", "tensor to host"], "source": ["train.py:40 main", "b.py:18 make"],
+                         "name": ["aten::item", "aten::item"], "example_event_ids": [[], []]},
+                        index=["aten::item @ train.py:40", "aten::item @ b.py:18"])
+    ctx = RuleContext(tables={"host_sync": sync}, spec=spec, step_count=6, mean_step_ns=25e6,
+                      window_ns=int(150e6), gpu_measured=True)
+    (finding,) = engine.checks()["sync-memcpy-stall"](ctx)
+    assert finding.recommendation == (
+        "Remove the waits from the loop: at b.py:18, a tensor is read back once per sample: decide for the whole "
+        "batch with tensor ops (a mask or torch.where on a batch of values drawn at once) instead of a Python branch "
+        "or read per sample; keep values on the device (loss.detach(), accumulate on the GPU) and read them every N "
+        "steps instead of calling .item()/.cpu()/.tolist() each step.")
 
 
 def test_the_workers_fix_replays_from_the_step_at_the_jobs_own_pace_once():

@@ -27,7 +27,7 @@ PAGEABLE_COPY = "pageable async copy"
 STREAM_SYNC = "stream synchronize"
 DEVICE_SYNC = "device synchronize"
 EVENT_SYNC = "event synchronize"
-TO_HOST = "tensor to host (.item()/.cpu()/.tolist())"
+TO_HOST = "tensor to host (.item()/.cpu()/.tolist(), or a tensor used as a Python bool or number)"
 
 CALL_REASONS = (
     (calls.SYNC_COPY, SYNC_COPY),

@@ -18,6 +18,8 @@ from advisor.step.whatif import Fix
 # The title on a CPU run, where the calls wait for no device (the rule's own title says
 # the host blocks on the GPU).
 CPU_TITLE = "Tensors are read back to Python inside the loop (each read would wait on a GPU)"
+# Reads of one line a step from which it reads once per sample, not once per step.
+PER_SAMPLE_CALLS = 8
 _SOURCE = re.compile(r"^(?P<file>.+):(?P<line>\d+)(?: (?P<function>.+))?$")
 
 
@@ -130,7 +132,16 @@ def check(ctx: RuleContext) -> list[Finding]:
                    "the device to finish all the work queued before it: " + "; ".join(lines) + ".")
     reasons = set(in_loop.get("reason", []))
     advice = []
-    if any("host" in str(r) for r in reasons):
+    # A line read back many times a step reads once per sample (a branch on a random draw,
+    # a value per item): batching it removes the reads; reading it every N steps does not.
+    per_sample = in_loop[(in_loop["calls"] / steps >= PER_SAMPLE_CALLS)
+                         & in_loop["reason"].astype(str).str.contains("host")]
+    if len(per_sample):
+        sites = ", ".join(sorted({str(s).split(" ")[0] for s in per_sample["source"] if str(s)})) or "these lines"
+        advice.append(f"at {sites}, a tensor is read back once per sample: decide for the whole batch with tensor "
+                      "ops (a mask or torch.where on a batch of values drawn at once) instead of a Python branch or "
+                      "read per sample")
+    if any("host" in str(r) for r in set(in_loop.drop(index=per_sample.index).get("reason", []))):
         advice.append("keep values on the device (loss.detach(), accumulate on the GPU) and read them "
                       "every N steps instead of calling .item()/.cpu()/.tolist() each step")
     if any("pageable" in str(r) for r in reasons):
