@@ -770,5 +770,10 @@ def test_a_long_row_key_is_cut_in_the_middle_so_its_end_is_read():
     assert "…" in key and key.endswith("_here") and len(key) < len(long)
     assert _cut_key("abcdefghij", 10) == "abcdefghij"
     assert _cut_key("abcdefghijk", 6) == "abc…jk"
+    # Keys that would read the same once cut are cut nearer their start, so rows stay apart.
+    from advisor.reports._terminal import _cut_keys
+
+    nodes = [f"autograd::engine::evaluate_function: {n}Backward0" for n in ("Addmm", "Mm", "Relu")]
+    assert _cut_keys(nodes, 18) == ["auto…ddmmBackward0", "auto…: MmBackward0", "auto…ReluBackward0"]
     # An escaped control character is kept whole or left out, never cut in two.
     assert _cut_key(r"aten::mm\x1b]0;title\x07\x9b31m", 18) == r"aten::mm…\x9b31m"

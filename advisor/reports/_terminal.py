@@ -133,14 +133,25 @@ def _findings(report: Report) -> list[RenderableType]:
 _KEY_UNIT = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)|.", re.S)
 
 
-def _cut_key(key: str, width: int) -> str:
+def _cut_keys(keys: list[str], width: int) -> list[str]:
+    """Each key cut to ``width`` (``_cut_key``), the cut moved toward the start where two
+    different keys would read the same: three autograd nodes cut to 'autograd:…kward0'
+    read as one row three times."""
+    for head_share in (3 / 5, 1 / 4, 0.0):
+        cut = [_cut_key(k, width, head_share) for k in keys]
+        if len(set(cut)) == len(set(keys)):
+            break
+    return cut
+
+
+def _cut_key(key: str, width: int, head_share: float = 3 / 5) -> str:
     """``key`` in at most ``width`` characters, cut in the middle: a name's end says as much
     as its start ('autograd::engine::evaluate_function: AddmmBackward0' cut at its end lost
     which backward it was). An escaped control character is kept whole or left out, never
     cut in two."""
     if len(key) <= width:
         return key
-    head = max((width - 1) * 3 // 5, 1)
+    head = max(int((width - 1) * head_share), 1)
     tail = max(width - 1 - head, 0)
     units = _KEY_UNIT.findall(key)
     front, used = [], 0
@@ -183,9 +194,10 @@ def _table(table: Table, *, columns: list[str], rows: int | None, width: int) ->
     numeric = numeric_columns(table, columns)
     for c, w in zip(columns, widths, strict=True):
         view.add_column(c, justify="right" if numeric[c] else "left", no_wrap=True, overflow="ellipsis", min_width=w)
-    for row, values in zip(shown, cells, strict=True):
+    keys = _cut_keys([str(row["key"]) for row in shown], key_width)
+    for key, values in zip(keys, cells, strict=True):
         # Text, not str: names from traces may hold "[...]", which rich would take as markup.
-        view.add_row(Text(_cut_key(str(row["key"]), key_width)), *(Text(v) for v in values))
+        view.add_row(Text(key), *(Text(v) for v in values))
     caption = list(table.notes)
     if rows is not None and len(table.rows) > rows:
         caption.insert(0, f"top {rows} of {len(table.rows)} rows")
