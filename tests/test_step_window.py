@@ -167,7 +167,7 @@ def test_evaluation_with_autograd_on_is_told_to_use_no_grad_and_named_by_its_cal
 
 # -- stalled steps -------------------------------------------------------------------------------
 
-def _timed_run(durations_ms: list[float], loading_ms: list[float] | None = None):
+def _timed_run(durations_ms: list[float]):
     """Five recorded steps (#2-#6) and, after them, one unrecorded step per duration: the
     session as the collector's clock timed it."""
     from advisor.session import TimedStep
@@ -180,7 +180,7 @@ def _timed_run(durations_ms: list[float], loading_ms: list[float] | None = None)
         t.op("aten::mm", base + 8.5, base + 9.5)
     session = t.session(gpu_measured=False)
     took = [10.0] * 5 + list(durations_ms)
-    loading = [8.0] * 5 + list(loading_ms if loading_ms is not None else [d - 2 for d in durations_ms])
+    loading = [8.0] * 5 + [d - 2 for d in durations_ms]
     start, timed = 20.0, []
     for i, (d, load) in enumerate(zip(took, loading)):
         timed.append(TimedStep(step=i + 2, start_ns=int(start * MS), duration_ns=int(d * MS), recorded=i < 5,

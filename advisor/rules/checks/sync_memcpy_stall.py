@@ -137,7 +137,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     per_sample = in_loop[(in_loop["calls"] / steps >= PER_SAMPLE_CALLS)
                          & in_loop["reason"].astype(str).str.contains("host")]
     if len(per_sample):
-        sites = ", ".join(sorted({str(s).split(" ")[0] for s in per_sample["source"] if str(s)})) or "these lines"
+        found = (_SOURCE.match(str(source)) for source in per_sample["source"])
+        sites = ", ".join(sorted({f"{m['file']}:{m['line']}" for m in found if m})) or "these lines"
         advice.append(f"at {sites}, a tensor is read back once per sample: decide for the whole batch with tensor "
                       "ops (a mask or torch.where on a batch of values drawn at once) instead of a Python branch or "
                       "read per sample")
