@@ -169,6 +169,7 @@ SCRIPT_PAIRS = (
     ScriptPair("validation_and_loader", "periodic_validation.py", ("dataloader-starvation", "periodic-step-work"),
                lambda f: _workers(f) if f["rule"] == "dataloader-starvation" else _less_often(f), 64,
                args=("--read-ms", "0.1"), repeat_factor=2),
+    ScriptPair("clean_train_fused", "clean_train.py", "optimizer-not-fused", lambda f: ["--fused"], 40, verify=True),
     # GPU pairs: the fixed twins of the GPU cases.
     ScriptPair("pageable_copies", "pageable_copies.py", "sync-memcpy-stall", lambda f: ["--pinned"], 60, gpu=True),
     ScriptPair("per_parameter_optimizer", "per_parameter_optimizer.py", "optimizer-not-fused",

@@ -17,10 +17,11 @@ ZERO = "Optimizer.zero_grad#SGD.zero_grad"
 
 
 def optimizer_session(*, params: int = 40, foreach: bool = False, set_to_none: bool = False, gpu: bool = True,
-                      gemm_ms: float = 4.5, steps: int = 2):
+                      gemm_ms: float = 4.5, steps: int = 2, step_range: str = STEP,
+                      per_param: tuple[str, ...] = ("aten::mul_", "aten::add_")):
     """``steps`` 20 ms steps (two by default): zero_grad (1-3 ms), a forward matmul, then the
-    optimizer step (10-18 ms). Single-tensor: two ops per parameter, each launching a 5 us
-    kernel."""
+    optimizer step (10-18 ms, the range ``step_range``). Single-tensor: the ops ``per_param``
+    for each parameter (SGD with momentum's two by default), each launching a 5 us kernel."""
     t = Trace()
     for number, base in ((n + 1, 20.0 * n) for n in range(steps)):
         t.step(number, base, base + 20)
@@ -39,8 +40,8 @@ def optimizer_session(*, params: int = 40, foreach: bool = False, set_to_none: b
         if gpu:
             t.gpu("gemm", "kernel", base + 4.5, base + 4.5 + gemm_ms, launch=launch)
         t.phase("Optimization", base + 10, base + 18)
-        t.add(STEP, "annotation", base + 10, base + 18)
-        names = ["aten::_foreach_mul_", "aten::_foreach_add_"] if foreach else ["aten::mul_", "aten::add_"] * params
+        t.add(step_range, "annotation", base + 10, base + 18)
+        names = ["aten::_foreach_mul_", "aten::_foreach_add_"] if foreach else list(per_param) * params
         for i, name in enumerate(names):
             start = base + 10 + i * 8 / len(names)
             op = t.op(name, start, start + 6 / len(names))
@@ -81,11 +82,44 @@ def test_single_tensor_steps_and_zeroed_gradients_on_a_gpu_are_named_with_their_
     assert zero.saving.ms_per_step == pytest.approx(1.5)
 
 
-def test_the_fixed_twin_and_a_cpu_run_raise_neither():
+def test_the_fixed_twin_raises_neither_and_a_cpu_run_no_zeroing_advice():
     assert not {"optimizer-not-fused", "grad-zeroing-memsets"} & set(_rules(optimizer_session(foreach=True,
                                                                                               set_to_none=True)))
-    # On a CPU foreach is slower and fresh gradients cost allocations: no advice there.
-    assert not {"optimizer-not-fused", "grad-zeroing-memsets"} & set(_rules(optimizer_session(gpu=False)))
+    # On a CPU fresh gradients cost allocations: no zeroing advice there.
+    assert "grad-zeroing-memsets" not in _rules(optimizer_session(gpu=False))
+
+
+def test_a_cpu_step_is_told_to_fuse_at_the_share_a_fused_step_keeps():
+    # SGD with momentum on a CPU (its buffer's mul_ and the add_s): the 8 ms step replayed
+    # at the 0.6 a fused step keeps there, 0.5 at the high end, half the point at the low.
+    step = _rules(optimizer_session(gpu=False))["optimizer-not-fused"]
+    assert "on the CPU" in step.message and "fused=True" in step.recommendation
+    assert "torch.optim.SGD(params, ..., fused=True)" in step.recommendation
+    assert "foreach=True is no help" in step.recommendation
+    assert step.saving.ms_per_step == pytest.approx(8 * 0.4)
+    assert step.saving.high_ms_per_step == pytest.approx(8 * 0.5)
+    assert step.saving.low_ms_per_step == pytest.approx(8 * 0.2)
+    # verify applies fused, and turns foreach off (torch refuses both).
+    assert step.metrics["fix_fused"] == 1 and step.metrics["fix_foreach"] == 0
+    adam = _rules(optimizer_session(gpu=False, step_range="Optimizer.step#AdamW.step",
+                                    per_param=("aten::lerp_", "aten::mul_", "aten::addcmul_", "aten::sqrt",
+                                               "aten::addcdiv_")))["optimizer-not-fused"]
+    assert adam.saving.ms_per_step == pytest.approx(8 * 0.7) and adam.saving.high_ms_per_step == pytest.approx(
+        8 * 0.87)
+    assert "torch.optim.AdamW(params, ..., fused=True)" in adam.recommendation
+    # A foreach step the script asked for is slower still: fused replaces it.
+    foreach = _rules(optimizer_session(gpu=False, foreach=True, step_range="Optimizer.step#Adam.step"))
+    assert "replace it" in foreach["optimizer-not-fused"].recommendation
+
+
+def test_a_cpu_step_fusing_would_not_speed_is_left_alone():
+    # Plain SGD is one pass per parameter already; an optimizer torch does not fuse on a
+    # CPU has nothing to set; a fused step is the fix.
+    for session in (optimizer_session(gpu=False, per_param=("aten::add_",)),
+                    optimizer_session(gpu=False, step_range="Optimizer.step#RMSprop.step"),
+                    optimizer_session(gpu=False, step_range="Optimizer.step#Adam.step",
+                                      per_param=("aten::_fused_adam_",), params=1)):
+        assert "optimizer-not-fused" not in _rules(session)
 
 
 def test_the_saving_is_what_the_gpu_leaves():

@@ -149,6 +149,7 @@ _PROBE = textwrap.dedent("""
         autocast = torch.is_autocast_cpu_enabled()
     json.dump({"autocast": autocast, "workers": loader.num_workers, "persistent": loader.persistent_workers,
                "dataset": type(loader.dataset).__name__, "foreach": opt.defaults.get("foreach"),
+               "fused": opt.defaults.get("fused"),
                "grad": model.weight.grad is None, "batches": batches, "threads": torch.get_num_threads()},
               open(sys.argv[1], "w"))
 """)
@@ -188,6 +189,18 @@ def test_the_fixes_reach_what_the_script_makes(tmp_path):
     assert plain["dataset"] == "TensorDataset" and batched["dataset"] == "BatchedTensors"
     assert batched["batches"] == plain["batches"]  # indexed a batch at a time, the same batches
     assert out["changes"] == {"batched_index": 1}
+
+
+def test_the_optimizer_finding_s_fix_is_foreach_on_a_gpu_and_fused_on_a_cpu(tmp_path):
+    from advisor.rules import builtin_specs
+
+    declared = next(s for s in builtin_specs() if s.id == "optimizer-not-fused").verify
+    assert plan_fix(declared, {"fix_foreach": 1.0}) == FixPlan("optimizer", {"foreach": 1.0})
+    cpu = plan_fix(declared, {"fix_foreach": 0.0, "fix_fused": 1.0})
+    assert cpu == FixPlan("optimizer", {"foreach": 0.0, "fused": 1.0})
+    # In the trial, the probe's SGD is built fused (torch refuses foreach and fused together).
+    seen, out = _trial(tmp_path, [{"name": "optimizer", "settings": cpu.settings}])
+    assert seen["fused"] is True and seen["foreach"] is False and out["changes"]["optimizer"] == 1
 
 
 def test_each_fix_counts_what_it_changed_and_one_that_found_nothing_counts_none(tmp_path):

@@ -77,7 +77,8 @@ class FixPlan:
             "fp32": "CPU autocast off (matrix work in fp32)",
             "compile": "torch.compile of the model's forward",
         }[self.name]
-        settings = ", ".join(f"{k}={v}" for k, v in self.settings.items())
+        # The optimizer's settings are switches, whatever figure of the finding gave them.
+        settings = ", ".join(f"{k}={bool(v) if self.name == 'optimizer' else v}" for k, v in self.settings.items())
         numerics = " (changes numerics)" if FIXES[self.name].numerics else ""
         return f"{words} {settings}".strip() + numerics
 

@@ -1,13 +1,21 @@
-"""optimizer-not-fused: a single-tensor optimizer step, per-parameter work that one word
-(foreach=True, fused=True) removes, judged from the optimizer table.
+"""optimizer-not-fused: an optimizer step that runs a few operators per parameter, where
+one word (foreach=True or fused=True) makes it a few operators for all of them, judged from
+the optimizer table.
 
-A single-tensor step runs a few operators per parameter, each launching a tiny kernel;
-foreach and fused optimizers do the same work in a few launches. On a CPU it does not hold:
-the operators are the arithmetic itself and foreach runs slower there, so the rule judges
-GPU runs only. The saving is the fix replayed on the step graph: the host's time in the
-optimizer's step cut to what a foreach step keeps, its kernels' GPU time likewise (the
-same bytes in a few kernels); the graph says how much of that the step loses, whether the
-host runs ahead of the GPU or waits for it every step.
+On a GPU, a single-tensor step launches a tiny kernel per operator per parameter; foreach
+and fused optimizers do the same work in a few launches. The saving is the fix replayed on
+the step graph: the host's time in the optimizer's step cut to what a foreach step keeps,
+its kernels' GPU time likewise (the same bytes in a few kernels); the graph says how much
+of that the step loses, whether the host runs ahead of the GPU or waits for it every step.
+
+On a CPU, the operators are the arithmetic itself, each a full pass over a parameter's
+memory; foreach runs slower there, but fused=True (Adam, AdamW, Adagrad, SGD; torch 2.4 or
+later) updates each parameter in one pass. torch's default on a CPU is the single-tensor
+step. The saving is the optimizer's step replayed at the share of its time a fused step
+keeps, measured per optimizer (benchmarks/cpu_fused_optimizer.py): the median where the
+parameters fit the CPU's caches (Adam and AdamW keep about 0.3 of it, Adagrad 0.4, SGD
+with momentum 0.6), the high end where they do not and each pass goes to memory (0.13, 0.2,
+0.5). Plain SGD is one pass already (0.83-1.07): not named.
 """
 
 from __future__ import annotations
@@ -21,69 +29,141 @@ from advisor.rules.savings import replayed
 from advisor.step.whatif import Fix
 
 
+# The optimizers torch fuses on a CPU, by the name their step range carries
+# (Optimizer.step#AdamW.step), and the threshold holding the share of the step's time a
+# fused step keeps. SGD pays only with momentum (a buffer updated in the same pass).
+CPU_FUSED = {"Adam": "cpu_kept_adam", "AdamW": "cpu_kept_adam", "Adagrad": "cpu_kept_adagrad",
+             "SGD": "cpu_kept_sgd_momentum"}
+
+
 @register("optimizer-not-fused")
 def check_optimizer(ctx: RuleContext) -> list[Finding]:
     calls = ctx.table("optimizer")
     step = ctx.mean_step_ns or 0.0
-    if calls is None or not len(calls) or not ctx.gpu_measured or not step:
+    if calls is None or not len(calls) or not step or ctx.model is None:
         return []
-    single = calls[(calls["call"] == "step") & (calls["implementation"] == "single-tensor")
-                   & (calls["ops_per_step"] >= ctx.threshold("min_ops_per_step"))
-                   # the parameters are on the GPU: the operators launch kernels
-                   & (calls["kernels_per_step"].fillna(0) >= 0.5 * calls["ops_per_step"])]
-    if not len(single):
-        return []
+    steps = calls[calls["call"] == "step"]
+    kernels = steps["kernels_per_step"].fillna(0)
     findings = []
-    for key, row in single.iterrows():
-        ops, host = float(row["ops_per_step"]), float(row["op_host_per_step_ns"])
-        distinct = max(float(row["distinct_ops"]), 1.0)
-        # foreach keeps a few operators per list, and their per-tensor host work (about a
-        # quarter of the single-tensor time on the traces measured); at most it keeps one
-        # operator per kind.
-        kept = ctx.threshold("kept_share")
-        spans = ctx.model.host_ranges(re.escape(str(key))) if ctx.model is not None else None
-        if spans is None:
-            continue
-        kernels = ctx.model.gpu_launched_in(spans)
-
-        def fix(share: float) -> Fix:
-            return Fix(f"foreach step keeping {share:.0%}", host_spans=((spans, share),),
-                       gpu_rows={int(r): share for r in kernels})
-
-        found = replayed(ctx, fix(kept), "the step replayed with the optimizer step's host time and kernels cut to "
-                                         "what a foreach step keeps",
-                         low=fix(1 - ctx.threshold("saving_low_share") * (1 - kept)), high=fix(distinct / ops),
-                         remains=f"The step keeps the optimizer's GPU work ({ms(float(row['gpu_per_step_ns']))}) in a "
-                                 "few multi-tensor kernels, its Python around the operators, and a few launches.")
-        if found is None:
-            continue
-        estimate, _ = found
-        point = estimate.ms_per_step * 1e6
-        if point < ctx.threshold("min_saving_ms") * 1e6:
-            continue
-        owner = str(key).partition("#")[2].split(".")[0] or "the optimizer"
-        message = (f"{key} runs the single-tensor implementation: {ops:.0f} operators a step ({row['op_names']}), "
-                   f"{float(row['kernels_per_step']):.0f} kernels, a few per parameter; the host spends "
-                   f"{ms(host)} per step in them ({pct(host / step)} of the step) while their GPU work takes "
-                   f"{ms(float(row['gpu_per_step_ns']))}.")
-        findings.append(Finding(
-            rule=ctx.spec.id,
-            title=ctx.spec.title,
-            severity=severity_by_share(ctx, point / step),
-            confidence=0.7,
-            saving=estimate,
-            message=message,
-            recommendation=(f"Construct the optimizer with foreach=True, torch.optim.{owner}(params, ..., "
-                            "foreach=True): one launch per list of tensors; or with fused=True where torch has a "
-                            "fused version of it (Adam, AdamW and, in recent torch, SGD): one kernel for the whole "
-                            "update. torch picks foreach by itself only when every parameter is a CUDA tensor and "
-                            "foreach is not set to False."),
-            evidence=[e for e in (
-                row_evidence("optimizer", calls, key, "implementation"),
-                row_evidence("optimizer", calls, key, "ops_per_step"),
-                row_evidence("optimizer", calls, key, "op_host_per_step_ns", "host time in its operators per step"),
-                row_evidence("optimizer", calls, key, "kernels_per_step"),
-            ) if e is not None],
-            metrics={"ops_per_step": ops, "op_host_per_step_ns": host},
-        ).with_fix(fix(kept)))
+    if ctx.gpu_measured:
+        single = steps[(steps["implementation"] == "single-tensor")
+                       & (steps["ops_per_step"] >= ctx.threshold("min_ops_per_step"))
+                       # the parameters are on the GPU: the operators launch kernels
+                       & (kernels >= 0.5 * steps["ops_per_step"])]
+        findings += [f for key, row in single.iterrows() if (f := _gpu_finding(ctx, key, row, step)) is not None]
+    # The parameters are on the CPU: the operators launch nothing.
+    on_cpu = steps[steps["implementation"].isin(("single-tensor", "foreach")) & (kernels == 0)
+                   & (steps["ops_per_step"] > 0)]
+    findings += [f for key, row in on_cpu.iterrows() if (f := _cpu_finding(ctx, key, row, step)) is not None]
     return findings
+
+
+def _owner(key: object) -> str:
+    """The optimizer's class from its step range's name: Optimizer.step#AdamW.step -> AdamW."""
+    return str(key).partition("#")[2].split(".")[0]
+
+
+def _evidence(calls, key) -> list:
+    return [e for e in (
+        row_evidence("optimizer", calls, key, "implementation"),
+        row_evidence("optimizer", calls, key, "ops_per_step"),
+        row_evidence("optimizer", calls, key, "op_host_per_step_ns", "host time in its operators per step"),
+        row_evidence("optimizer", calls, key, "kernels_per_step"),
+    ) if e is not None]
+
+
+def _gpu_finding(ctx: RuleContext, key, row, step: float) -> Finding | None:
+    calls = ctx.table("optimizer")
+    ops, host = float(row["ops_per_step"]), float(row["op_host_per_step_ns"])
+    distinct = max(float(row["distinct_ops"]), 1.0)
+    # foreach keeps a few operators per list, and their per-tensor host work (about a
+    # quarter of the single-tensor time on the traces measured); at most it keeps one
+    # operator per kind.
+    kept = ctx.threshold("kept_share")
+    spans = ctx.model.host_ranges(re.escape(str(key)))
+    kernels = ctx.model.gpu_launched_in(spans)
+
+    def fix(share: float) -> Fix:
+        return Fix(f"foreach step keeping {share:.0%}", host_spans=((spans, share),),
+                   gpu_rows={int(r): share for r in kernels})
+
+    found = replayed(ctx, fix(kept), "the step replayed with the optimizer step's host time and kernels cut to "
+                                     "what a foreach step keeps",
+                     low=fix(1 - ctx.threshold("saving_low_share") * (1 - kept)), high=fix(distinct / ops),
+                     remains=f"The step keeps the optimizer's GPU work ({ms(float(row['gpu_per_step_ns']))}) in a "
+                             "few multi-tensor kernels, its Python around the operators, and a few launches.")
+    if found is None:
+        return None
+    estimate, _ = found
+    point = estimate.ms_per_step * 1e6
+    if point < ctx.threshold("min_saving_ms") * 1e6:
+        return None
+    owner = _owner(key) or "the optimizer"
+    message = (f"{key} runs the single-tensor implementation: {ops:.0f} operators a step ({row['op_names']}), "
+               f"{float(row['kernels_per_step']):.0f} kernels, a few per parameter; the host spends "
+               f"{ms(host)} per step in them ({pct(host / step)} of the step) while their GPU work takes "
+               f"{ms(float(row['gpu_per_step_ns']))}.")
+    return Finding(
+        rule=ctx.spec.id,
+        title=ctx.spec.title,
+        severity=severity_by_share(ctx, point / step),
+        confidence=0.7,
+        saving=estimate,
+        message=message,
+        recommendation=(f"Construct the optimizer with foreach=True, torch.optim.{owner}(params, ..., "
+                        "foreach=True): one launch per list of tensors; or with fused=True where torch has a "
+                        "fused version of it (Adam, AdamW and, in recent torch, SGD): one kernel for the whole "
+                        "update. torch picks foreach by itself only when every parameter is a CUDA tensor and "
+                        "foreach is not set to False."),
+        evidence=_evidence(calls, key),
+        metrics={"ops_per_step": ops, "op_host_per_step_ns": host, "fix_foreach": 1.0},
+    ).with_fix(fix(kept))
+
+
+def _cpu_finding(ctx: RuleContext, key, row, step: float) -> Finding | None:
+    calls = ctx.table("optimizer")
+    owner = _owner(key)
+    names = str(row["op_names"])
+    if owner not in CPU_FUSED or (owner == "SGD" and "aten::mul_" not in names):  # plain SGD: one pass already
+        return None
+    kept = ctx.threshold(CPU_FUSED[owner])
+    spans = ctx.model.host_ranges(re.escape(str(key)))
+
+    def fix(share: float) -> Fix:
+        return Fix(f"fused step keeping {share:.0%}", host_spans=((spans, share),))
+
+    found = replayed(ctx, fix(kept), f"the step replayed with the optimizer step's time cut to the {kept:.0%} a fused "
+                                     f"{owner} step keeps on a CPU (benchmarks/cpu_fused_optimizer.py)",
+                     low=fix(1 - ctx.threshold("saving_low_share") * (1 - kept)),
+                     high=fix(min(ctx.threshold(CPU_FUSED[owner] + "_large"), kept)),
+                     remains=f"The step keeps one pass over each parameter, its gradient and the {owner} state: "
+                             "the update's own arithmetic.")
+    if found is None:
+        return None
+    estimate, _ = found
+    point = estimate.ms_per_step * 1e6
+    if point < ctx.threshold("min_saving_ms") * 1e6:
+        return None
+    ops, host = float(row["ops_per_step"]), float(row["host_per_step_ns"])
+    implementation = str(row["implementation"])
+    message = (f"{key} runs the {implementation} implementation on the CPU: {ops:.0f} operators a step "
+               f"({names}), a few passes over each parameter's memory; the step takes {ms(host)} per step "
+               f"({pct(host / step)} of the step).")
+    why_not_foreach = (" foreach=True is slower than the default on a CPU; the script sets it: replace it"
+                       if implementation == "foreach" else " foreach=True is no help on a CPU")
+    return Finding(
+        rule=ctx.spec.id,
+        title=ctx.spec.title,
+        severity=severity_by_share(ctx, point / step),
+        confidence=0.7,
+        saving=estimate,
+        message=message,
+        recommendation=(f"Construct the optimizer with fused=True, torch.optim.{owner}(params, ..., fused=True) "
+                        "(torch 2.4 or later): one pass over each parameter does the whole update, where torch's "
+                        f"default on a CPU runs a few operators per parameter.{why_not_foreach}. The update is "
+                        "the same, its arithmetic rounded in a different order."),
+        evidence=_evidence(calls, key) + [e for e in (
+            row_evidence("optimizer", calls, key, "host_per_step_ns", "the optimizer step's host time per step"),
+        ) if e is not None],
+        metrics={"ops_per_step": ops, "host_per_step_ns": host, "fix_fused": 1.0, "fix_foreach": 0.0},
+    ).with_fix(fix(kept))
