@@ -94,6 +94,7 @@ def test_a_cpu_step_is_told_to_fuse_at_the_share_a_fused_step_keeps():
     # at the 0.6 a fused step keeps there, 0.5 at the high end, half the point at the low.
     step = _rules(optimizer_session(gpu=False))["optimizer-not-fused"]
     assert "on the CPU" in step.message and "fused=True" in step.recommendation
+    assert "8.00 ms per recorded step (40.0% of the recorded step)" in step.message
     assert "torch.optim.SGD(params, ..., fused=True)" in step.recommendation
     assert "foreach=True is no help" in step.recommendation
     assert step.saving.ms_per_step == pytest.approx(8 * 0.4)

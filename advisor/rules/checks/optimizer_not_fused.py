@@ -99,9 +99,11 @@ def _gpu_finding(ctx: RuleContext, key, row, step: float) -> Finding | None:
     if point < ctx.threshold("min_saving_ms") * 1e6:
         return None
     owner = _owner(key) or "the optimizer"
+    recorded = ctx.model.recorded_step_ns  # the steps the table's figures are per step of
+    share = f" ({pct(host / recorded)} of the recorded step)" if recorded > 0 else ""
     message = (f"{key} runs the single-tensor implementation: {ops:.0f} operators a step ({row['op_names']}), "
                f"{float(row['kernels_per_step']):.0f} kernels, a few per parameter; the host spends "
-               f"{ms(host)} per step in them ({pct(host / step)} of the step) while their GPU work takes "
+               f"{ms(host)} per recorded step in them{share} while their GPU work takes "
                f"{ms(float(row['gpu_per_step_ns']))}.")
     return Finding(
         rule=ctx.spec.id,
@@ -146,9 +148,11 @@ def _cpu_finding(ctx: RuleContext, key, row, step: float) -> Finding | None:
         return None
     ops, host = float(row["ops_per_step"]), float(row["host_per_step_ns"])
     implementation = str(row["implementation"])
+    recorded = ctx.model.recorded_step_ns  # the steps the table's figures are per step of
+    share = f" ({pct(host / recorded)} of the recorded step)" if recorded > 0 else ""
     message = (f"{key} runs the {implementation} implementation on the CPU: {ops:.0f} operators a step "
-               f"({names}), a few passes over each parameter's memory; the step takes {ms(host)} per step "
-               f"({pct(host / step)} of the step).")
+               f"({names}), a few passes over each parameter's memory; the step takes {ms(host)} per recorded "
+               f"step{share}.")
     why_not_foreach = (" foreach=True is slower than the default on a CPU; the script sets it: replace it"
                        if implementation == "foreach" else " foreach=True is no help on a CPU")
     return Finding(
