@@ -144,7 +144,8 @@ def _cpu_finding(ctx: RuleContext, key, row, step: float) -> Finding | None:
         return None
     estimate, _ = found
     point = estimate.ms_per_step * 1e6
-    if point < ctx.threshold("min_saving_ms") * 1e6:
+    # A few tenths of a percent of a CPU step is within its own noise: not worth a finding.
+    if point < ctx.threshold("min_saving_ms") * 1e6 or point < ctx.threshold("cpu_min_share") * step:
         return None
     ops, host = float(row["ops_per_step"]), float(row["host_per_step_ns"])
     implementation = str(row["implementation"])
