@@ -18,10 +18,13 @@ ZERO = "Optimizer.zero_grad#SGD.zero_grad"
 
 def optimizer_session(*, params: int = 40, foreach: bool = False, set_to_none: bool = False, gpu: bool = True,
                       gemm_ms: float = 4.5, steps: int = 2, step_range: str = STEP,
-                      per_param: tuple[str, ...] = ("aten::mul_", "aten::add_"), step_ms: float = 8.0):
+                      per_param: tuple[str, ...] = ("aten::mul_", "aten::add_"), step_ms: float = 8.0,
+                      large_every: int = 0):
     """``steps`` 20 ms steps (two by default): zero_grad (1-3 ms), a forward matmul, then the
     optimizer step (``step_ms`` from 10 ms, the range ``step_range``). Single-tensor: the ops ``per_param``
-    for each parameter (SGD with momentum's two by default), each launching a 5 us kernel."""
+    for each parameter (SGD with momentum's two by default), each launching a 5 us kernel.
+    Each op's first input is a float tensor of 1 MiB, 64 MiB for every ``large_every``-th
+    parameter (0: none; no shapes recorded where ``large_every`` is None)."""
     t = Trace()
     for number, base in ((n + 1, 20.0 * n) for n in range(steps)):
         t.step(number, base, base + 20)
@@ -44,7 +47,11 @@ def optimizer_session(*, params: int = 40, foreach: bool = False, set_to_none: b
         names = ["aten::_foreach_mul_", "aten::_foreach_add_"] if foreach else list(per_param) * params
         for i, name in enumerate(names):
             start = base + 10 + i * step_ms / len(names)
-            op = t.op(name, start, start + 0.75 * step_ms / len(names))
+            param = i // len(per_param)
+            rows = 64 if large_every and param % large_every == 0 else 1
+            shapes = {} if large_every is None else {"input_dims": f"[[{rows * 1024},256],[{rows * 1024},256]]",
+                                                     "input_types": '["float","float"]'}
+            op = t.op(name, start, start + 0.75 * step_ms / len(names), **shapes)
             launch = t.call("cudaLaunchKernel", start + step_ms / 8 / len(names), start + step_ms / 4 / len(names),
                             parent=op)
             if gpu:  # on a stream of their own: a long matmul does not hold them
@@ -112,6 +119,19 @@ def test_a_cpu_step_is_told_to_fuse_at_the_share_a_fused_step_keeps():
     # A foreach step the script asked for is slower still: fused replaces it.
     foreach = _rules(optimizer_session(gpu=False, foreach=True, step_range="Optimizer.step#Adam.step"))
     assert "replace it" in foreach["optimizer-not-fused"].recommendation
+
+
+def test_the_time_on_tensors_past_the_caches_keeps_less():
+    # One parameter in four is 64 MiB: a quarter of the operators' time is on large tensors.
+    table = compute_tables(optimizer_session(gpu=False, large_every=4), ["optimizer"])["optimizer"]
+    assert table.at[STEP, "large_op_share"] == pytest.approx(0.25)
+    assert compute_tables(optimizer_session(gpu=False), ["optimizer"])["optimizer"].at[STEP, "large_op_share"] == 0
+    unshaped = compute_tables(optimizer_session(gpu=False, large_every=None), ["optimizer"])["optimizer"]
+    assert unshaped[["large_op_share"]].isna().all().all()
+    # SGD with momentum keeps 0.6 of the small tensors' time, 0.5 of the large ones'.
+    step = _rules(optimizer_session(gpu=False, large_every=4))["optimizer-not-fused"]
+    assert step.saving.ms_per_step == pytest.approx(8 * (1 - (0.75 * 0.6 + 0.25 * 0.5)))
+    assert step.saving.high_ms_per_step == pytest.approx(8 * 0.5)
 
 
 def test_a_cpu_step_fusing_would_not_speed_is_left_alone():

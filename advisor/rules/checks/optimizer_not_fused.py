@@ -12,15 +12,18 @@ On a CPU, the operators are the arithmetic itself, each a full pass over a param
 memory; foreach runs slower there, but fused=True (Adam, AdamW, Adagrad, SGD; torch 2.4 or
 later) updates each parameter in one pass. torch's default on a CPU is the single-tensor
 step. The saving is the optimizer's step replayed at the share of its time a fused step
-keeps, measured per optimizer (benchmarks/cpu_fused_optimizer.py): the median where the
-parameters fit the CPU's caches (Adam and AdamW keep about 0.3 of it, Adagrad 0.4, SGD
-with momentum 0.6), the high end where they do not and each pass goes to memory (0.13, 0.2,
-0.5). Plain SGD is one pass already (0.83-1.07): not named.
+keeps, measured per optimizer (benchmarks/cpu_fused_optimizer.py): on parameters that fit
+the CPU's caches, the median (Adam and AdamW keep about 0.3 of it, Adagrad 0.4, SGD with
+momentum 0.6); on its time spent on tensors past them (the optimizer table's
+large_op_share), where each pass goes to memory, the least measured (0.13, 0.2, 0.5),
+which is also the high end. Plain SGD is one pass already (0.83-1.07): not named.
 """
 
 from __future__ import annotations
 
 import re
+
+import pandas as pd
 
 from advisor.findings import Finding
 from advisor.rules.checks.common import ms, pct, row_evidence, severity_by_share
@@ -128,7 +131,10 @@ def _cpu_finding(ctx: RuleContext, key, row, step: float) -> Finding | None:
     names = str(row["op_names"])
     if owner not in CPU_FUSED or (owner == "SGD" and "aten::mul_" not in names):  # plain SGD: one pass already
         return None
-    kept = ctx.threshold(CPU_FUSED[owner])
+    # The time on tensors past the caches (large_op_share) keeps the large tensors' share.
+    large_share = float(row["large_op_share"]) if pd.notna(row["large_op_share"]) else 0.0
+    small, large = ctx.threshold(CPU_FUSED[owner]), ctx.threshold(CPU_FUSED[owner] + "_large")
+    kept = small * (1 - large_share) + large * large_share
     spans = ctx.model.host_ranges(re.escape(str(key)))
 
     def fix(share: float) -> Fix:
@@ -137,7 +143,7 @@ def _cpu_finding(ctx: RuleContext, key, row, step: float) -> Finding | None:
     found = replayed(ctx, fix(kept), f"the step replayed with the optimizer step's time cut to the {kept:.0%} a fused "
                                      f"{owner} step keeps on a CPU (benchmarks/cpu_fused_optimizer.py)",
                      low=fix(1 - ctx.threshold("saving_low_share") * (1 - kept)),
-                     high=fix(min(ctx.threshold(CPU_FUSED[owner] + "_large"), kept)),
+                     high=fix(min(large, kept)),
                      remains=f"The step keeps one pass over each parameter, its gradient and the {owner} state: "
                              "the update's own arithmetic.")
     if found is None:
