@@ -19,12 +19,15 @@ ZERO = "Optimizer.zero_grad#SGD.zero_grad"
 def optimizer_session(*, params: int = 40, foreach: bool = False, set_to_none: bool = False, gpu: bool = True,
                       gemm_ms: float = 4.5, steps: int = 2, step_range: str = STEP,
                       per_param: tuple[str, ...] = ("aten::mul_", "aten::add_"), step_ms: float = 8.0,
-                      large_every: int = 0):
+                      large_every: int | None = 0, launches: bool | None = None):
     """``steps`` 20 ms steps (two by default): zero_grad (1-3 ms), a forward matmul, then the
     optimizer step (``step_ms`` from 10 ms, the range ``step_range``). Single-tensor: the ops ``per_param``
     for each parameter (SGD with momentum's two by default), each launching a 5 us kernel.
     Each op's first input is a float tensor of 1 MiB, 64 MiB for every ``large_every``-th
-    parameter (0: none; no shapes recorded where ``large_every`` is None)."""
+    parameter (0: none; no shapes recorded where ``large_every`` is None). ``launches``
+    (default: ``gpu``): the ops call cudaLaunchKernel (without ``gpu``, a GPU job whose GPU
+    the trace did not record)."""
+    launches = gpu if launches is None else launches
     t = Trace()
     for number, base in ((n + 1, 20.0 * n) for n in range(steps)):
         t.step(number, base, base + 20)
@@ -34,12 +37,13 @@ def optimizer_session(*, params: int = 40, foreach: bool = False, set_to_none: b
             for i in range(params):
                 start = base + 1 + i * 2 / params
                 op = t.op("aten::zero_", start, start + 1.5 / params)
-                launch = t.call("cudaLaunchKernel", start + 0.5 / params, start + 1 / params, parent=op)
+                launch = t.call("cudaLaunchKernel", start + 0.5 / params, start + 1 / params, parent=op) \
+                    if launches else None
                 if gpu:
                     t.gpu("FillFunctor", "kernel", start + 1 / params, start + 1 / params + 0.005, launch=launch)
         t.phase("Forward", base + 3, base + 10)
         mm = t.op("aten::mm", base + 4, base + 5)
-        launch = t.call("cudaLaunchKernel", base + 4.2, base + 4.4, parent=mm)
+        launch = t.call("cudaLaunchKernel", base + 4.2, base + 4.4, parent=mm) if launches else None
         if gpu:
             t.gpu("gemm", "kernel", base + 4.5, base + 4.5 + gemm_ms, launch=launch)
         t.phase("Optimization", base + 10, base + 18)
@@ -52,6 +56,8 @@ def optimizer_session(*, params: int = 40, foreach: bool = False, set_to_none: b
             shapes = {} if large_every is None else {"input_dims": f"[[{rows * 1024},256],[{rows * 1024},256]]",
                                                      "input_types": '["float","float"]'}
             op = t.op(name, start, start + 0.75 * step_ms / len(names), **shapes)
+            if not launches:
+                continue
             launch = t.call("cudaLaunchKernel", start + step_ms / 8 / len(names), start + step_ms / 4 / len(names),
                             parent=op)
             if gpu:  # on a stream of their own: a long matmul does not hold them
@@ -95,6 +101,12 @@ def test_the_fixed_twin_raises_neither_and_a_cpu_run_no_zeroing_advice():
                                                                                               set_to_none=True)))
     # On a CPU fresh gradients cost allocations: no zeroing advice there.
     assert "grad-zeroing-memsets" not in _rules(optimizer_session(gpu=False))
+
+
+def test_a_gpu_job_whose_gpu_the_trace_missed_is_not_told_the_cpu_s_fix():
+    # The ops launch kernels the trace holds none of: the parameters are on a GPU, and the
+    # CPU's shares would size nothing real (profile-incomplete names the missing GPU).
+    assert "optimizer-not-fused" not in _rules(optimizer_session(gpu=False, launches=True))
 
 
 def test_a_cpu_step_is_told_to_fuse_at_the_share_a_fused_step_keeps():

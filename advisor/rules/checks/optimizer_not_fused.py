@@ -54,7 +54,10 @@ def check_optimizer(ctx: RuleContext) -> list[Finding]:
                        # the parameters are on the GPU: the operators launch kernels
                        & (kernels >= 0.5 * steps["ops_per_step"])]
         findings += [f for key, row in single.iterrows() if (f := _gpu_finding(ctx, key, row, step)) is not None]
-    # The parameters are on the CPU: the operators launch nothing.
+    # The parameters are on the CPU: the operators launch nothing (where the host launched
+    # kernels the trace did not record, the job ran on a GPU).
+    if ctx.model.facts.unrecorded_launches:
+        return findings
     on_cpu = steps[steps["implementation"].isin(("single-tensor", "foreach")) & (kernels == 0)
                    & (steps["ops_per_step"] > 0)]
     findings += [f for key, row in on_cpu.iterrows() if (f := _cpu_finding(ctx, key, row, step)) is not None]
