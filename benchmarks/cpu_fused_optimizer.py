@@ -11,10 +11,12 @@ where they are used.
 For each optimizer, model shape and thread count: the step timed alone (gradients set
 once, ``--steps`` steps after a warm-up), default and fused in alternating blocks so the
 machine's load falls on both alike; the median of each, and fused / default, the share
-the fused step keeps.
+the fused step keeps. Then Adam over one parameter of 1 to 64 MiB: where its passes stop
+fitting the CPU's caches, the share drops (the optimizer table's LARGE_TENSOR_BYTES).
 
     python benchmarks/cpu_fused_optimizer.py
     python benchmarks/cpu_fused_optimizer.py --threads 1 2 --steps 50 --blocks 5
+    python benchmarks/cpu_fused_optimizer.py --optimizers --sizes 16 32   # the sizes alone
 """
 
 from __future__ import annotations
@@ -51,7 +53,10 @@ def main() -> None:
                         help="torch threads to measure with (default: 1 and all this process may use)")
     parser.add_argument("--steps", type=int, default=30, help="optimizer steps a block")
     parser.add_argument("--blocks", type=int, default=5, help="alternating blocks of each implementation")
-    parser.add_argument("--optimizers", nargs="*", default=None, help="only these (e.g. Adam 'SGD momentum')")
+    parser.add_argument("--optimizers", nargs="*", default=None,
+                        help="only these (e.g. Adam 'SGD momentum'); none named: no model shapes")
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1, 4, 8, 16, 32, 64],
+                        help="MiB of the one parameter Adam updates in the size sweep")
     args = parser.parse_args()
 
     import torch
@@ -63,7 +68,8 @@ def main() -> None:
     kept_by_optimizer: dict[str, list[float]] = {}
     for count in threads:
         torch.set_num_threads(count)
-        for label, name, options in (o for o in OPTIMIZERS if not args.optimizers or o[0] in args.optimizers):
+        chosen = OPTIMIZERS if args.optimizers is None else [o for o in OPTIMIZERS if o[0] in args.optimizers]
+        for label, name, options in chosen:
             for shape, widths in SHAPES:
                 torch.manual_seed(0)
                 model = _model(torch, widths)
@@ -88,9 +94,24 @@ def main() -> None:
                 params = sum(p.numel() for p in model.parameters())
                 print(f"{label:<14}{shape:<11}{params:>10}{count:>8}{plain * 1e3:>12.3f}{one * 1e3:>10.3f}"
                       f"{kept:>7.2f}")
-    print("\nshare the fused step keeps, by optimizer (min, median, max over shapes and threads):")
-    for label, kept in kept_by_optimizer.items():
-        print(f"  {label:<14}{min(kept):.2f}  {statistics.median(kept):.2f}  {max(kept):.2f}")
+    if kept_by_optimizer:
+        print("\nshare the fused step keeps, by optimizer (min, median, max over shapes and threads):")
+        for label, kept in kept_by_optimizer.items():
+            print(f"  {label:<14}{min(kept):.2f}  {statistics.median(kept):.2f}  {max(kept):.2f}")
+    torch.set_num_threads(max(threads))
+    print(f"\nAdam over one parameter ({max(threads)} threads):")
+    for mib in args.sizes:
+        elements = (mib << 20) // 4
+        runs: dict[bool, list[float]] = {False: [], True: []}
+        for block in range(args.blocks):
+            for fused in ((False, True) if block % 2 == 0 else (True, False)):
+                parameter = torch.nn.Parameter(torch.randn(elements))
+                parameter.grad = torch.randn(elements)
+                optimizer = torch.optim.Adam([parameter], lr=1e-3, fused=True if fused else None)
+                _timed(torch, optimizer, 3)
+                runs[fused].append(_timed(torch, optimizer, args.steps))
+        plain, one = statistics.median(runs[False]), statistics.median(runs[True])
+        print(f"  {mib:>4} MiB  default {plain * 1e3:8.2f} ms  fused {one * 1e3:8.2f} ms  kept {one / plain:.2f}")
 
 
 if __name__ == "__main__":

@@ -26,8 +26,8 @@ from advisor.tables._registry import table
 
 OPTIMIZER_RANGE = re.compile(r"^Optimizer\.(?P<call>step|zero_grad)#(?P<owner>.+)$")
 # A tensor of this size or more does not stay in a CPU's caches between an optimizer's
-# passes over it (benchmarks/cpu_fused_optimizer.py: Adam's fused step kept 0.31 of the
-# default's time on a 16 MiB parameter, 0.16 on a 32 MiB one, on a 36 MB L3).
+# passes over it (benchmarks/cpu_fused_optimizer.py's size sweep: Adam's fused step kept
+# 0.31 of the default's time on a 16 MiB parameter, 0.16 on a 32 MiB one, on a 36 MB L3).
 LARGE_TENSOR_BYTES = 32 << 20
 
 
