@@ -662,6 +662,18 @@ def test_a_collate_function_of_the_scripts_own_that_is_most_of_a_batch_is_not_re
     assert stacked.metrics["advice"] == "batched indexing"
 
 
+def test_workers_that_would_take_the_model_s_cores_are_said_to_be_why_they_do_not_pay():
+    # 2 cores, torch's operators on both, a cheap hand-over (2 ms against 20 ms to make a
+    # batch): the reason is the cores the worker takes, said first, not the hand-over alone
+    # (which read as a reason for workers).
+    finding = advise(kind="map-style", workers=0, item_ns=1.2e6, share=0.2, usable_cores=2.0, torch_threads=2,
+                     handoff=(2e6, 3e6))
+    assert finding.metrics["workers_do_not_pay"] and finding.metrics["advice"] == "cheaper per-item work"
+    assert ("Worker processes would not make the step shorter here: the job may use 2.0 cores, and a worker's CPU "
+            "work would take them from the model's operators (torch runs them on 2 threads): the rest of the step up "
+            "to 2.00x as long; handing a batch over") in finding.recommendation
+
+
 def test_workers_are_not_advised_where_handing_a_batch_over_costs_more_than_they_save():
     # 40 ms of per-item work a 100 ms step, 4 cores: free hand-overs, one worker hides it.
     assert advise(kind="map-style", workers=0, item_ns=1.2e6, handoff=(0.0, 0.0)).metrics["advice"] == "num_workers=1"

@@ -610,11 +610,20 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
                 metrics.update({"other_advice": workers_v.advice, "other_ms_per_step": workers_saving.ms_per_step})
             elif v.metrics.get("workers_do_not_pay"):
                 handoff = v.metrics.get("handoff_ns", 0.0)
-                why = ("Worker processes would not make the step shorter here"
-                       + (f": on this machine handing a batch over from a worker costs the main process "
-                          f"{ms(handoff)} and the worker {ms(v.metrics.get('handoff_worker_ns', 0.0))} (timed "
-                          f"after the run), against {ms(m.per_step)} to make it in the main process"
-                          if handoff else f": the job may use {m.usable_cores:.1f} cores") + ".")
+                slower = v.metrics.get("rest_slowdown", 1.0)
+                # The reasons the replay weighed: the cores the workers take from the model's
+                # operators, where they would be slower, and the hand-over of each batch.
+                reasons = []
+                if slower > 1.0:
+                    reasons.append(f"the job may use {m.usable_cores:.1f} cores, and a worker's CPU work would take "
+                                   f"them from the model's operators (torch runs them on {m.rest_threads:.0f} "
+                                   f"threads): the rest of the step up to {slower:.2f}x as long")
+                if handoff:
+                    reasons.append(f"handing a batch over from a worker costs the main process {ms(handoff)} and the "
+                                   f"worker {ms(v.metrics.get('handoff_worker_ns', 0.0))} (timed after the run), "
+                                   f"against {ms(m.per_step)} to make it in the main process")
+                why = ("Worker processes would not make the step shorter here: "
+                       + ("; ".join(reasons) if reasons else f"the job may use {m.usable_cores:.1f} cores") + ".")
                 if handoff:
                     evidence.append(row_evidence("dataloaders", loaders, key, "handoff_main_ns",
                                                  "the main process's time to receive one batch from a worker"))
