@@ -697,7 +697,9 @@ def test_diagnose_runs_a_pack_and_fails_on_its_severity(tmp_path, capsys):
     out = tmp_path / "report.json"
     assert main(["diagnose", "--rules", str(EXAMPLE), str(session), "--format", "json", "-o", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert report["findings"][0]["rule"] == "slow-optimizer-step"
+    # The pack's rule fires beside the built-in optimizer-not-fused (Adam's unfused CPU step),
+    # the two within a few ms of each other at the top.
+    assert "slow-optimizer-step" in [f["rule"] for f in report["findings"][:2]]
     assert main(["diagnose", str(session), "--format", "json", "-o", str(out)]) == 0
     assert "slow-optimizer-step" not in out.read_text()
     capsys.readouterr()
