@@ -109,6 +109,15 @@ def test_a_gpu_job_whose_gpu_the_trace_missed_is_not_told_the_cpu_s_fix():
     assert "optimizer-not-fused" not in _rules(optimizer_session(gpu=False, launches=True))
 
 
+def test_a_cpu_run_judged_for_a_gpu_is_not_told_the_cpu_s_fix():
+    # advisor diagnose --gpu A100 on a CPU recording: on that GPU the parameters would be
+    # CUDA tensors, and torch would pick foreach there by itself.
+    session = optimizer_session(gpu=False)
+    assert "optimizer-not-fused" in _rules(session)
+    session.meta = session.meta.model_copy(update={"target_gpu": "a100-sxm4-80gb"})
+    assert "optimizer-not-fused" not in _rules(session)
+
+
 def test_a_cpu_step_is_told_to_fuse_at_the_share_a_fused_step_keeps():
     # SGD with momentum on a CPU (its buffer's mul_ and the add_s): the 8 ms step replayed
     # at the 0.6 a fused step keeps there, 0.5 at the high end, half the point at the low.

@@ -55,8 +55,9 @@ def check_optimizer(ctx: RuleContext) -> list[Finding]:
                        & (kernels >= 0.5 * steps["ops_per_step"])]
         findings += [f for key, row in single.iterrows() if (f := _gpu_finding(ctx, key, row, step)) is not None]
     # The parameters are on the CPU: the operators launch nothing (where the host launched
-    # kernels the trace did not record, the job ran on a GPU).
-    if ctx.model.facts.unrecorded_launches:
+    # kernels the trace did not record, the job ran on a GPU). A CPU run judged for a GPU
+    # (--gpu) asks what that GPU would do, where the parameters would be on it.
+    if ctx.model.facts.unrecorded_launches or ctx.model.session.meta.target_gpu:
         return findings
     on_cpu = steps[steps["implementation"].isin(("single-tensor", "foreach")) & (kernels == 0)
                    & (steps["ops_per_step"] > 0)]
