@@ -40,7 +40,7 @@ def _model(torch, widths):
     return torch.nn.Sequential(*layers)
 
 
-def _timed(torch, optimizer, steps: int) -> float:
+def _timed(optimizer, steps: int) -> float:
     start = time.perf_counter()
     for _ in range(steps):
         optimizer.step()
@@ -82,12 +82,12 @@ def main() -> None:
                 for parameter, twin in zip(model.parameters(), fused.param_groups[0]["params"]):
                     twin.grad = parameter.grad.clone()
                 for optimizer in (default, fused):
-                    _timed(torch, optimizer, 3)  # state made, first-call costs paid
+                    _timed(optimizer, 3)  # state made, first-call costs paid
                 times: dict[str, list[float]] = {"default": [], "fused": []}
                 for block in range(args.blocks):
                     order = (("default", default), ("fused", fused))
                     for key, optimizer in (order if block % 2 == 0 else order[::-1]):
-                        times[key].append(_timed(torch, optimizer, args.steps))
+                        times[key].append(_timed(optimizer, args.steps))
                 plain, one = statistics.median(times["default"]), statistics.median(times["fused"])
                 kept = one / plain
                 kept_by_optimizer.setdefault(label, []).append(kept)
@@ -108,8 +108,8 @@ def main() -> None:
                 parameter = torch.nn.Parameter(torch.randn(elements))
                 parameter.grad = torch.randn(elements)
                 optimizer = torch.optim.Adam([parameter], lr=1e-3, fused=True if fused else None)
-                _timed(torch, optimizer, 3)
-                runs[fused].append(_timed(torch, optimizer, args.steps))
+                _timed(optimizer, 3)
+                runs[fused].append(_timed(optimizer, args.steps))
         plain, one = statistics.median(runs[False]), statistics.median(runs[True])
         print(f"  {mib:>4} MiB  default {plain * 1e3:8.2f} ms  fused {one * 1e3:8.2f} ms  kept {one / plain:.2f}")
 

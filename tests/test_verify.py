@@ -198,6 +198,7 @@ def test_the_optimizer_finding_s_fix_is_foreach_on_a_gpu_and_fused_on_a_cpu(tmp_
     assert plan_fix(declared, {"fix_foreach": 1.0}) == FixPlan("optimizer", {"foreach": 1.0})
     cpu = plan_fix(declared, {"fix_foreach": 0.0, "fix_fused": 1.0})
     assert cpu == FixPlan("optimizer", {"foreach": 0.0, "fused": 1.0})
+    assert cpu.describe() == "optimizer foreach=False, fused=True"  # switches, not the finding's figures
     # In the trial, the probe's SGD is built fused (torch refuses foreach and fused together).
     seen, out = _trial(tmp_path, [{"name": "optimizer", "settings": cpu.settings}])
     assert seen["fused"] is True and seen["foreach"] is False and out["changes"]["optimizer"] == 1

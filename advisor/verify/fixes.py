@@ -43,12 +43,13 @@ class FixKind:
     gpu_only: bool = False
     opt_in: str = ""  # the --try name that allows it; empty: applied without asking
     numerics: bool = False  # it changes the numbers the script computes
+    switches: tuple[str, ...] = ()  # settings that are on or off, whatever figure of the finding gives them
 
 
 FIXES = {kind.name: kind for kind in (
     FixKind("dataloader"),
     FixKind("batched_index"),
-    FixKind("optimizer"),
+    FixKind("optimizer", switches=("foreach", "fused")),
     FixKind("zero_grad_set_to_none"),
     FixKind("tf32", gpu_only=True, numerics=True),
     FixKind("cudnn_benchmark", gpu_only=True),
@@ -77,8 +78,8 @@ class FixPlan:
             "fp32": "CPU autocast off (matrix work in fp32)",
             "compile": "torch.compile of the model's forward",
         }[self.name]
-        # The optimizer's settings are switches, whatever figure of the finding gave them.
-        settings = ", ".join(f"{k}={bool(v) if self.name == 'optimizer' else v}" for k, v in self.settings.items())
+        switches = FIXES[self.name].switches
+        settings = ", ".join(f"{k}={bool(v) if k in switches else v}" for k, v in self.settings.items())
         numerics = " (changes numerics)" if FIXES[self.name].numerics else ""
         return f"{words} {settings}".strip() + numerics
 
@@ -225,7 +226,7 @@ def _batched_index(torch: Any, settings: dict[str, Any], changed: Callable[[], N
 
 
 def _optimizer(torch: Any, settings: dict[str, Any], changed: Callable[[], None]) -> None:
-    wanted = {k: bool(v) for k, v in settings.items() if k in ("foreach", "fused")}
+    wanted = {k: bool(v) for k, v in settings.items() if k in FIXES["optimizer"].switches}
     original = torch.optim.Optimizer.__init__
 
     def __init__(self: Any, params: Any, defaults: dict[str, Any], *args: Any, **kwargs: Any) -> None:

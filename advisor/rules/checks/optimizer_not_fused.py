@@ -79,6 +79,19 @@ def _evidence(calls, key) -> list:
     ) if e is not None]
 
 
+def _per_recorded_step(ctx: RuleContext, host: float) -> str:
+    """'8.00 ms per recorded step (40.0% of the recorded step)': the table's figures are per
+    recorded step, not the job's unrecorded one."""
+    recorded = ctx.model.recorded_step_ns
+    return f"{ms(host)} per recorded step" + (f" ({pct(host / recorded)} of the recorded step)" if recorded > 0 else "")
+
+
+def _finding(ctx: RuleContext, estimate, step: float, fix: Fix, **parts) -> Finding:
+    """The finding of either branch: its severity from the share of the step it saves."""
+    return Finding(rule=ctx.spec.id, title=ctx.spec.title, confidence=0.7, saving=estimate,
+                   severity=severity_by_share(ctx, estimate.ms_per_step * 1e6 / step), **parts).with_fix(fix)
+
+
 def _gpu_finding(ctx: RuleContext, key, row, step: float) -> Finding | None:
     calls = ctx.table("optimizer")
     ops, host = float(row["ops_per_step"]), float(row["op_host_per_step_ns"])
@@ -106,18 +119,12 @@ def _gpu_finding(ctx: RuleContext, key, row, step: float) -> Finding | None:
     if point < ctx.threshold("min_saving_ms") * 1e6:
         return None
     owner = _owner(key) or "the optimizer"
-    recorded = ctx.model.recorded_step_ns  # the steps the table's figures are per step of
-    share = f" ({pct(host / recorded)} of the recorded step)" if recorded > 0 else ""
     message = (f"{key} runs the single-tensor implementation: {ops:.0f} operators a step ({row['op_names']}), "
                f"{float(row['kernels_per_step']):.0f} kernels, a few per parameter; the host spends "
-               f"{ms(host)} per recorded step in them{share} while their GPU work takes "
+               f"{_per_recorded_step(ctx, host)} in them while their GPU work takes "
                f"{ms(float(row['gpu_per_step_ns']))}.")
-    return Finding(
-        rule=ctx.spec.id,
-        title=ctx.spec.title,
-        severity=severity_by_share(ctx, point / step),
-        confidence=0.7,
-        saving=estimate,
+    return _finding(
+        ctx, estimate, step, fix(kept),
         message=message,
         recommendation=(f"Construct the optimizer with foreach=True, torch.optim.{owner}(params, ..., "
                         "foreach=True): one launch per list of tensors; or with fused=True where torch has a "
@@ -126,7 +133,7 @@ def _gpu_finding(ctx: RuleContext, key, row, step: float) -> Finding | None:
                         "foreach is not set to False."),
         evidence=_evidence(calls, key),
         metrics={"ops_per_step": ops, "op_host_per_step_ns": host, "fix_foreach": 1.0},
-    ).with_fix(fix(kept))
+    )
 
 
 def _cpu_finding(ctx: RuleContext, key, row, step: float) -> Finding | None:
@@ -159,19 +166,13 @@ def _cpu_finding(ctx: RuleContext, key, row, step: float) -> Finding | None:
         return None
     ops, host = float(row["ops_per_step"]), float(row["host_per_step_ns"])
     implementation = str(row["implementation"])
-    recorded = ctx.model.recorded_step_ns  # the steps the table's figures are per step of
-    share = f" ({pct(host / recorded)} of the recorded step)" if recorded > 0 else ""
     message = (f"{key} runs the {implementation} implementation on the CPU: {ops:.0f} operators a step "
-               f"({names}), a few passes over each parameter's memory; the step takes {ms(host)} per recorded "
-               f"step{share}.")
+               f"({names}), a few passes over each parameter's memory; the step takes "
+               f"{_per_recorded_step(ctx, host)}.")
     why_not_foreach = (" foreach=True is slower than the default on a CPU; the script sets it: replace it"
                        if implementation == "foreach" else " foreach=True is no help on a CPU")
-    return Finding(
-        rule=ctx.spec.id,
-        title=ctx.spec.title,
-        severity=severity_by_share(ctx, point / step),
-        confidence=0.7,
-        saving=estimate,
+    return _finding(
+        ctx, estimate, step, fix(kept),
         message=message,
         recommendation=(f"Construct the optimizer with fused=True, torch.optim.{owner}(params, ..., fused=True) "
                         "(torch 2.4 or later): one pass over each parameter does the whole update, where torch's "
@@ -181,4 +182,4 @@ def _cpu_finding(ctx: RuleContext, key, row, step: float) -> Finding | None:
             row_evidence("optimizer", calls, key, "host_per_step_ns", "the optimizer step's host time per step"),
         ) if e is not None],
         metrics={"ops_per_step": ops, "host_per_step_ns": host, "fix_fused": 1.0, "fix_foreach": 0.0},
-    ).with_fix(fix(kept))
+    )
