@@ -270,16 +270,49 @@ def _link_gpu(ev: pd.DataFrame) -> None:
 
 
 def main_thread(ev: pd.DataFrame) -> tuple[int, int] | None:
-    """The thread that runs the loop: the one with the steps, else the one with most ops."""
+    """The thread that runs the loop: the one with the steps; else the one holding the
+    loop's own marks (optimizer steps, data loader reads, module calls: the thread that
+    calls the model); else the one with most ops that is not autograd's. On a GPU,
+    backward runs on a thread of its own, whose ops often outnumber the loop's: taken for
+    the loop, it hides every optimizer step and read the loop makes."""
     steps = np.flatnonzero(one_of(ev["kind"], ["step"]))
     if len(steps):
         return int(ev["pid"].iat[steps[0]]), int(ev["tid"].iat[steps[0]])
     ops = one_of(ev["kind"], ["op"])
     if not ops.any():
         return None
+    host = one_of(ev["kind"], ["op", "annotation", "python"])
+    marks = host & name_matches(ev["name"], _LOOP_MARKS)
+    if marks.any():
+        pid, tid = ev.loc[marks].groupby(["pid", "tid"]).size().idxmax()
+        return int(pid), int(tid)
     counts = ev.loc[ops].groupby(["pid", "tid"]).size()
-    pid, tid = counts.idxmax()
+    backward = _backward_share(ev, ops)
+    ours = counts[(backward.reindex(counts.index).fillna(0.0) < AUTOGRAD_THREAD_SHARE)
+                  & (counts >= 0.05 * counts.max())]
+    pid, tid = (ours if len(ours) else counts).idxmax()
     return int(pid), int(tid)
+
+
+# The loop's own marks, on the thread that runs it.
+_LOOP_MARKS = re.compile(r"^(Optimizer\.step#|enumerate\(DataLoader\)|nn\.Module: )")
+# A thread whose outermost ops are this share or more backward nodes is autograd's (its
+# own thread on a GPU: about half its outermost ops are nodes); the loop's thread runs
+# the forward, whose ops are no nodes (a CPU run, backward on the same thread: a third).
+AUTOGRAD_THREAD_SHARE = 0.4
+
+
+def _backward_share(ev: pd.DataFrame, ops: np.ndarray) -> pd.Series:
+    """Per (pid, tid): the share of the thread's outermost ops that are backward's."""
+    rows = np.flatnonzero(ops)
+    frame = pd.DataFrame({"pid": ev["pid"].to_numpy()[rows], "tid": ev["tid"].to_numpy()[rows],
+                          "start": ev["start_ns"].to_numpy()[rows], "end": ev["end_ns"].to_numpy()[rows],
+                          "backward": name_matches(ev["name"], _BACKWARD_OP)[rows]})
+    frame = frame.sort_values(["pid", "tid", "start"], kind="stable")
+    reach = frame.groupby(["pid", "tid"], sort=False)["end"].cummax()
+    before = reach.groupby([frame["pid"], frame["tid"]], sort=False).shift(1)
+    outer = frame[~(frame["start"] < before.fillna(np.iinfo(np.int64).min))]
+    return outer.groupby(["pid", "tid"])["backward"].mean()
 
 
 def _subtract(ranges: list[tuple[int, int]], taken: list[tuple[int, int]]) -> list[tuple[int, int]]:
