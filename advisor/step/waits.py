@@ -11,6 +11,8 @@ and dependency graph read these waits, and so does the host_sync table.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -41,6 +43,15 @@ REASON_ORDER = (PAGEABLE_COPY, SYNC_COPY, STREAM_SYNC, EVENT_SYNC, DEVICE_SYNC)
 # .item() always waits; the copies (.cpu(), .to("cpu"), .tolist()) wait when a blocking
 # call happens inside them.
 ITEM_OPS = ("aten::item", "aten::_local_scalar_dense")
+# torch.cuda.synchronize(), and a stream's or an event's synchronize(), as the Python frames
+# a trace with stacks records them: waits, also where the trace holds no runtime call inside
+# them (a tracer may leave the call out; the frame alone then says the host waited).
+SYNC_FRAMES = (
+    (re.compile(r"^torch/cuda/__init__\.py\(\d+\): synchronize$|^<built-in method _cuda_synchronize "), DEVICE_SYNC),
+    (re.compile(r"^<built-in method synchronize of .*Event|^torch/cuda/streams\.py\(\d+\): (synchronize|wait)$"),
+     EVENT_SYNC),
+    (re.compile(r"^<built-in method synchronize "), STREAM_SYNC),
+)
 TO_HOST_OPS = ITEM_OPS + ("aten::to", "aten::_to_copy", "aten::copy_", "aten::cpu", "aten::tolist", "aten::numpy")
 
 
@@ -130,14 +141,42 @@ def _blocking_calls(f: Facts) -> pd.DataFrame:
         op_reason = np.concatenate([op_reason, np.full(int(keep.sum()), TO_HOST, dtype=object)])
 
     rows = np.concatenate([blocking["id"].to_numpy()[~taken], op_ids]).astype(np.int64)
+    reasons = np.concatenate([reason[~taken], op_reason])
+    frames, frame_reasons = _sync_frames(f, rows)
+    rows = np.concatenate([rows, frames]).astype(np.int64)
     out = pd.DataFrame(
         {
             "row": rows,
             "name": f.names_of(rows),
-            "reason": np.concatenate([reason[~taken], op_reason]),
+            "reason": np.concatenate([reasons, frame_reasons]),
             "start_ns": ev["start_ns"].to_numpy()[rows],
             "end_ns": ev["end_ns"].to_numpy()[rows],
         }
     )
     out["source"] = source_lines(f, rows)
     return out.sort_values("start_ns", kind="stable").reset_index(drop=True)
+
+
+def _sync_frames(f: Facts, waits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The outermost synchronize frames (SYNC_FRAMES) that hold none of the ``waits``
+    already found (a runtime call inside one is the same wait, counted once): their rows
+    and reasons."""
+    ev = f.events
+    python = f.mask("python")
+    reason = np.full(len(ev), "", dtype=object)
+    for pattern, why in SYNC_FRAMES:
+        reason[(reason == "") & python & name_matches(ev["name"], pattern)] = why
+    rows = np.flatnonzero(reason != "")
+    if not len(rows):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object)
+    start, end = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
+    order = np.lexsort((-(end[rows] - start[rows]), start[rows]))
+    rows = rows[order]
+    reach = np.maximum.accumulate(end[rows])
+    inner = np.zeros(len(rows), dtype=bool)
+    inner[1:] = start[rows][1:] < reach[:-1]
+    rows = rows[~inner]
+    known = iv.union((start[waits], end[waits])) if len(waits) else iv.EMPTY
+    held = np.array([iv.intersection_length(known, ([start[r]], [end[r]])) > 0 for r in rows], dtype=bool)
+    rows = rows[~held]
+    return rows, reason[rows]
