@@ -28,6 +28,7 @@ from advisor.rules.engine import Combined, EngineResult, run_rules
 from advisor.session import Session
 from advisor.session.busy import busy_share
 from advisor.step import StepModel, build_step_model
+from advisor.step.steady import headline_for
 from advisor.tables import TABLE_DOCS, compute_tables
 from advisor.units import format_ns
 
@@ -98,6 +99,7 @@ def report_window(model: StepModel) -> Window:
     return Window(
         start_ns=window.start_ns, end_ns=window.end_ns, duration_ns=window.duration_ns, source=window.source,
         how=window.how, steady=window.steady, not_steady=window.not_steady,
+        one_pass=window.steady and not window.recurs and window.source != "empty", headline=headline_for(window),
         set_apart=[SetApartSpan(kind=s.kind, start_ns=s.start_ns, end_ns=s.end_ns, duration_ns=s.duration_ns,
                                 what=s.what, event_ids=list(s.events)) for s in window.set_apart],
         periodic=None if periodic is None else PeriodicSteps(

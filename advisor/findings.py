@@ -38,6 +38,9 @@ class Saving(BaseModel):
     high_ms_per_step: float | None = Field(default=None, ge=0, description="The most it could save, ms per step "
                                                                             "(null: not estimated).")
     remains: str = Field(default="", description="What the fix cannot remove: the floor the step keeps after it.")
+    per: Literal["step", "pass"] = Field(default="step", description=(
+        "What the milliseconds are per: a step, or one pass where the profile shows its work once (no steps "
+        "found; the report's headline says so)."))
     busy_share: float | None = Field(default=None, ge=0, le=1, description=(
         "The share of its run the job's main thread waited for a CPU core, where the machine was busy (null: "
         "quiet, or not measured): the milliseconds were measured under that load and stretch with it; the "

@@ -164,7 +164,8 @@ def format_share(share: Any) -> str:
 
 
 def format_saving(saving: Saving) -> str:
-    """``"12.3 ms/step (41% of step)"``; a finding that saves nothing by itself (its basis
+    """``"12.3 ms/step (41% of step)"`` (``/pass`` where the profile shows its work once);
+    a finding that saves nothing by itself (its basis
     starts "none: ...", as profile-incomplete's) reads ``"n/a (...)"``, and one whose
     saving could not be measured (its basis starts "unknown: ...") ``"unknown (...)"``."""
     if not saving.ms_per_step and saving.basis.startswith(("none", "unknown")):
@@ -174,13 +175,14 @@ def format_saving(saving: Saving) -> str:
     low, high = getattr(saving, "low_ms_per_step", None), getattr(saving, "high_ms_per_step", None)
     between = (f"; between {format_ms(low)} and {format_ms(high)}"
                if low is not None and high is not None and format_ms(low) != format_ms(high) else "")
+    per = getattr(saving, "per", "step") or "step"
     busy = getattr(saving, "busy_share", None)
     if busy:
         # On a busy machine the milliseconds stretch with the load and the share holds: the
         # share leads, the milliseconds are said to be this run's.
-        return (f"{format_share(saving.share_of_step)} of each step ({format_ms(saving.ms_per_step)}/step at this "
+        return (f"{format_share(saving.share_of_step)} of each {per} ({format_ms(saving.ms_per_step)}/{per} at this "
                 f"run's load: the main thread waited for a core {format_share(busy)} of its time{between})")
-    return f"{format_ms(saving.ms_per_step)}/step ({format_share(saving.share_of_step)} of step{between})"
+    return f"{format_ms(saving.ms_per_step)}/{per} ({format_share(saving.share_of_step)} of {per}{between})"
 
 
 def format_bytes(n: Any) -> str:

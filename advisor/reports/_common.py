@@ -261,8 +261,9 @@ def combined_text(report: Report) -> str:
     if combined is None or not combined.rules:
         return ""
     rules = ", ".join(combined.rules)
-    return (f"Every fix at once ({rules}): saves {format_ns(combined.ms_per_step * 1e6)} per step "
-            f"({format_percent(combined.share_of_step * 100)} of the step), "
+    per = "pass" if report.session.window.one_pass else "step"
+    return (f"Every fix at once ({rules}): saves {format_ns(combined.ms_per_step * 1e6)} per {per} "
+            f"({format_percent(combined.share_of_step * 100)} of the {per}), "
             f"{format_ns(combined.step_before_ms * 1e6)} -> {format_ns(combined.step_after_ms * 1e6)}"
             + (f" (the step counting {combined.includes})" if combined.includes else "")
             + "; time the fixes share is counted once.")

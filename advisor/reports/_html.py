@@ -221,6 +221,7 @@ def _header(report: Report, anchors: Anchors) -> str:
         '<header id="top"><h1>advisor report</h1>'
         f'<div class="subtitle mono">{esc(session.source)}</div>'
         f'<dl class="meta">{meta}</dl>'
+        + (f'<p class="headline">{esc(session.window.headline)}</p>' if session.window.headline else "")
         + (f'<ul class="notes">{notes_html}</ul>' if notes_html else "")
         + _key_figures(report, anchors)
         + "</header>"

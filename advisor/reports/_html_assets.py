@@ -49,6 +49,9 @@ h3 { font-size: 1.05rem; margin: 0; }
 .meta dd { margin: 0; }
 .meta dd.warn { color: #8a5a00; }
 @media (prefers-color-scheme: dark) { .meta dd.warn { color: #f1d48a; } }
+.headline { background: #fff7e0; color: #6b4b00; border-left: 5px solid var(--medium); padding: 8px 12px;
+             margin: 8px 0; border-radius: 3px; font-weight: 650; }
+@media (prefers-color-scheme: dark) { .headline { background: #3a3118; color: #f1d48a; } }
 .notes { margin: 8px 0 0; padding: 0; list-style: none; }
 .notes li { background: #fff7e0; color: #6b4b00; border-left: 3px solid var(--medium); padding: 5px 10px;
             margin: 4px 0; border-radius: 3px; }

@@ -135,6 +135,8 @@ def _table(table: Table, *, rows: int | None, columns: list[str]) -> list[str]:
 def render_markdown(report: Report) -> str:
     """The report as GitHub-flavoured Markdown."""
     lines = ["## advisor report", "", _summary(report), ""]
+    if report.session.window.headline:
+        lines += [f"> **{_md_prose(report.session.window.headline)}**", ""]
     command = command_text(report)
     if command:
         lines += [f"Script: {md_code(command)}", ""]

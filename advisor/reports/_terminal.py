@@ -74,7 +74,11 @@ def _header(report: Report) -> RenderableType:
     for note in other_notes(report):
         grid.add_row("Note", Text(note, style="yellow"))
     title = Text("advisor report", style="bold")
-    return Group(title, Padding(grid, (0, 0, 0, 2), expand=False))
+    parts: list[RenderableType] = [title, Padding(grid, (0, 0, 0, 2), expand=False)]
+    if session.window.headline:
+        # Before every finding: what the profile cannot show changes how each one reads.
+        parts += [Text(""), Text(session.window.headline, style="bold yellow")]
+    return Group(*parts)
 
 
 def _finding(label: str, finding: Finding, *, symptom: bool = False) -> RenderableType:

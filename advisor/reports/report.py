@@ -113,6 +113,11 @@ class Window(_Model):
     steady: bool = Field(default=True, description="Whether the profile holds steady work; false for a profile "
                                                    "that is all start-up, compilation or graph capture.")
     not_steady: str = Field(default="", description="Why not, where not steady.")
+    one_pass: bool = Field(default=False, description="Whether the profile shows its work once (no steps found, "
+                                                      "or a first step alone): each saving is then per pass.")
+    headline: str = Field(default="", description="What a reader must know before any finding, said at the top "
+                                                  "of every format: the profile is one pass, or no steady state, "
+                                                  "and how to record steady steps; empty where neither.")
     set_apart: list[SetApartSpan] = Field(default_factory=list, description="What was judged apart from the "
                                                                              "steady steps, and why.")
     periodic: PeriodicSteps | None = Field(default=None, title="Periodic", description="Steps that run extra work "

@@ -292,6 +292,15 @@ def combined_estimate(model: StepModel | None, findings: list[Finding]) -> Combi
                     fix.beside_ns)
 
 
+def _with_symptoms(findings: list[Finding]) -> list[Finding]:
+    """The findings and every symptom nested under them."""
+    out: list[Finding] = []
+    for finding in findings:
+        out.append(finding)
+        out.extend(_with_symptoms(list(finding.explains)))
+    return out
+
+
 def run_rules(session: Session, tables: dict[str, pd.DataFrame], specs: list[RuleSpec] | None = None,
               *, disabled: set[str] | None = None, enabled: set[str] | None = None,
               preview: bool = False, model: StepModel | None = None) -> EngineResult:
@@ -341,9 +350,10 @@ def run_rules(session: Session, tables: dict[str, pd.DataFrame], specs: list[Rul
             continue
         ran.append(spec.id)
         if not recurs and not spec.leads:  # a cost seen once in the window is sized as if it recurred
-            for finding in produced:
-                finding.saving.basis += ("; assumes the work recurs every step, which this profile, showing it once, "
-                                         "cannot confirm (see not-steady-state)")
+            for finding in _with_symptoms(produced):
+                finding.saving.per = "pass"
+                finding.saving.basis += ("; per pass: this profile shows its work once, so the saving assumes the "
+                                         "pass recurs (see the report's headline)")
         findings.extend(_severity_follows_saving(f, spec) for f in produced)
     leading = frozenset(spec.id for spec in specs if spec.leads)
     ranked = rank(findings, cause_graph(specs), leading)

@@ -8,6 +8,9 @@ on which fixes are replayed:
 
     model       StepModel and build_step_model: the one object the later stages read
     window      the steady window: steps, their source, what is set apart and why
+    iterations  steps found from what repeats where the profile marks none: the signal
+                (loader reads, optimizer steps, model calls, a user range, graph replays,
+                syncs, the same calls or kernels recurring) and its iterations
     steady      the steady Session: inferred steps made steps, set-apart steps not steps
     facts       what several tables and the step model need from one session, worked out once
     timing      how long a step takes: the mean step (the job's, the recorded steps', the

@@ -24,7 +24,13 @@ from advisor.session.attribute import assign_steps_and_phases, infer_phases, mai
 from advisor.step.window import SteadyWindow
 from advisor.units import format_ns
 
-__all__ = ["INFERRED", "SET_APART", "accumulation_notes", "notes_for", "steady_session"]
+__all__ = ["INFERRED", "RECORD_STEADY_STEPS", "SET_APART", "accumulation_notes", "headline_for", "notes_for",
+           "set_apart_summary", "steady_session"]
+
+RECORD_STEADY_STEPS = ("Record steady steps, several of them: with torch.profiler, a schedule that skips the warm-up "
+                       "(torch.profiler.schedule(wait=5, warmup=2, active=5)) and prof.step() each iteration; with a "
+                       "serving engine, profile after its graphs are captured, over decode or prefill steps that "
+                       "replay them; with advisor, `advisor diagnose train.py --steps 10:15`, past compilation.")
 
 INFERRED = "advisor-inferred"
 SET_APART = "advisor-set-apart"
@@ -114,16 +120,52 @@ def notes_for(window: SteadyWindow) -> list[str]:
     if window.source == "work span" and window.steady:
         notes.append("No steps were found: the window is the stretch of the profile where the work runs, "
                      f"{format_ns(window.duration_ns)}.")
+    if window.set_apart:
+        notes.append(set_apart_summary(window))
     for apart in window.set_apart:
         notes.append(f"Set apart from the window ({apart.kind}, {format_ns(apart.duration_ns)}): {apart.what}.")
-    if not window.steady:
-        notes.append(f"The profile is not a steady state: {window.not_steady}.")
     periodic = window.periodic
     if periodic is not None:
         notes.append(f"Every {periodic.every} steps a step runs {format_ns(periodic.extra_ns)} longer than the steady "
                      f"{format_ns(periodic.steady_ns)} (steps {', '.join(f'#{n}' for n in periodic.steps[:6])}"
                      f"{'...' if len(periodic.steps) > 6 else ''}, over {periodic.timed} {periodic.source}).")
     return notes
+
+
+def set_apart_summary(window: SteadyWindow) -> str:
+    """All that was set apart, in one line: its time (each nanosecond once) and its kinds,
+    largest first. A cost seen once is in no per-step figure."""
+    kinds: dict[str, int] = {}
+    for span in window.set_apart:
+        kinds[span.kind] = kinds.get(span.kind, 0) + span.duration_ns
+    held = ", ".join(f"{kind} {format_ns(ns)}" for kind, ns in sorted(kinds.items(), key=lambda kv: -kv[1]))
+    return (f"Seen once and set apart, in no per-step figure: {format_ns(window.set_apart_ns)} ({held}); each "
+            "below.")
+
+
+def headline_for(window: SteadyWindow) -> str:
+    """What a reader must know before any finding: the profile holds no steady state, or
+    shows its work once (every saving is then per pass); "" where it shows steady steps
+    recur. Said at the top of every format, never ranked among the findings."""
+    if window.source == "empty":
+        return ""
+    if not window.steady:
+        return (f"Not a steady state: {window.not_steady}. What it measures is the warm-up's, not the job's: the "
+                f"rules that judge steady steps did not run. {RECORD_STEADY_STEPS}")
+    if window.recurs:
+        return ""
+    if len(window.steps) == 1:
+        shown = (f"one step (#{int(window.steps['step'].iat[0])}), the first the profiler saw, and nothing in it "
+                 "shows the work recur")
+    else:
+        shown = ("no step, and nothing in it repeats as iterations do (a data loader's reads, optimizer steps, calls "
+                 "of the model, a user range, graph replays, syncs, a recurring sequence of calls)")
+    span = window.span_ns or window.duration_ns
+    apart = (f" Of its {format_ns(span)}, {format_ns(window.set_apart_ns)} is set apart (see the notes)."
+             if span and window.set_apart_ns >= 0.5 * span else "")
+    return (f"One pass: this profile holds {shown}. Each saving below is per pass, as if the pass recurred; what it "
+            "measures may be the first time the work ran (lazy initialisation, autotuning, compilation, caches "
+            f"filling).{apart} {RECORD_STEADY_STEPS}")
 
 
 def accumulation_notes(session: Session) -> list[str]:

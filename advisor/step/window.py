@@ -9,9 +9,10 @@ reads as a problem (launch overhead, a starved GPU, step-to-step variation). So 
 is chosen first, and everything set apart is named:
 
 - **Steps**: the trace's ProfilerStep ranges (or the steps advisor's hooks marked), else
-  steps inferred from what repeats on the thread that runs the loop: a DataLoader's
-  ``__next__``, an optimizer's ``step``, the top-level module call, a graph replay; else
-  no steps, and the window is the stretch of the profile where the work runs.
+  iterations found from what repeats on the thread that runs the loop (advisor.step.
+  iterations: a DataLoader's reads, optimizer steps, the model's calls, a repeated user
+  range, graph replays, per-iteration syncs, the same calls or kernels recurring); else no
+  steps, and the window is the stretch of the profile where the work runs.
 - **Set apart**: start-up (context creation, module loading, a first launch that loads
   kernels lazily), compilation (Dynamo, Inductor, Triton), graph capture, GPU work in flight
   from before the trace began, a start-up step (far slower than the steady ones, or holding
@@ -34,6 +35,7 @@ from advisor.session import GPU_KINDS, Session, calls, one_of, text
 from advisor.session import intervals as iv
 from advisor.session.attribute import main_thread, name_matches
 from advisor.session.meta import FORWARD_NO_GRAD
+from advisor.step.iterations import Level, find_iterations, loop_level, outermost, regularity
 from advisor.units import format_ns
 
 __all__ = [
@@ -51,8 +53,6 @@ __all__ = [
 STARTUP_FACTOR = 3.0
 STARTUP_SLOWER = 1.5
 MIN_STEPS = 3
-# Steps to infer before inferred steps are believed.
-MIN_INFERRED = 3
 # A context call this long is start-up; so is a launch this long (a launch costs
 # microseconds; one that loads its kernel's module lazily, milliseconds to seconds).
 LONG_START_CALL_NS = 1_000_000
@@ -75,15 +75,15 @@ PERIODIC_SHARE = 0.75
 PERIODIC_MIN_HITS = 3
 PERIODIC_CLEAR = 3.0
 
+# Host work seen once before a pass's first call that runs GPU work, this long or longer, is
+# set apart as its set-up.
+SET_UP_MIN_NS = 1_000_000
 # A first or second call this many times its later calls' median, and this long, is warm-up.
 WARMUP_FACTOR = 10.0
 WARMUP_MIN_NS = 20_000_000
 # Ranges that are not calls of a function: steps, phases, advisor's own marks.
 _NOT_A_CALL = re.compile(r"^(ProfilerStep#|advisor::|Iteration Start|PyTorch Profiler|enumerate\(DataLoader\))")
 
-_LOADER_NEXT = re.compile(r"^enumerate\(DataLoader\).*__next__")
-_OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
-_MODULE_CALL = re.compile(r"^nn\.Module: ")
 
 
 @dataclass(frozen=True)
@@ -237,7 +237,7 @@ def first_calls(ev: pd.DataFrame) -> list[SetApart]:
     if not len(slow):
         return []
     slow_rows = slow["row"].to_numpy()
-    outer = _outermost(slow_rows, ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy())
+    outer = outermost(slow_rows, ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy())
     by_row = slow.set_index("row")
     found = []
     for row in outer:
@@ -272,113 +272,6 @@ def _recorded_steps(ev: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def _steps_from_starts(starts: np.ndarray, ends: np.ndarray | None = None) -> pd.DataFrame:
-    """Steps that run from one start to the next; the last ends at ``ends[-1]`` where given
-    (else it is dropped: where it ends is not known)."""
-    starts = np.sort(np.asarray(starts, dtype=np.int64))
-    lo, hi = starts[:-1], starts[1:]
-    if ends is not None and len(starts):
-        lo, hi = starts, np.append(starts[1:], max(int(ends[-1]), int(starts[-1]) + 1))
-    return pd.DataFrame({"step": np.arange(len(lo), dtype=np.int64), "start_ns": lo, "end_ns": hi})
-
-
-def infer_steps(ev: pd.DataFrame, main: tuple[int, int] | None) -> tuple[pd.DataFrame, str, str] | None:
-    """Steps from what repeats on the loop's thread, with their source and how it was
-    found; None where nothing repeats often enough."""
-    if main is None:
-        return None
-    pid, tid = main
-    on_main = (ev["pid"].to_numpy() == pid) & (ev["tid"].to_numpy() == tid)
-    start, end = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
-    ranges = on_main & one_of(ev["kind"], ("annotation", "op", "python"))
-
-    loader = np.flatnonzero(ranges & name_matches(ev["name"], _LOADER_NEXT))
-    loader = _outermost(loader, start, end)
-    optimizer = np.flatnonzero(ranges & name_matches(ev["name"], _OPTIMIZER_STEP))
-    optimizer = _outermost(optimizer, start, end)
-    if len(loader) >= MIN_INFERRED:
-        # A step runs from one batch's read to the next; the last one ends with its
-        # optimizer step where there is one after its read.
-        after = optimizer[start[optimizer] > start[loader[-1]]] if len(optimizer) else optimizer
-        steps = _steps_from_starts(start[loader], end[after] if len(after) else None)
-        name = text(ev["name"].iloc[loader[:1]])[0]
-        return steps, "dataloader", f"each read of the data loader ({name}) starts a step"
-    if len(optimizer) >= MIN_INFERRED:
-        ends = end[optimizer]
-        steps = pd.DataFrame({"step": np.arange(len(ends) - 1, dtype=np.int64), "start_ns": ends[:-1],
-                              "end_ns": ends[1:]})
-        return steps, "optimizer", "each optimizer step ends a step"
-    syncs = _sync_steps(ev, on_main, start, end)
-    modules = np.flatnonzero(ranges & name_matches(ev["name"], _MODULE_CALL))
-    modules = _outermost(modules, start, end)
-    if len(modules) >= MIN_INFERRED:
-        labels = text(ev["name"].iloc[modules])
-        values, counts = np.unique(labels, return_counts=True)
-        top = values[np.argmax(counts)]
-        calls_of_top = modules[labels == top]
-        if len(calls_of_top) >= MIN_INFERRED:
-            steps = _steps_from_starts(start[calls_of_top], end[calls_of_top])
-            how = f"each top-level call of {top.removeprefix('nn.Module: ')} starts a step"
-            if syncs is None:
-                return steps, "module calls", how
-            # The device's own rhythm decides: a module called a varying number of times
-            # per iteration (a logits processor, a sampler) cuts steps in the wrong place.
-            if _agree(steps, syncs):
-                return steps, "module calls", how + f", in step with the {len(syncs)} iterations the syncs show"
-            return syncs, "syncs", (f"each wait on the device ends a step: the top-level calls of "
-                                    f"{top.removeprefix('nn.Module: ')} ({len(steps)} steps) disagreed with the "
-                                    f"{len(syncs)} iterations the per-iteration syncs show")
-    graphs = np.flatnonzero(on_main & one_of(ev["kind"], ("runtime", "driver")) & name_matches(ev["name"],
-                                                                                            calls.GRAPH_LAUNCH))
-    if len(graphs) >= MIN_INFERRED:
-        steps = _steps_from_starts(start[graphs], end[graphs])
-        return steps, "graph replays", "each graph launch starts a step"
-    if syncs is not None:
-        return syncs, "syncs", "each wait on the device (a synchronize once an iteration) ends a step"
-    return None
-
-
-# Per-iteration syncs: their intervals may vary by this much (coefficient of variation) and
-# still be one iteration each.
-SYNC_CADENCE_CV = 0.5
-# Two step sources agree where their counts differ by at most one and their mean steps by
-# at most this share.
-AGREE_SHARE = 0.25
-
-
-def _sync_steps(ev: pd.DataFrame, on_main: np.ndarray, start: np.ndarray, end: np.ndarray) -> pd.DataFrame | None:
-    """Steps from the loop's waits on the device: where the main thread synchronizes (a
-    device, stream or event synchronize) at a steady cadence, at least MIN_INFERRED + 1
-    times, each wait ends an iteration. None where it does not."""
-    pattern = calls.DEVICE_SYNC.pattern + "|" + calls.STREAM_SYNC.pattern + "|" + calls.EVENT_SYNC.pattern
-    rows = np.flatnonzero(on_main & one_of(ev["kind"], ("runtime", "driver")) & name_matches(ev["name"],
-                                                                                          re.compile(pattern)))
-    if len(rows) < MIN_INFERRED + 1:
-        return None
-    ends = np.sort(end[rows])
-    gaps = np.diff(ends)
-    if not len(gaps) or gaps.mean() <= 0 or gaps.std() > SYNC_CADENCE_CV * gaps.mean():
-        return None
-    return pd.DataFrame({"step": np.arange(len(ends) - 1, dtype=np.int64), "start_ns": ends[:-1], "end_ns": ends[1:]})
-
-
-def _agree(steps: pd.DataFrame, other: pd.DataFrame) -> bool:
-    mine = float((steps["end_ns"] - steps["start_ns"]).mean())
-    theirs = float((other["end_ns"] - other["start_ns"]).mean())
-    return abs(len(steps) - len(other)) <= 1 and theirs > 0 and abs(mine - theirs) <= AGREE_SHARE * theirs
-
-
-def _outermost(rows: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """The rows (in start order) not inside an earlier one of them."""
-    if not len(rows):
-        return rows
-    rows = rows[np.argsort(start[rows], kind="stable")]
-    reach = np.maximum.accumulate(end[rows])
-    inside = np.zeros(len(rows), dtype=bool)
-    inside[1:] = start[rows][1:] < reach[:-1]
-    return rows[~inside]
-
-
 # -- the window ---------------------------------------------------------------------------------
 
 
@@ -407,10 +300,10 @@ def _span(ev: pd.DataFrame) -> tuple[int, int]:
 def _in_flight(ev: pd.DataFrame, lo: int, hi: int) -> tuple[SetApart, int] | None:
     """GPU work queued at the window's start behind work the trace does not hold: GPU work
     with a known launch in [lo, hi) that started long after its launch call began, with the
-    GPU running next to nothing before it. The time up to its start is in flight: the
+    GPU running next to nothing meanwhile. The time up to its start is in flight: the
     device was busy with, or waiting behind, what the trace does not show. (From the call's
-    start, not its return: a blocking copy returns only once its copy ran.) Returns the
-    span and how long the work waited."""
+    start, not its return: a blocking copy returns only once its copy ran; a launch's from
+    its return.) Returns the span and how long the work waited."""
     gpu = one_of(ev["kind"], GPU_KINDS)
     start, end = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
     launch = ev["launch"].to_numpy()
@@ -419,16 +312,22 @@ def _in_flight(ev: pd.DataFrame, lo: int, hi: int) -> tuple[SetApart, int] | Non
         return None
     rows = rows[np.argsort(start[rows], kind="stable")]
     known = rows[launch[rows] >= 0]
-    waited = start[known] - np.maximum(start[launch[known]], lo)
-    late = known[waited >= IN_FLIGHT_MIN_NS]
+    # A launch call returns before its work runs: a long one loaded a module (start-up),
+    # and its work waited only from its return.
+    issued = np.where(name_matches(ev["name"], calls.LAUNCH_CALLS)[launch[known]], end[launch[known]],
+                      start[launch[known]])
+    waited = start[known] - np.maximum(issued, lo)
+    late = np.flatnonzero(waited >= IN_FLIGHT_MIN_NS)
     if not len(late):
         return None
-    first = late[0]
-    wait = int(start[first]) - max(int(start[launch[first]]), lo)
-    before = rows[start[rows] < start[first]]
-    # Work the GPU ran before it must be a small part of the wait: else the device was
-    # busy with the trace's own work, which is no artifact.
-    if len(before) and iv.total_length((start[before], end[before])) > 0.05 * (int(start[first]) - lo):
+    first = known[late[0]]
+    since = max(int(issued[late[0]]), lo)
+    wait = int(start[first]) - since
+    # Work the GPU ran while it waited must be a small part of the wait: else the device
+    # was busy with the trace's own work (a queue of its own kernels), which is no artifact.
+    during = np.flatnonzero(gpu & (end > since) & (start < start[first]))
+    if len(during) and iv.total_length(iv.clip(iv.union((start[during], end[during])), since,
+                                               int(start[first]))) > 0.05 * wait:
         return None
     what = (f"GPU work launched before the trace began: work the trace launches waits {format_ns(wait)} to start, "
             "the GPU showing next to nothing else meanwhile")
@@ -614,9 +513,9 @@ def find_window(session: Session) -> SteadyWindow:
     if len(steps) and session.meta.collector.name != "kineto-import":
         how = "the steps advisor's hooks marked"
     if not len(steps):
-        found = infer_steps(ev, main)
+        found = find_iterations(ev, main)
         if found is not None:
-            steps, source, how = found
+            steps, source, how = found.steps, found.source, found.how
             inferred = True
     periodic = _periodic(session, steps)
     if len(steps):
@@ -641,6 +540,10 @@ def find_window(session: Session) -> SteadyWindow:
             before = _in_flight(ev, lo, w_lo)
             if before is not None and before[1] >= IN_FLIGHT_MIN_NS:
                 set_apart.append(before[0])
+        if inferred:
+            # What the loop does before its first iteration and after its last, seen once.
+            set_apart += _outside_iterations(ev, loop_level(ev, main) if main is not None else None, lo, hi,
+                                             all_steps, set_apart)
         if periodic is not None and periodic.source == "recorded steps":
             slow = set(periodic.steps)
             marked = steady_steps["step"].isin(slow).to_numpy()
@@ -653,6 +556,8 @@ def find_window(session: Session) -> SteadyWindow:
                                  "step")
         recurs = len(steady_steps) >= 2 or (len(steady_steps) == 1 and not inferred
                                              and int(steady_steps["step"].iat[0]) >= 1)
+        if inferred and len(steady_steps):
+            how += f" ({regularity(steady_steps)})"
         return SteadyWindow(w_lo, w_hi, source, how, steady_steps, inferred, tuple(_dedupe(set_apart)), steady,
                             why, periodic, all_steps, recurs=recurs, span_ns=hi - lo)
     # No steps: the stretch between set-apart spans where the work runs.
@@ -682,13 +587,69 @@ def find_window(session: Session) -> SteadyWindow:
         set_apart.append(flight)
         w_lo = flight.end_ns
     elif on_gpu and len(inside):
-        w_lo = max(w_lo, min(int(inside.starts[0]), _first_host_work(ev, w_lo, w_hi)))
+        begins = max(w_lo, min(int(inside.starts[0]), _first_host_work(ev, w_lo, w_hi)))
+        level = loop_level(ev, main) if main is not None else None
+        first_call = _pass_start(ev, level, int(inside.starts[0]))
+        if first_call is not None and first_call - begins >= SET_UP_MIN_NS:
+            set_apart.append(SetApart("set-up", begins, first_call, "before the pass's first call that runs work on "
+                                      "the GPU, host work seen once (inputs made, a model built or loaded): "
+                                      + _top_names_between(ev, level, begins, first_call)))
+            begins = first_call
+        w_lo = begins
     how = ("no steps were found: the stretch of the profile where the work runs"
            + (", start-up and capture set apart" if set_apart else ""))
     # No steps: nothing repeats that shows a step (no loader reads, optimizer steps, model
     # calls or graph replays to count), so the window shows its work once.
     return SteadyWindow(w_lo, w_hi, "work span", how, steps, False, tuple(_dedupe(sorted(set_apart,
                         key=lambda s: s.start_ns))), True, "", periodic, steps, recurs=False, span_ns=hi - lo)
+
+
+def _outside_iterations(ev: pd.DataFrame, level: Level | None, lo: int, hi: int, steps: pd.DataFrame,
+                        named: list[SetApart]) -> list[SetApart]:
+    """The set-up before the first iteration found and the teardown after the last, where
+    they hold SET_UP_MIN_NS or more that nothing set apart already names."""
+    first, last = int(steps["start_ns"].min()), int(steps["end_ns"].max())
+    out = []
+    for kind, a, b, where in (("set-up", lo, first, "before the first iteration"),
+                              ("teardown", last, hi, "after the last iteration")):
+        left = _stretches(a, b, [s for s in named if s.end_ns > a and s.start_ns < b]) if b > a else iv.EMPTY
+        if left.length >= SET_UP_MIN_NS:
+            a, b = _calls_between(level, int(left.starts[0]), int(left.ends[-1]))
+            out.append(SetApart(kind, a, b, f"{where}, seen once: {_top_names_between(ev, level, a, b)}"))
+    return out
+
+
+def _pass_start(ev: pd.DataFrame, level: Level | None, first_gpu_ns: int) -> int | None:
+    """Where one pass begins: the start of the loop's call (advisor.step.iterations) that
+    launched the GPU's first work; None where that call is not known."""
+    gpu = np.flatnonzero(one_of(ev["kind"], GPU_KINDS) & (ev["start_ns"].to_numpy() == first_gpu_ns))
+    launch = ev["launch"].to_numpy()[gpu]
+    launch = launch[launch >= 0]
+    if not len(launch) or level is None or not len(level):
+        return None
+    at = int(level.at(np.array([int(ev["start_ns"].to_numpy()[launch].min())]))[0])
+    return int(level.start[at]) if at < len(level) else None
+
+
+def _calls_between(level: Level | None, lo: int, hi: int) -> tuple[int, int]:
+    """[lo, hi) narrowed to the loop's calls inside it (from the first one's start to the
+    last one's end); as it is where it holds none."""
+    if level is None or not len(level):
+        return lo, hi
+    inside = (level.end > lo) & (level.start < hi)
+    if not inside.any():
+        return lo, hi
+    return max(lo, int(level.start[inside].min())), min(hi, int(level.end[inside].max()))
+
+
+def _top_names_between(ev: pd.DataFrame, level: Level | None, lo: int, hi: int) -> str:
+    """The loop's calls holding most time in [lo, hi), with their time."""
+    if level is None or not len(level):
+        return format_ns(hi - lo)
+    inside = (level.end > lo) & (level.start < hi)
+    took = np.zeros(len(ev), dtype=np.int64)  # _top_names reads each row's time by row id
+    took[level.rows[inside]] = (np.minimum(level.end, hi) - np.maximum(level.start, lo))[inside]
+    return _top_names(ev["name"], level.rows[inside], took)
 
 
 def _first_host_work(ev: pd.DataFrame, lo: int, hi: int) -> int:
