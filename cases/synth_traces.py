@@ -26,6 +26,13 @@ case.yaml; this script writes them again, byte for byte:
     synth_one_cold_pass       one cold forward pass: a 1.34 s first cuDNN launch, then the pass
     synth_module_steps_vs_syncs  a decode loop without ProfilerStep whose most frequent module
                               call (a logits processor, 1-4 a step) is not a step; the syncs are
+    synth_wrapped_training    a training loop wrapped whole, backward on autograd's busier thread,
+                              no ProfilerStep: the optimizer steps are the iterations
+    synth_compiled_iterations three compiled iterations, the first compiling (43.5 ms of 53.6)
+    synth_gemm_benchmark      one misaligned GEMM called twelve times after 600 ms of set-up
+    synth_serving_syncs       a decode loop without stacks, one synchronize an engine step
+    synth_one_pass_layers     one forward pass of twelve identical layers and a large head
+    synth_sync_benchmark      an attention benchmark synchronizing after each call
 """
 
 from __future__ import annotations
@@ -50,26 +57,26 @@ class Trace:
         self.correlation = 1000
         self.external = 1
 
-    def host(self, name: str, cat: str, ts: float, dur: float, **args) -> dict:
-        event = {"ph": "X", "cat": cat, "name": name, "pid": PID, "tid": TID, "ts": round(ts, 3),
+    def host(self, name: str, cat: str, ts: float, dur: float, *, tid: int = TID, **args) -> dict:
+        event = {"ph": "X", "cat": cat, "name": name, "pid": PID, "tid": tid, "ts": round(ts, 3),
                  "dur": round(dur, 3), "args": {"External id": self.external, **args}}
         self.external += 1
         self.events.append(event)
         return event
 
-    def op(self, name: str, ts: float, dur: float, **args) -> dict:
-        return self.host(name, "cpu_op", ts, dur, **args)
+    def op(self, name: str, ts: float, dur: float, *, tid: int = TID, **args) -> dict:
+        return self.host(name, "cpu_op", ts, dur, tid=tid, **args)
 
-    def python(self, name: str, ts: float, dur: float) -> dict:
-        return self.host(name, "python_function", ts, dur)
+    def python(self, name: str, ts: float, dur: float, *, tid: int = TID) -> dict:
+        return self.host(name, "python_function", ts, dur, tid=tid)
 
-    def annotation(self, name: str, ts: float, dur: float) -> dict:
-        return self.host(name, "user_annotation", ts, dur)
+    def annotation(self, name: str, ts: float, dur: float, *, tid: int = TID) -> dict:
+        return self.host(name, "user_annotation", ts, dur, tid=tid)
 
-    def runtime(self, name: str, ts: float, dur: float) -> int:
+    def runtime(self, name: str, ts: float, dur: float, *, tid: int = TID) -> int:
         """A runtime call; its correlation id, for the GPU work it launches."""
         self.correlation += 1
-        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": TID,
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": tid,
                             "ts": round(ts, 3), "dur": round(dur, 3),
                             "args": {"correlation": self.correlation, "External id": self.external}})
         return self.correlation
@@ -81,11 +88,11 @@ class Trace:
                             "ts": round(ts, 3), "dur": round(dur, 3), "args": args})
 
     def launch(self, ts: float, name: str, kernel_start: float, kernel_dur: float, *, call_us: float = 5.0,
-               stream: int = 7, op: str = "aten::add") -> float:
+               stream: int = 7, op: str = "aten::add", tid: int = TID, **args) -> float:
         """An operator launching one kernel: the op, its launch call, the kernel; returns
         when the op ends."""
-        self.op(op, ts, call_us + 4)
-        correlation = self.runtime("cudaLaunchKernel", ts + 2, call_us)
+        self.op(op, ts, call_us + 4, tid=tid, **args)
+        correlation = self.runtime("cudaLaunchKernel", ts + 2, call_us, tid=tid)
         self.kernel(name, kernel_start, kernel_dur, correlation, stream=stream)
         return ts + call_us + 4
 
@@ -392,6 +399,241 @@ def synth_merged_ranks() -> Trace:
     return merged
 
 
+AUTOGRAD_TID = 4299  # the thread autograd runs backward on, on a GPU
+
+
+def synth_wrapped_training() -> Trace:
+    """A small transformer's training loop wrapped whole in one torch.profiler.profile(), on
+    a GPU: no ProfilerStep. Set-up first (the context made, 24 weights initialised and
+    copied to the device: 600 ms); then twelve iterations, each a forward on the loop's
+    thread (60 operators), backward on autograd's own thread (60 nodes, more operators
+    than the loop's thread holds), an AdamW step run per parameter (48 parameters, five
+    operators each: 4.8 ms of host work launching 4 us kernels) and the loss read back.
+    The first iteration loads its kernels lazily (a 60 ms first launch)."""
+    t = Trace()
+    t.runtime("cudaFree", 0, 300_000)
+    now = 300_100.0
+    for k in range(24):
+        t.op("aten::normal_", now, 8_000)
+        now += 8_010
+        t.op("aten::to", now, 300)
+        copy = t.runtime("cudaMemcpyAsync", now + 5, 280)
+        t.events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": GPU,
+                         "tid": 7, "ts": round(now + 10, 3), "dur": 260.0,
+                         "args": {"device": GPU, "stream": 7, "correlation": copy, "bytes": 4_194_304}})
+        now += 310
+    gpu = now
+    for iteration in range(12):
+        t.annotation("Optimizer.zero_grad#AdamW.zero_grad", now, 20)
+        now += 30
+        for k in range(60):
+            if iteration == 0 and k == 0:  # the first launch loads the module lazily
+                t.op("aten::linear", now, 60_010)
+                correlation = t.runtime("cudaLaunchKernel", now + 2, 60_000)
+                gpu = max(gpu, now + 60_010) + 30
+                t.kernel("ampere_sgemm_64x64_nn", gpu - 30, 30, correlation)
+                now += 60_020
+                continue
+            gpu = max(gpu, now + 8) + 30
+            now = t.launch(now, "ampere_sgemm_64x64_nn" if k % 2 else "vectorized_elementwise_kernel", gpu - 30,
+                           30, call_us=30, op="aten::linear" if k % 2 else "aten::gelu")
+        now = t.launch(now, "cross_entropy_forward", max(gpu, now + 8), 20, call_us=20, op="aten::cross_entropy_loss")
+        gpu = max(gpu, now) + 20
+        # backward, on autograd's thread: each node an outer range with two operators
+        for k in range(60):
+            node = t.op("autograd::engine::evaluate_function: AddmmBackward0", now, 0, tid=AUTOGRAD_TID)
+            begin = now
+            t.op("AddmmBackward0", now + 1, 0, tid=AUTOGRAD_TID)
+            for _ in range(2):
+                gpu = max(gpu, now + 8) + 30
+                now = t.launch(now + 2, "ampere_sgemm_64x64_tn", gpu - 30, 30, call_us=20, op="aten::mm",
+                               tid=AUTOGRAD_TID)
+            node["dur"] = round(now - begin + 1, 3)
+            now += 4
+        step = t.annotation("Optimizer.step#AdamW.step", now, 0)
+        begin = now
+        for k in range(48 * 5):
+            gpu = max(gpu, now + 8) + 4
+            now = t.launch(now, "vectorized_elementwise_kernel", gpu - 4, 4, call_us=12,
+                           op=("aten::mul_", "aten::add_", "aten::addcmul_", "aten::sqrt", "aten::addcdiv_")[k % 5])
+            now += 2
+        step["dur"] = round(now - begin, 3)
+        t.op("aten::item", now, 0)
+        item = t.events[-1]
+        t.runtime("cudaMemcpyAsync", now + 2, 4)
+        t.runtime("cudaStreamSynchronize", now + 8, max(gpu - now, 1.0) + 2)
+        now = max(gpu, now + 10) + 5
+        item["dur"] = round(now - item["ts"], 3)
+        now += 200  # the loop's own Python: logging, the next batch's indices
+    return t
+
+
+def synth_compiled_iterations() -> Trace:
+    """Three iterations of a torch.compile'd model's forward and backward, no ProfilerStep:
+    each a compiled region on the loop's thread (six Triton kernels) and its backward on
+    autograd's thread (six more). The first compiles (Dynamo and Inductor, 38 ms) and takes
+    43.5 ms; the next two 5.2 and 4.9 ms, the GPU busy most of each."""
+    t = Trace()
+    now, gpu = 0.0, 0.0
+    for iteration, extra in enumerate((0.0, 300.0, 0.0)):
+        region = t.annotation("Torch-Compiled Region: 0/0", now, 0)
+        begin = now
+        if iteration == 0:
+            t.annotation("compile_fx_inner (dynamo_timed)", now + 5, 38_000)
+            now += 38_010
+        compiled = t.op("CompiledFunction", now, 0)
+        start = now
+        for k in range(6):
+            gpu = max(gpu, now + 8) + 340
+            now = t.launch(now + 2, f"triton_poi_fused_add_mul_{k}", gpu - 340, 340, call_us=18, op="aten::empty")
+        compiled["dur"] = round(now - start, 3)
+        region["dur"] = round(now - begin + 2, 3)
+        now += 30
+        node = t.op("autograd::engine::evaluate_function: CompiledFunctionBackward", now, 0, tid=AUTOGRAD_TID)
+        start = now
+        for k in range(6):
+            gpu = max(gpu, now + 8) + 420
+            now = t.launch(now + 2, f"triton_red_fused_sum_{k}", gpu - 420, 420, call_us=18, op="aten::empty",
+                           tid=AUTOGRAD_TID)
+        node["dur"] = round(now - start, 3)
+        t.runtime("cudaStreamSynchronize", now + 3, max(gpu - now, 1.0) + 3)
+        now = max(gpu, now) + 20 + extra
+    return t
+
+
+def synth_gemm_benchmark() -> Trace:
+    """A micro-benchmark of one fp16 GEMM, 4097 x 4097 x 4097 (one past a multiple of 8 in
+    every dimension), no ProfilerStep: the context made (300 ms), the inputs drawn on the
+    CPU and copied over (300 ms), two warm-up calls (the first creates cuBLAS's handle
+    and workspace, 57 ms), then ten timed calls launched back to back, the host waiting
+    for all of them in one synchronize. The GPU runs each GEMM in 900 us."""
+    t = Trace()
+    dims = {"Input Dims": [[4097, 4097], [4097, 4097]], "Input type": ["c10::Half", "c10::Half"]}
+    t.runtime("cudaFree", 0, 300_000)
+    now = 300_100.0
+    for _ in range(2):
+        t.op("aten::randn", now, 150_000)
+        now += 150_010
+        t.op("aten::to", now, 3_100)
+        copy = t.runtime("cudaMemcpyAsync", now + 5, 3_050)
+        t.events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": GPU,
+                         "tid": 7, "ts": round(now + 20, 3), "dur": 3_000.0,
+                         "args": {"device": GPU, "stream": 7, "correlation": copy, "bytes": 33_570_818}})
+        now += 3_110
+    gpu = now
+    for call in range(12):
+        if call == 0:
+            t.op("aten::mm", now, 57_030, **dims)
+            t.runtime("cudaMalloc", now + 5, 57_000)
+            now += 57_010
+            correlation = t.runtime("cudaLaunchKernel", now, 12)
+            gpu = max(gpu, now + 8) + 900
+            t.kernel("ampere_fp16_s16816gemm_fp16_256x128_ldg8_f2f_stages_32x3_nn", gpu - 900, 900, correlation)
+            now += 30
+            continue
+        gpu = max(gpu, now + 8) + 900
+        now = t.launch(now, "ampere_fp16_s16816gemm_fp16_256x128_ldg8_f2f_stages_32x3_nn", gpu - 900, 900,
+                       call_us=8, op="aten::mm", **dims)
+        now += 6
+    t.runtime("cudaDeviceSynchronize", now, max(gpu - now, 1.0) + 3)
+    return t
+
+
+def synth_serving_syncs() -> Trace:
+    """A serving worker's decode loop, recorded without stacks or ProfilerStep: the weights
+    copied in (200 ms), then twelve engine steps, each 48 small kernels (8 us each, 30 us
+    of host work to launch) and the sampled tokens read back with .item(), one stream
+    synchronize an engine step; between steps the scheduler's own Python (300 us). The
+    GPU idles while the host launches: launch-bound."""
+    t = Trace()
+    now = 0.0
+    for _ in range(8):
+        t.op("aten::copy_", now, 25_000)
+        copy = t.runtime("cudaMemcpyAsync", now + 5, 24_900)
+        t.events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": GPU,
+                         "tid": 7, "ts": round(now + 10, 3), "dur": 24_800.0,
+                         "args": {"device": GPU, "stream": 7, "correlation": copy, "bytes": 268_435_456}})
+        now += 25_010
+    gpu = now
+    for _ in range(12):
+        for k in range(48):
+            gpu = max(gpu, now + 8) + 8
+            now = t.launch(now, ("rms_norm_kernel", "ampere_fp16_gemv_kernel", "silu_and_mul_kernel")[k % 3],
+                           gpu - 8, 8, call_us=26, op=("aten::rms_norm", "aten::linear", "aten::silu")[k % 3])
+        gpu = max(gpu, now + 8) + 6
+        now = t.launch(now, "argmax_kernel", gpu - 6, 6, call_us=20, op="aten::argmax")
+        item = t.op("aten::item", now, 0)
+        t.runtime("cudaMemcpyAsync", now + 2, 5)
+        t.runtime("cudaStreamSynchronize", now + 9, max(gpu - now, 1.0) + 2)
+        now = max(gpu, now + 10) + 4
+        item["dur"] = round(now - item["ts"], 3)
+        now += 300
+    return t
+
+
+def synth_one_pass_layers() -> Trace:
+    """One forward pass of a 12-layer transformer, recorded without stacks or steps: the
+    embedding, twelve identical layers (ten operators each), the final norm and the head
+    (a 2.5 ms GEMM over the vocabulary), the host waiting at the end. The layers recur,
+    but the pass does not: a profile of one pass, not twelve iterations."""
+    t = Trace()
+    now, gpu = 0.0, 0.0
+    gpu = max(gpu, now + 8) + 40
+    now = t.launch(now, "indexSelectLargeIndex", gpu - 40, 40, call_us=20, op="aten::embedding")
+    layer = (("aten::layer_norm", "layer_norm_kernel", 20), ("aten::linear", "sm80_xmma_gemm_bf16_qkv", 90),
+             ("aten::scaled_dot_product_attention", "flash_fwd_kernel", 120), ("aten::linear", "sm80_xmma_gemm_bf16",
+             40), ("aten::add", "vectorized_elementwise_kernel", 15), ("aten::layer_norm", "layer_norm_kernel", 20),
+             ("aten::linear", "sm80_xmma_gemm_bf16_fc1", 110), ("aten::gelu", "gelu_kernel", 25),
+             ("aten::linear", "sm80_xmma_gemm_bf16_fc2", 110), ("aten::add", "vectorized_elementwise_kernel", 15))
+    for _ in range(12):
+        for op, kernel, took in layer:
+            gpu = max(gpu, now + 8) + took
+            now = t.launch(now, kernel, gpu - took, took, call_us=24, op=op)
+    gpu = max(gpu, now + 8) + 20
+    now = t.launch(now, "layer_norm_kernel", gpu - 20, 20, call_us=24, op="aten::layer_norm")
+    gpu = max(gpu, now + 8) + 2_500
+    now = t.launch(now, "sm80_xmma_gemm_bf16_vocab", gpu - 2_500, 2_500, call_us=24, op="aten::linear")
+    t.runtime("cudaDeviceSynchronize", now + 3, max(gpu - now, 1.0) + 3)
+    return t
+
+
+def synth_sync_benchmark() -> Trace:
+    """A micro-benchmark of one attention kernel, recorded with stacks: the script builds
+    its inputs (400 ms of CPU work), then calls the op ten times, each call followed by
+    torch.cuda.synchronize(), where the host waits for the 108 us kernel. The host sits
+    in synchronize most of each iteration: a wait on the device, not host work."""
+    t = Trace()
+    module = t.python("bench.py(1): <module>", 0, 0)
+    main = t.python("bench.py(50): main", 5, 0)
+    make = t.python("bench.py(12): make_inputs", 10, 0)
+    now = 15.0
+    for _ in range(3):
+        t.op("aten::randn", now, 133_000)
+        now += 133_010
+    make["dur"] = round(now - 10, 3)
+    now += 20
+    gpu = now
+    for _ in range(10):
+        run = t.python("bench.py(40): run_once", now, 0)
+        begin = now
+        t.op("aten::scaled_dot_product_attention", now + 2, 30,
+             **{"Input Dims": [[8, 16, 1024, 64]] * 3, "Input type": ["c10::BFloat16"] * 3})
+        gpu = max(gpu, now + 15) + 108
+        t.launch(now + 4, "flash_fwd_kernel", gpu - 108, 108, call_us=14, op="aten::_flash_attention_forward")
+        now += 34
+        run["dur"] = round(now - begin, 3)
+        sync = t.python("torch/cuda/__init__.py(1040): synchronize", now + 2, 0)
+        inner = t.python("<built-in method _cuda_synchronize of PyCapsule object at 0x7f2c1a5b3c60>", now + 4, 0)
+        waited = max(gpu - now - 6, 1.0) + 3
+        t.runtime("cudaDeviceSynchronize", now + 6, waited)
+        inner["dur"] = round(waited + 4, 3)
+        sync["dur"] = round(waited + 8, 3)
+        now += waited + 12
+    main["dur"] = round(now - 5, 3)
+    module["dur"] = round(now + 5, 3)
+    return t
+
+
 TRACES = {
     "synth_startup": synth_startup,
     "synth_capture": synth_capture,
@@ -404,6 +646,12 @@ TRACES = {
     "synth_warmup_second_call": synth_warmup_second_call,
     "synth_one_cold_pass": synth_one_cold_pass,
     "synth_module_steps_vs_syncs": synth_module_steps_vs_syncs,
+    "synth_wrapped_training": synth_wrapped_training,
+    "synth_compiled_iterations": synth_compiled_iterations,
+    "synth_gemm_benchmark": synth_gemm_benchmark,
+    "synth_serving_syncs": synth_serving_syncs,
+    "synth_one_pass_layers": synth_one_pass_layers,
+    "synth_sync_benchmark": synth_sync_benchmark,
 }
 
 

@@ -47,6 +47,9 @@ CASE_KEYS = {"description", "command", "must", "must_not", "known_wrong", "expec
 TABLE_TESTS = {"at_least", "at_most", "equals"}
 FINDING_TESTS = {"severity", "share_of_step_at_least", "ms_per_step_at_least", "source_line", "message_contains",
                  "recommendation_contains", "recommendation_lacks", "leads", "at_most_severity"}
+# What the step model made of the profile: where its steps came from, how many are steady,
+# whether it shows its work once, and its headline.
+WINDOW_TESTS = {"source", "steps", "one_pass", "headline_contains"}
 
 
 def steady_of(session):
@@ -158,7 +161,7 @@ def _params(key: str) -> list:
 
 def _expectations() -> list:
     return [
-        pytest.param(name, i, id=f"{name}-{i}-{e.get('table') or e.get('finding')}",
+        pytest.param(name, i, id=f"{name}-{i}-{e.get('table') or e.get('finding') or 'window'}",
                      marks=[pytest.mark.xfail(strict=True, reason=" ".join(str(e["known_wrong"]).split()))]
                      if e.get("known_wrong") else [])
         for name in CASE_NAMES
@@ -188,6 +191,8 @@ def test_case_is_well_formed(name):
         if "table" in expectation:
             assert {"row", "column"} <= set(expectation)
             assert len(TABLE_TESTS & set(expectation)) == 1, expectation
+        elif "window" in expectation:
+            assert set(expectation["window"]) and set(expectation["window"]) <= WINDOW_TESTS, expectation
         else:
             assert "finding" in expectation and len(FINDING_TESTS & set(expectation)) == 1, expectation
             assert expectation.get("leads", True) is True, "leads: true, or no leads at all"
@@ -232,6 +237,22 @@ def test_must_not(name, rule):
     assert not found, f"{name} must not produce {rule}; it did: {found[0].message if found else ''}"
 
 
+def _check_window(name: str, wanted: dict, why: str) -> None:
+    """A case's window expectation, read from the report `advisor diagnose` writes."""
+    from advisor.diagnosis import diagnose
+
+    diagnosis = diagnose(load(profile_of(name)))
+    window, steps = diagnosis.report.session.window, diagnosis.model.steps
+    if "source" in wanted:
+        assert window.source == wanted["source"], f"steps from {window.source!r} ({window.how}): {why}"
+    if "steps" in wanted:
+        assert steps == wanted["steps"], f"{steps} steady steps ({window.how}): {why}"
+    if "one_pass" in wanted:
+        assert window.one_pass is wanted["one_pass"], f"one_pass is {window.one_pass}: {why}"
+    if "headline_contains" in wanted:
+        assert wanted["headline_contains"] in window.headline, f"{window.headline!r}: {why}"
+
+
 def _table_value(tables, table: str, row: str, column: str):
     frame = tables.get(table)
     assert frame is not None, f"no {table} table"
@@ -247,6 +268,9 @@ def test_expectation(name, index):
     expectation = spec_of(name)["expect"][index]
     _, tables, _ = evaluated(name)
     why = " ".join(str(expectation["why"]).split())
+    if "window" in expectation:
+        _check_window(name, expectation["window"], why)
+        return
     if "table" in expectation:
         where = f"{expectation['table']}[{expectation['row']}].{expectation['column']}"
         value = _table_value(tables, expectation["table"], expectation["row"], expectation["column"])
