@@ -196,8 +196,16 @@ def loop_level(ev: pd.DataFrame, main: tuple[int, int], marks: np.ndarray | None
         level = level[np.lexsort((-(end[level] - start[level]), start[level]))]
     names = text(ev["name"].iloc[level])
     shapes = text(ev["input_dims"].iloc[level]) if "input_dims" in ev else np.full(len(level), "", dtype=object)
-    site = one_of(ev["kind"].iloc[level], ("python", "annotation"))
+    kind = ev["kind"].iloc[level]
+    site = one_of(kind, ("python", "annotation")) | (one_of(kind, ("op",)) & _ranges(names))
     return Level(level, start[level], end[level], names, shapes, site)
+
+
+def _ranges(names: np.ndarray) -> np.ndarray:
+    """Which operator rows are ranges a program named (record_function: a compiled region,
+    ``CompiledFunction``, ``## forward ##``), not operators (``aten::mm``, ``vllm::...``):
+    an operator's name is a namespace and a name, joined by ``::``."""
+    return np.array(["::" not in n for n in names], dtype=bool)
 
 
 def _wrappers(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
@@ -297,8 +305,11 @@ def _most_called(ev: pd.DataFrame, modules: np.ndarray) -> tuple[str, np.ndarray
 def _repeated_annotation(ev: pd.DataFrame, level: Level) -> tuple[str, np.ndarray] | None:
     """A user range at the loop's level repeated MIN_ITERATIONS times or more (its numbers
     ignored: ``execute_3`` and ``execute_4`` are one range): the most repeated, the first
-    of each iteration among equals. Its name and rows."""
-    kinds = one_of(ev["kind"].iloc[level.rows], ("annotation",))
+    of each iteration among equals. Its name and rows. A range a program named is one
+    whichever category the profiler filed it under (``Torch-Compiled Region: 0/0`` is an
+    operator on a CPU trace, an annotation on a GPU one); a Python frame is no range."""
+    kind = ev["kind"].iloc[level.rows]
+    kinds = one_of(kind, ("annotation",)) | (one_of(kind, ("op",)) & _ranges(level.names))
     if not kinds.any():
         return None
     keys = np.array([_NUMBERS.sub("#", n) for n in level.names[kinds]], dtype=object)
