@@ -433,16 +433,19 @@ def _phase_segments(phases: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.nd
     return np.asarray(seg_start, dtype="int64"), np.asarray(seg_end, dtype="int64"), np.asarray(seg_name, dtype=object)
 
 
-def assign_steps_and_phases(ev: pd.DataFrame, main: tuple[int, int] | None) -> None:
+def assign_steps_and_phases(ev: pd.DataFrame, main: tuple[int, int] | None, *,
+                            host_spans: pd.DataFrame | None = None) -> None:
     """Each host event of the loop's process its step and phase by time (the innermost
-    phase range that covers it), each GPU event those of its launch call; in place."""
+    phase range that covers it), each GPU event those of its launch call; in place.
+    ``host_spans`` (step, start_ns, end_ns): where a step's host calls ran, where that is
+    not the step's own time (steps on the device's clock, the host having run ahead)."""
     starts = ev["start_ns"].to_numpy()
     step_col = ev["step"].to_numpy(copy=True)
     phase = _Labels(ev["phase"])
     is_step = one_of(ev["kind"], ["step"])
     is_phase = one_of(ev["kind"], ["phase"])
     is_host = ~one_of(ev["kind"], [*GPU_KINDS, "sync", "gpu_annotation"])
-    steps = ev[is_step].sort_values("start_ns")
+    steps = ev[is_step].sort_values("start_ns") if host_spans is None else host_spans.sort_values("start_ns")
     if main is not None and len(steps):
         same_process = ev["pid"].to_numpy() == main[0]
         targets = np.flatnonzero(is_host & same_process & ~is_step)

@@ -226,7 +226,7 @@ class StepGraph:
                 awaits[last] = np.union1d(awaits[last], mine)
                 wait_rows[last] = c_row
                 base[last] = max(int(end[last]) - max(int(start[last]), awaited_end), 0)
-        node_step = _node_steps(f, kind, start, launch_src)
+        node_step = _node_steps(f, kind, start, launch_src, row)
         graph = cls(lo=lo, hi=hi, steps=max(part.steps, 1), kind=kind, start=start, end=end, state=state, row=row,
                     stream=stream_key, host_prev=host_prev, launch_src=launch_src, latency=latency,
                     stream_prev=stream_prev, cross_prev=cross_prev, extra_delay=extra, fixed_start=fixed_start,
@@ -543,10 +543,13 @@ class StepGraph:
         return g
 
 
-def _node_steps(f: Facts, kind: np.ndarray, start: np.ndarray, launch_src: np.ndarray) -> np.ndarray:
+def _node_steps(f: Facts, kind: np.ndarray, start: np.ndarray, launch_src: np.ndarray,
+                row: np.ndarray) -> np.ndarray:
     """Each node's step, as a position among the window's steps: a host node's is the step
     its start falls in (between steps, the one before); a GPU node's that of the host node
-    that launched it, else the step its start falls in."""
+    that launched it, else the step its start falls in. Where a node's event was given a
+    step of the window (steps on the device's clock keep their host calls, run ahead, as
+    their own: advisor.step.iterations), that step."""
     steps = f.steps
     if not len(steps):
         return np.zeros(len(kind), dtype=np.int64)
@@ -554,6 +557,19 @@ def _node_steps(f: Facts, kind: np.ndarray, start: np.ndarray, launch_src: np.nd
     position = np.clip(np.searchsorted(starts, start, side="right") - 1, 0, len(starts) - 1).astype(np.int64)
     launched = (kind == GPU) & (launch_src >= 0)
     position[launched] = position[launch_src[launched]]
+    numbers = steps["step"].to_numpy()
+    order = np.argsort(numbers, kind="stable")
+    known = row >= 0
+    given = np.full(len(kind), -1, dtype=np.int64)
+    given[known] = f.events["step"].to_numpy()[row[known]]
+    at = np.searchsorted(numbers[order], given)
+    mine = known & (given >= 0) & (at < len(numbers)) & (numbers[order][np.minimum(at, len(numbers) - 1)] == given)
+    position[mine] = order[at[mine]]
+    # A host call of no step that began before the window (the host ran ahead and waits
+    # for the queued work at the end): the last step's, whose work it waits for.
+    began = np.where(known, f.events["start_ns"].to_numpy()[np.maximum(row, 0)], np.iinfo(np.int64).max)
+    ahead = (kind == HOST) & known & (given < 0) & (began < starts[0])
+    position[ahead] = len(starts) - 1
     return position
 
 

@@ -20,8 +20,9 @@ from the strongest signal the trace holds, in this order:
 A signal's marks become iterations of the loop's own calls: the calls between two marks
 are one iteration, and the first and last take as many calls as the others (the set-up
 before the first and the teardown after the last are not iterations). Where the host runs
-ahead of the device (no wait inside the loop), an iteration starts where the device starts
-its work, so each step holds the device work it queued.
+ahead of the device (no wait inside the loop: a benchmark launching its calls back to back),
+an iteration's step is its work's time on the device, and its host calls stay its own
+(``Iterations.host_spans``) whenever they ran.
 
 A recurring sequence is only an iteration where it is the whole work: a run of identical
 layers inside one pass recurs too, but the pass goes on after the last of them (its head,
@@ -89,6 +90,9 @@ class Iterations:
     steps: pd.DataFrame  # step, start_ns, end_ns
     source: str  # the signal (module docstring)
     how: str  # in words
+    # Where the host runs ahead of the device: each step's host calls, by when they ran
+    # (step, start_ns, end_ns); None where the host's time and the device's agree.
+    host_spans: pd.DataFrame | None = None
 
 
 def find_iterations(ev: pd.DataFrame, main: tuple[int, int] | None) -> Iterations | None:
@@ -104,7 +108,12 @@ def find_iterations(ev: pd.DataFrame, main: tuple[int, int] | None) -> Iteration
     if len(steps) < MIN_ITERATIONS - 1:
         return None
     steps = steps.assign(step=np.arange(len(steps), dtype=np.int64))
-    return Iterations(steps[["step", "start_ns", "end_ns"]], source, how)
+    host = None
+    if "host_start_ns" in steps.columns:
+        host = steps[["step", "host_start_ns", "host_end_ns"]].rename(
+            columns={"host_start_ns": "start_ns", "host_end_ns": "end_ns"})
+        how += "; the host runs ahead of the device, so each step is its work's time on the device"
+    return Iterations(steps[["step", "start_ns", "end_ns"]], source, how, host)
 
 
 def regularity(steps: pd.DataFrame) -> str:
@@ -387,8 +396,13 @@ def _from_marks(ev: pd.DataFrame, level: Level, marks: np.ndarray, *, ends: bool
     else:
         after = int(level.start[lasts[-1] + 1]) if lasts[-1] + 1 < len(level) else _last_event(ev)
         finish[-1] = max(int(finish[-1]), min(int(begin[-1]) + typical, after))
-    begin, finish = _device_paced(ev, begin, finish)
-    return _steps(begin, finish)
+    moved, moved_finish = _device_paced(ev, begin, finish)
+    out = _steps(moved, moved_finish)
+    if moved is not begin:
+        # The host's last iteration runs on to the end of its device work: the wait for the
+        # queued work (a synchronize after the loop) is the last iteration's.
+        out["host_start_ns"], out["host_end_ns"] = begin, np.append(finish[:-1], moved_finish[-1])
+    return out
 
 
 def _first_event(ev: pd.DataFrame) -> int:
@@ -410,12 +424,13 @@ _HOST_KINDS = ("op", "annotation", "python", "runtime", "driver")
 
 
 def _device_paced(ev: pd.DataFrame, begin: np.ndarray, finish: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Iterations found on the host, moved to where the device runs them where the host
-    runs ahead (nothing in the loop waits for the device): where the device starts most
-    iterations' work only after the host has begun the next, the host's iterations hold
-    other iterations' device work, so each starts where its own first device work does
-    and the last ends where its device work does. A device that lags by less than an
-    iteration leaves them as they are, as a profiler's own step ranges would be."""
+    """Iterations found on the host, on the device's clock where the host runs ahead
+    (nothing in the loop waits for the device): where the device starts most iterations'
+    work only after the host has begun the next, each iteration's step runs from its first
+    device work to the next's, the first from its host start, the last to its device
+    work's end; the host's calls keep their iteration (``host_start_ns`` / ``host_end_ns``
+    in the steps), whenever they ran. A device that lags by less than an iteration leaves
+    them as they are, as a profiler's own step ranges would be (the same arrays back)."""
     gpu = one_of(ev["kind"], GPU_KINDS)
     launch = ev["launch"].to_numpy()
     rows = np.flatnonzero(gpu & (launch >= 0))
@@ -437,8 +452,8 @@ def _device_paced(ev: pd.DataFrame, begin: np.ndarray, finish: np.ndarray) -> tu
     if behind.sum() <= 0.5 * max(int(has[:-1].sum()), 1):
         return begin, finish
     moved = np.maximum.accumulate(np.where(has, np.maximum(begin, first_start), begin))
-    finish = np.append(moved[1:], max(int(finish[-1]), int(last_end[-1])))
-    return moved, finish
+    moved[0] = begin[0]
+    return moved, np.append(moved[1:], max(int(finish[-1]), int(last_end.max())))
 
 
 def _steps(begin, finish) -> pd.DataFrame:

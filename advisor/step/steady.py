@@ -87,7 +87,7 @@ def _with_inferred_steps(events: pd.DataFrame, window: SteadyWindow) -> pd.DataF
     out = out.copy(deep=False)  # copy-on-write: the reassigned columns are this frame's alone
     is_step = one_of(out["kind"], ("step",))
     out["step"] = np.where(is_step, out["step"].to_numpy(), -1)
-    assign_steps_and_phases(out, main)
+    assign_steps_and_phases(out, main, host_spans=window.host_spans)
     return out
 
 

@@ -138,6 +138,9 @@ class SteadyWindow:
     # not recur.
     recurs: bool = True
     span_ns: int = 0  # the whole profile, first event to last
+    # Inferred steps on the device's clock (the host ran ahead): each step's host calls, by
+    # when they ran (advisor.step.iterations); None where the steps' own times hold them.
+    host_spans: pd.DataFrame | None = None
 
     @property
     def duration_ns(self) -> int:
@@ -509,13 +512,13 @@ def find_window(session: Session) -> SteadyWindow:
     apart = startup_spans(ev)
     main = main_thread(ev)
     steps = _recorded_steps(ev)
-    source, how, inferred = "recorded", "the profile's own step ranges (ProfilerStep#N)", False
+    source, how, inferred, host_spans = "recorded", "the profile's own step ranges (ProfilerStep#N)", False, None
     if len(steps) and session.meta.collector.name != "kineto-import":
         how = "the steps advisor's hooks marked"
     if not len(steps):
         found = find_iterations(ev, main)
         if found is not None:
-            steps, source, how = found.steps, found.source, found.how
+            steps, source, how, host_spans = found.steps, found.source, found.how, found.host_spans
             inferred = True
     periodic = _periodic(session, steps)
     if len(steps):
@@ -559,7 +562,7 @@ def find_window(session: Session) -> SteadyWindow:
         if inferred and len(steady_steps):
             how += f" ({regularity(steady_steps)})"
         return SteadyWindow(w_lo, w_hi, source, how, steady_steps, inferred, tuple(_dedupe(set_apart)), steady,
-                            why, periodic, all_steps, recurs=recurs, span_ns=hi - lo)
+                            why, periodic, all_steps, recurs=recurs, span_ns=hi - lo, host_spans=host_spans)
     # No steps: the stretch between set-apart spans where the work runs.
     work, on_gpu = _work(ev)
     total_work = work.length
