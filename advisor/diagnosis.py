@@ -66,10 +66,32 @@ def diagnose(session: Session, *, specs: list[Any] | None = None, disabled: Iter
     result = run_rules(steady, computed, specs, disabled=set(disabled), enabled=set(enabled), preview=preview,
                        model=model)
     _say_the_load(result.findings, busy_share(steady.meta.trace_metadata))
-    report = build_report(steady, computed, result.findings, table_docs=TABLE_DOCS, skipped=result.skipped,
+    report = build_report(_named_devices(steady), computed, result.findings, table_docs=TABLE_DOCS,
+                          skipped=result.skipped,
                           window=report_window(model), combined=_combined(result.combined, model),
                           steps=report_steps(model, computed))
     return Diagnosis(model, computed, result, report)
+
+
+def _named_devices(session: Session) -> Session:
+    """``session`` with each AMD GPU's architecture named from the knowledge base
+    ('gfx942, CDNA 3'): ROCm writes its GFXIP version where CUDA's compute capability goes,
+    which reads as an NVIDIA part's ('sm 9.4') without it. The same session where none is."""
+    from advisor.knowledge import hardware as kb
+
+    devices, named = [], False
+    for device in session.meta.devices:
+        profile = kb.match_device(device) if device.kind == "gpu" and device.vendor == "amd" else None
+        if profile is not None and profile.vendor == "amd" and not device.architecture:
+            device, named = device.model_copy(update={"architecture": profile.label}), True
+        devices.append(device)
+    if not named:
+        return session
+    named_session = Session(session.meta.model_copy(update={"devices": devices}), session.events,
+                            window=session.window())
+    named_session.step_model = getattr(session, "step_model", None)
+    named_session.cache_entry = getattr(session, "cache_entry", None)
+    return named_session
 
 
 def _say_the_load(findings: list[Any], share: float | None) -> None:

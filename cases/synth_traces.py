@@ -33,6 +33,9 @@ case.yaml; this script writes them again, byte for byte:
     synth_serving_syncs       a decode loop without stacks, one synchronize an engine step
     synth_one_pass_layers     one forward pass of twelve identical layers and a large head
     synth_sync_benchmark      an attention benchmark synchronizing after each call
+    synth_rocm_*              AMD Instinct micro-benchmarks (MI300X, MI250X): a misaligned bf16
+                              GEMM, a GEMM of few tiles, a memory-bound add, attention far below
+                              its roofline
 """
 
 from __future__ import annotations
@@ -49,10 +52,19 @@ DEVICE = {"id": 0, "name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 85_899_345
           "computeMinor": 0, "numSms": 108}
 
 
+# AMD Instinct devices as ROCm's Kineto writes them: the GFXIP version in the CUDA-named
+# fields, compute units as numSms, a 64-wide wavefront. An MI250X GCD is its own device.
+MI300X = {"id": 0, "name": "AMD Instinct MI300X", "totalGlobalMem": 206_141_652_992, "computeMajor": 9,
+          "computeMinor": 4, "warpSize": 64, "numSms": 304, "maxThreadsPerBlock": 1024}
+MI250X = {"id": 0, "name": "AMD Instinct MI250X", "totalGlobalMem": 68_702_699_520, "computeMajor": 9,
+          "computeMinor": 0, "warpSize": 64, "numSms": 110, "maxThreadsPerBlock": 1024}
+
+
 class Trace:
     """Events in Kineto's spelling; times in microseconds from the trace's start."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: dict | None = None) -> None:
+        self.device = device or DEVICE
         self.events: list[dict] = []
         self.correlation = 1000
         self.external = 1
@@ -74,7 +86,8 @@ class Trace:
         return self.host(name, "user_annotation", ts, dur, tid=tid)
 
     def runtime(self, name: str, ts: float, dur: float, *, tid: int = TID) -> int:
-        """A runtime call; its correlation id, for the GPU work it launches."""
+        """A runtime call (HIP's on ROCm: Kineto files them as cuda_runtime too); its
+        correlation id, for the GPU work it launches."""
         self.correlation += 1
         self.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": tid,
                             "ts": round(ts, 3), "dur": round(dur, 3),
@@ -97,7 +110,7 @@ class Trace:
         return ts + call_us + 4
 
     def write(self, path: Path) -> bytes:
-        doc = {"schemaVersion": 1, "deviceProperties": [DEVICE], "traceEvents": self.events,
+        doc = {"schemaVersion": 1, "deviceProperties": [self.device], "traceEvents": self.events,
                "traceName": path.parent.name}
         text = json.dumps(doc, indent=None, separators=(",", ":"), sort_keys=True).encode()
         return gzip.compress(text, mtime=0)
@@ -634,6 +647,94 @@ def synth_sync_benchmark() -> Trace:
     return t
 
 
+# -- AMD Instinct micro-benchmarks: one op called over and over, one kernel-level problem --------
+
+TENSILE = ("Cijk_Ailk_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT{tile}x64_MI16x16x1_SN_LDSB1_AFC1_AFEM1_AFEM1_ASEM1_CLR1"
+           "_CADS0_DTVA0_DTVB0_EPS0_FDSI0_GRPM1_GRVWA{vw}_GRVWB{vw}_ISA{isa}")
+
+
+def rocm_bench(device: dict, op: str, args: dict, kernel: str, kernel_us: float, *, calls: int = 12,
+               launch: str = "hipExtModuleLaunchKernel") -> Trace:
+    """A ROCm micro-benchmark trace: inputs made on the CPU and copied over (200 ms), the op
+    called ``calls`` times back to back (each one kernel of ``kernel_us``), the host
+    waiting for all of them at the end. No ProfilerStep: each call is an iteration."""
+    t = Trace(device)
+    now = 0.0
+    for _ in range(2):
+        t.op("aten::randn", now, 90_000)
+        now += 90_010
+        t.op("aten::to", now, 9_000)
+        copy = t.runtime("hipMemcpyWithStream", now + 5, 8_950)
+        t.events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Host -> Device)", "pid": GPU,
+                         "tid": 0, "ts": round(now + 10, 3), "dur": 8_900.0,
+                         "args": {"device": GPU, "stream": 0, "correlation": copy, "bytes": 134_217_728}})
+        now += 9_010
+    gpu = now
+    for _ in range(calls):
+        t.op(op, now, 30, **args)
+        correlation = t.runtime(launch, now + 5, 20)
+        gpu = max(gpu, now + 30) + kernel_us
+        t.events.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": GPU, "tid": 0,
+                         "ts": round(gpu - kernel_us, 3), "dur": round(kernel_us, 3),
+                         "args": {"device": GPU, "stream": 0, "correlation": correlation, "kind": "Dispatch Kernel",
+                                  "grid": [256, 1, 1], "block": [256, 1, 1]}})
+        now += 40
+    t.runtime("hipDeviceSynchronize", now, max(gpu - now, 1.0) + 3)
+    return t
+
+
+def _bf16_gemm(m: int, n: int, k: int) -> dict:
+    return {"Input Dims": [[m, k], [k, n]], "Input type": ["c10::BFloat16", "c10::BFloat16"]}
+
+
+def synth_rocm_misaligned_gemm() -> Trace:
+    """MI300X: a bf16 GEMM one past a power of two in every dimension (4097^3), at 29% of
+    the bf16 matrix peak (363 us a call for an ideal 105 us); hipBLASLt picks a kernel
+    reading element by element (GRVWA1)."""
+    return rocm_bench(MI300X, "aten::mm", _bf16_gemm(4097, 4097, 4097),
+                      TENSILE.format(tile="256x256", vw=1, isa="942"), 363.0)
+
+
+def synth_rocm_few_tiles() -> Trace:
+    """MI300X: a bf16 GEMM of 256 x 1024 outputs over K = 16384: eight 256x128 tiles on 304
+    compute units, at 2.4% of its roofline (333 us a call for an ideal 8 us)."""
+    return rocm_bench(MI300X, "aten::mm", _bf16_gemm(256, 1024, 16384),
+                      TENSILE.format(tile="256x128", vw=8, isa="942"), 333.0)
+
+
+def synth_rocm_elementwise() -> Trace:
+    """MI300X: an fp32 add of two 8192 x 8192 tensors at 36% of HBM bandwidth (422 us a call
+    for the 805 MB it moves, 152 us at 5.3 TB/s)."""
+    args = {"Input Dims": [[8192, 8192], [8192, 8192], []], "Input type": ["float", "float", "Scalar"]}
+    kernel = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+              "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)")
+    return rocm_bench(MI300X, "aten::add", args, kernel, 422.0, launch="hipLaunchKernel")
+
+
+def synth_rocm_attention() -> Trace:
+    """MI300X: scaled_dot_product_attention on bf16 [8, 16, 1024, 64] at 5% of its roofline
+    (526 us a call for an ideal 26 us)."""
+    args = {"Input Dims": [[8, 16, 1024, 64]] * 3 + [[], [], [], [], []],
+            "Input type": ["c10::BFloat16"] * 3 + ["", "Scalar", "Scalar", "", ""]}
+    return rocm_bench(MI300X, "aten::scaled_dot_product_attention", args, "attn_fwd", 526.0,
+                      launch="hipModuleLaunchKernel")
+
+
+def synth_rocm_mi250x_misaligned_gemm() -> Trace:
+    """MI250X (one GCD): the bf16 4097^3 GEMM at 29% of the GCD's 191.5 TFLOPS (2476 us a
+    call for an ideal 718 us)."""
+    return rocm_bench(MI250X, "aten::mm", _bf16_gemm(4097, 4097, 4097),
+                      TENSILE.format(tile="256x256", vw=1, isa="90a"), 2476.0)
+
+
+def synth_rocm_mi250x_few_tiles() -> Trace:
+    """MI250X (one GCD): the 256 x 1024 x 16384 bf16 GEMM, eight 256x128 tiles on 110
+    compute units, at 5% of its roofline (866 us a call for an ideal 45 us: 8.6 GFLOP at the
+    GCD's 191.5 TFLOPS)."""
+    return rocm_bench(MI250X, "aten::mm", _bf16_gemm(256, 1024, 16384),
+                      TENSILE.format(tile="256x128", vw=8, isa="90a"), 866.0)
+
+
 TRACES = {
     "synth_startup": synth_startup,
     "synth_capture": synth_capture,
@@ -652,6 +753,12 @@ TRACES = {
     "synth_serving_syncs": synth_serving_syncs,
     "synth_one_pass_layers": synth_one_pass_layers,
     "synth_sync_benchmark": synth_sync_benchmark,
+    "synth_rocm_misaligned_gemm": synth_rocm_misaligned_gemm,
+    "synth_rocm_few_tiles": synth_rocm_few_tiles,
+    "synth_rocm_elementwise": synth_rocm_elementwise,
+    "synth_rocm_attention": synth_rocm_attention,
+    "synth_rocm_mi250x_misaligned_gemm": synth_rocm_mi250x_misaligned_gemm,
+    "synth_rocm_mi250x_few_tiles": synth_rocm_mi250x_few_tiles,
 }
 
 

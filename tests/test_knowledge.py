@@ -37,10 +37,19 @@ REQUIRED_IDS = {
     "v100-sxm2-32gb", "v100-sxm2-16gb", "v100-pcie-32gb", "v100-pcie-16gb", "t4", "a10",
     "a100-sxm4-40gb", "a100-sxm4-80gb", "a100-pcie-40gb", "a100-pcie-80gb", "l4", "l40s",
     "h100-sxm", "h100-pcie", "h200", "b200", "rtx-4090",
+    # the parts real traces come from that the base lacked
+    "h800", "h20", "gb200", "gb10", "a30", "a40", "rtx-2080-ti", "rtx-3090", "rtx-5090", "rtx-6000-ada",
+    # AMD Instinct
+    "mi210", "mi250", "mi250x", "mi300x", "mi300a", "mi325x", "mi350x", "mi355x",
 }
 
-# FP32 lanes per SM: GA100, Turing and Volta have 64, the rest 128.
-FP32_LANES = {"volta": 64, "turing": 64, "ampere": 128, "ada": 128, "hopper": 128, "blackwell": 128}
+# FP32 lanes per SM: GA100, Turing and Volta have 64, the rest 128. AMD's compute units:
+# CDNA 2 runs 128 FP32 FLOPS per clock per CU (64 lanes), CDNA 3 and 4 256 (the ROCm tables).
+FP32_LANES = {"volta": 64, "turing": 64, "ampere": 128, "ada": 128, "hopper": 128, "blackwell": 128,
+              "cdna2": 64, "cdna3": 128, "cdna4": 128}
+# FP16 (and BF16) matrix FLOPS per clock per compute unit, from the ROCm MI250, MI300 and
+# MI350 tables: the matrix peak is CUs x this x clock.
+AMD_FP16_PER_CU = {"cdna2": 1024, "cdna3": 2048, "cdna4": 4096}
 
 
 # -- the data itself ----------------------------------------------------------------------------
@@ -74,16 +83,29 @@ def test_figures_agree_with_each_other(profile):
         assert peaks["bf16_tensor"] == peaks["fp16_tensor"]
     if "fp8_tensor" in peaks:
         assert peaks["fp8_tensor"] / peaks["fp16_tensor"] == pytest.approx(2, rel=0.03)
-    assert peaks["fp16_tensor"] > peaks["fp32"]
+    if "fp16_tensor" in peaks:
+        assert peaks["fp16_tensor"] > peaks["fp32"]
+    else:  # a part whose vendor prints no tensor-core rate but FP4's (GB10): none kept, none guessed
+        assert not any(key.endswith("_tensor") for key in peaks) and profile.notes
+    if profile.vendor == "amd":
+        # Matrix FP16 = CUs x FLOPS per clock per CU x clock (the ROCm tables' rule).
+        derived = profile.sm_count * AMD_FP16_PER_CU[profile.architecture] * profile.boost_clock_mhz * 1e6 / 1e12
+        assert derived == pytest.approx(peaks["fp16_tensor"], rel=0.03)
 
 
 def test_units_a_part_lacks_are_absent():
     v100 = gpu_profile("v100")
     assert {"tf32_tensor", "bf16_tensor", "fp8_tensor", "int8_tensor"}.isdisjoint(v100.peak_tflops)
     for profile in gpu_profiles():
+        if not any(key.endswith("_tensor") for key in profile.peak_tflops):
+            continue  # no tensor-core rate printed (GB10)
         has_fp8 = "fp8_tensor" in profile.peak_tflops
-        assert has_fp8 == (profile.architecture in ("ada", "hopper", "blackwell")), profile.id
-        assert ("tf32_tensor" in profile.peak_tflops) == (profile.architecture not in ("volta", "turing")), profile.id
+        assert has_fp8 == (profile.architecture in ("ada", "hopper", "blackwell", "cdna3", "cdna4")), profile.id
+        # TF32 from Ampere on; AMD's XF32 on CDNA 3 only (CDNA 2 has none, CDNA 4 dropped it).
+        assert ("tf32_tensor" in profile.peak_tflops) == (
+            profile.architecture not in ("volta", "turing", "cdna2", "cdna4")), profile.id
+        # AMD's matrix cores run FP32 GEMMs as FP32: a matrix FP32 rate for every AMD part, none for NVIDIA's.
+        assert ("fp32_tensor" in profile.peak_tflops) == (profile.vendor == "amd"), profile.id
 
 
 def test_datasheet_figures_for_a_few_parts():
@@ -94,6 +116,54 @@ def test_datasheet_figures_for_a_few_parts():
     h100 = gpu_profile("h100-sxm")
     assert (h100.sm_count, h100.memory_bandwidth_gbps, h100.compute_capability) == (132, 3350, "9.0")
     assert gpu_profile("h100-pcie").sm_count == 114
+
+
+def test_amd_figures_are_the_rocm_documents():
+    """The ROCm documentation's tables: MI300X (mi300.md), MI250 (mi250.md, per GCD: half
+    the module), MI355X and MI350X (mi350.rst); compute units, L2 and targets from the GPU
+    specifications table."""
+    mi300x = gpu_profile("MI300X")
+    assert (mi300x.vendor, mi300x.gfx, mi300x.architecture, mi300x.compute_capability) == (
+        "amd", "gfx942", "cdna3", "9.4")
+    assert (mi300x.sm_count, mi300x.memory_gb, mi300x.memory_bandwidth_gbps, mi300x.l2_mb, mi300x.lds_kb) == (
+        304, 192, 5300, 32, 64)
+    assert mi300x.peak_tflops == {"fp64": 81.7, "fp64_tensor": 163.4, "fp32": 163.4, "fp32_tensor": 163.4,
+                                  "tf32_tensor": 653.7, "fp16_tensor": 1307.4, "bf16_tensor": 1307.4,
+                                  "fp8_tensor": 2614.9, "int8_tensor": 2614.9}
+    mi250 = gpu_profile("mi250")
+    assert (mi250.sm_count, mi250.gfx, mi250.peak_tflops["fp16_tensor"], mi250.peak_tflops["fp64_tensor"]) == (
+        104, "gfx90a", 181, 45.3)
+    assert gpu_profile("mi250x").sm_count == 110 and gpu_profile("mi210").sm_count == 104
+    mi355x = gpu_profile("mi355x")
+    assert (mi355x.gfx, mi355x.sm_count, mi355x.memory_gb, mi355x.memory_bandwidth_gbps, mi355x.lds_kb) == (
+        "gfx950", 256, 288, 8000, 160)
+    assert mi355x.peak_tflops["fp16_tensor"] == 2500 and mi355x.peak_tflops["fp32"] == 157.3
+    assert gpu_profile("mi350x").peak_tflops["fp64"] == 72.1
+    assert gpu_profile("mi300a").sm_count == 228 and gpu_profile("mi325x").memory_gb == 256
+
+
+def test_an_amd_fp32_gemm_on_matrix_cores_is_judged_at_the_matrix_fp32_rate_not_tf32():
+    mi300x, mi250x, h100 = gpu_profile("mi300x"), gpu_profile("mi250x"), gpu_profile("h100-sxm")
+    assert peak_flops(mi300x, "fp32", tensor_core=True) == 163.4e12
+    assert peak_flops(mi300x, "tf32", tensor_core=True) == 653.7e12
+    assert peak_flops(mi250x, "fp32", tensor_core=True) == 47.9e12
+    assert peak_flops(mi250x, "tf32", tensor_core=True) is None
+    assert peak_flops(h100, "fp32", tensor_core=True) == 494.7e12  # NVIDIA's: TF32
+
+
+def test_the_vendors_name_their_units():
+    assert kb.unit_names(gpu_profile("mi300x")) == ("vector units", "matrix cores")
+    assert kb.unit_names(gpu_profile("a100")) == ("cuda cores", "tensor cores")
+    assert gpu_profile("mi300x").label == "gfx942, CDNA 3" and gpu_profile("mi250x").label == "gfx90a, CDNA 2"
+
+
+def test_a_profile_s_vendor_and_architecture_must_agree(knowledge_copy):
+    def amd_hopper(data):
+        entry = next(g for g in data["gpus"] if g["id"] == "h100-sxm")
+        entry["vendor"] = "amd"
+    _edit_gpus(knowledge_copy, amd_hopper)
+    with pytest.raises(KnowledgeError, match="not amd's"):
+        load_knowledge(knowledge_copy)
 
 
 def test_inherited_profiles_keep_their_parents_sources_and_override_the_rest():
@@ -196,7 +266,7 @@ def test_gpu_option_accepts_ids_device_names_and_loose_spellings(name, expected)
     assert gpu_profile(name).id == expected
 
 
-@pytest.mark.parametrize("name", ["A10G", "mi300x", "", "nvidia", "a1000"])
+@pytest.mark.parametrize("name", ["A10G", "gaudi2", "", "nvidia", "a1000", "mi100"])
 def test_an_unknown_gpu_option_lists_the_known_ids_in_one_line(name):
     with pytest.raises(UsageError) as raised:
         gpu_profile(name)
@@ -214,6 +284,8 @@ def test_an_ambiguous_gpu_option_names_the_candidates():
     ("resnet50_v100_num_workers_0.pt.trace.json.gz", "v100-sxm2-32gb"),  # Tesla V100-DGXS-32GB
     ("ddp_cnn_a100_rank0.json.gz", "a100-sxm4-40gb"),  # NVIDIA A100-PG509-200
     ("bert_small_infer_h100.json.gz", "h100-sxm"),  # NVIDIA H100 80GB HBM3
+    ("bert_small_infer_mi300.json.gz", "mi300x"),  # AMD Instinct MI300X VF (gfx942: computeMajor 9, minor 4)
+    ("sglang_decode_mi300.json.gz", "mi300x"),  # AMD Instinct MI300X
 ])
 def test_devices_in_real_traces_match_by_name_and_properties(trace, expected):
     from advisor.importers import load
@@ -233,7 +305,11 @@ def _gpu(name="GPU 0", cc=None, sms=None, memory=None, bandwidth=None) -> Device
 
 
 def test_properties_match_a_device_whose_name_is_unknown():
+    # (The H800 has the H100 SXM's properties: it is matched by its name only.)
     assert match_device(_gpu(cc="9.0", sms=132, memory=85_018_279_936)).id == "h100-sxm"
+    assert match_device(_gpu(name="NVIDIA H800", cc="9.0", sms=132, memory=85_018_279_936)).id == "h800"
+    # ROCm's GFXIP 9.0 with 104 compute units is an MI210 or an MI250 GCD, never a Hopper.
+    assert match_device(_gpu(name="AMD Radeon Graphics", cc="9.0", sms=104, memory=68_702_699_520)).vendor == "amd"
     assert match_device(_gpu(cc="7.5", sms=40, memory=15_843_721_216)).id == "t4"
     # SXM4 and PCIe 40 GB boards share every figure that matters: either answer is right.
     found = device_match(_gpu(cc="8.0", sms=108, memory=42_297_524_224))
@@ -340,6 +416,15 @@ def test_eligible_ops_and_their_dimensions():
 # -- kernel names ---------------------------------------------------------------------------------------
 
 REAL_KERNELS = [
+    # MI300X and MI210 traces (hipBLASLt / Tensile, Composable Kernel, MIOpen, AITER, vLLM)
+    ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x64x128_MI16x16x1_SN_LDSB1_AFC1_AG0_AFEM1_AFEM1_ASEM1_CB0_CD1_1_CLR1_CADS0", True),
+    ("Cijk_Ailk_Bljk_BBS_BH_MT32x32x64_MI16x16x16x1_SN_1LDSB0_APM1_ABV0_ACED0_AF0EM1_AF1EM1_AMAS0_ASE_ASGT_ASLT_ASM", True),
+    ("_ZN2ck16tensor_operation6device37kernel_batched_gemm_xdlops_bwd_weightINS_47GridwiseGemm_bk0mk1_bk0nk1_mn_xdlops_bwd_weight", True),
+    ("igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt128x128x32_wt32x32x8_ws1x1_wr2x2_ta1x8x2x1_1x4x1x64_tb1x8x2x1_1x4x1x64_gkgs", True),
+    ("aiter::fmha_fwd_hd128_bf16_rtz", True),
+    ("void paged_attention_ll4mi_QKV_mfma16_kernel<0, __hip_bfloat16, __hip_bfloat16, (vllm::Fp8KVCacheDataType)0, 1, 128, 256, false, 4, 1>", True),
+    ("Cijk_Ailk_Bljk_SB_MT64x64x8_SE_K1", False),  # Tensile without a matrix instruction: vector units
+    ("batched_transpose_16x64_pack_1x4_ediv_1x2_half", None),
     # H100 traces (cuBLAS sm90, CUTLASS, FlashAttention)
     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas", True),
     ("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8>(cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8::Params)", True),
@@ -386,6 +471,7 @@ def test_kernel_names_tell_tensor_core_use(name, expected):
     ("resnet50_v100_num_workers_0.pt.trace.json.gz", {False}),
     ("ddp_cnn_a100_rank0.json.gz", {True, False}),
     ("qwen0.5b_infer_h100.json.gz", {True}),
+    ("bert_small_infer_mi300.json.gz", {True}),  # hipBLASLt's Cijk_..._MI16x16x1 GEMMs
 ])
 def test_kernels_of_real_traces_classify_as_their_runs_did(trace, must_have):
     from advisor.importers import load
@@ -423,3 +509,21 @@ def test_wave_quantization_as_in_nvidias_guide():
 def test_the_knowledge_base_is_loaded_once_and_the_public_names_exist():
     assert kb.knowledge() is kb.knowledge()
     assert all(hasattr(kb, name) for name in kb.__all__)
+
+
+def test_a_gemm_kernel_s_name_gives_its_output_tile():
+    assert kb.kernel_tile("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x112x64_MI16x16x1_SN") == (256, 112)
+    assert kb.kernel_tile("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1") == (128, 128)
+    assert kb.kernel_tile("ampere_fp16_s16816gemm_fp16_256x128_ldg8_f2f_stages_32x3_nn") == (256, 128)
+    assert kb.kernel_tile("void at::native::vectorized_elementwise_kernel<4>") is None
+
+
+def test_the_amd_architectures_need_sixteen_byte_multiples_and_cdna2_has_no_fp8_or_tf32():
+    for arch in ("cdna2", "cdna3", "cdna4"):
+        assert tensor_core_rule(arch, "bf16").required_multiple == 8
+        assert tensor_core_rule(arch, "int8").required_multiple == 16
+    assert tensor_core_rule("cdna3", "fp8").required_multiple == 16
+    assert tensor_core_rule("cdna3", "tf32").required_multiple == 4
+    assert tensor_core_rule("cdna2", "fp8") is None and tensor_core_rule("cdna2", "tf32") is None
+    assert tensor_core_rule("cdna4", "tf32") is None
+    assert tensor_core_rule(gpu_profile("mi300x"), "bf16").architecture == "cdna3"

@@ -113,13 +113,27 @@ def _int_or(value: Any, default: int | None) -> int | None:
     return default
 
 
+def _vendor(name: str, warp_size: int | None) -> str:
+    """Who made a GPU, from its deviceProperties record: AMD's wavefront is 64 wide on
+    Instinct parts (ROCm fills the CUDA-named fields too, computeMajor 9 reading as
+    Hopper's sm 9.0), NVIDIA's warp 32."""
+    lowered = name.lower()
+    if warp_size == 64 or lowered.startswith("amd") or "instinct" in lowered or "radeon" in lowered:
+        return "amd"
+    if warp_size == 32 or lowered.startswith(("nvidia", "tesla", "quadro")) or "geforce" in lowered:
+        return "nvidia"
+    return ""
+
+
 def _device(record: dict[str, Any], gpu: int) -> dict[str, Any]:
     """A GPU's DeviceInfo fields from its deviceProperties record."""
     major, minor = _int_or(record.get("computeMajor"), None), _int_or(record.get("computeMinor"), None)
+    name = str(record.get("name", ""))
     return {
         "id": gpu,
         "kind": "gpu",
-        "name": str(record.get("name", "")),
+        "name": name,
+        "vendor": _vendor(name, _int_or(record.get("warpSize"), None)),
         "compute_capability": f"{major}.{minor}" if major is not None and minor is not None else None,
         "sm_count": _int_or(record.get("numSms"), None),
         "total_memory_bytes": _int_or(record.get("totalGlobalMem"), None),

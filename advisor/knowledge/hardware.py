@@ -45,6 +45,8 @@ from advisor.session import DeviceInfo
 
 __all__ = [
     "FIGURE_GROUPS",
+    "MATRIX_UNITS",
+    "UNIT_NAMES",
     "DeviceMatch",
     "GpuProfile",
     "KernelClass",
@@ -58,6 +60,7 @@ __all__ = [
     "device_match",
     "gpu_profile",
     "gpu_profiles",
+    "kernel_tile",
     "knowledge",
     "load_knowledge",
     "match_device",
@@ -66,6 +69,7 @@ __all__ = [
     "peak_flops",
     "tensor_core_op",
     "tensor_core_rule",
+    "unit_names",
     "uses_tensor_cores",
     "wave_quantization",
 ]
@@ -73,11 +77,12 @@ __all__ = [
 GPUS_FILE = "gpus.yaml"
 TENSOR_CORES_FILE = "tensor_cores.yaml"
 
-Architecture = Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell"]
+Architecture = Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3", "cdna4"]
+Vendor = Literal["nvidia", "amd"]
 Dtype = Literal["fp16", "bf16", "tf32", "fp8", "int8"]
 PeakUnit = Literal[
     "fp64", "fp32", "fp16", "bf16",
-    "fp64_tensor", "tf32_tensor", "fp16_tensor", "bf16_tensor", "fp8_tensor", "int8_tensor",
+    "fp64_tensor", "fp32_tensor", "tf32_tensor", "fp16_tensor", "bf16_tensor", "fp8_tensor", "int8_tensor",
 ]
 FigureGroup = Literal["chip", "compute_capability", "memory", "peak", "host_link"]
 # The groups every profile sources; host_link is sourced where a profile gives one.
@@ -114,7 +119,7 @@ class Unverified(_Strict):
 # Fields of a profile an `unverified` entry may name.
 _FIGURE_FIELDS = {
     "architecture", "compute_capability", "sm_count", "memory_gb", "memory_bandwidth_gbps",
-    "l2_mb", "boost_clock_mhz", "peak_tflops",
+    "l2_mb", "boost_clock_mhz", "peak_tflops", "gfx", "infinity_cache_mb", "lds_kb",
 }
 
 
@@ -134,15 +139,24 @@ class GpuProfile(_Strict):
     family: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", description="Model family: a100, h100, ...")
     family_default: bool = Field(default=False, description="The family's profile for a bare family name ('A100').")
     names: list[str] = Field(min_length=1, description="Device names as traces and CUPTI write them.")
+    vendor: Vendor = Field(default="nvidia", description="Who makes it: its units' names (SMs or compute units, "
+                                                         "tensor or matrix cores) follow.")
     architecture: Architecture
-    compute_capability: str = Field(pattern=r"^\d+\.\d+$")
-    sm_count: int = Field(gt=0)
+    gfx: str | None = Field(default=None, pattern=r"^gfx[0-9a-f]+$", description="AMD's LLVM target (gfx942).")
+    compute_capability: str = Field(pattern=r"^\d+\.\d+$", description="NVIDIA's compute capability; on AMD the "
+                                                                         "GFXIP version ROCm reports in the same "
+                                                                         "fields (9.4 for gfx942).")
+    sm_count: int = Field(gt=0, description="Streaming multiprocessors; on AMD, compute units.")
     memory_gb: Positive
     memory_bandwidth_gbps: Positive
     l2_mb: Positive
+    infinity_cache_mb: Positive | None = Field(default=None, description="AMD's memory-side last-level cache.")
+    lds_kb: Positive | None = Field(default=None, description="Local data share (shared memory) per CU, KB.")
     boost_clock_mhz: Positive
     peak_tflops: dict[PeakUnit, Positive] = Field(description="Dense peak TFLOP/s (TOP/s for int8) per unit and dtype.")
     host_link: HostLink | None = Field(default=None, description="The link to the host, where the datasheet gives it.")
+    name_only: bool = Field(default=False, description="Matched by its name only: its properties are another part's "
+                                                       "(an H800 reports an H100's SMs and memory).")
     sources: dict[FigureGroup, Source]
     unverified: list[Unverified] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
@@ -151,7 +165,29 @@ class GpuProfile(_Strict):
     def _host_link_sourced(self) -> GpuProfile:
         if self.host_link is not None and "host_link" not in self.sources:
             raise ValueError("host_link needs a source (sources: host_link: ...)")
+        if (self.vendor == "amd") != self.architecture.startswith("cdna"):
+            raise ValueError(f"architecture {self.architecture} is not {self.vendor}'s")
+        if (self.gfx is not None) != (self.vendor == "amd"):
+            raise ValueError("gfx (the LLVM target) is given for AMD parts, and only for them")
         return self
+
+    @property
+    def units(self) -> str:
+        """What the vendor calls the multiprocessors: 'SMs' or 'CUs'."""
+        return "CUs" if self.vendor == "amd" else "SMs"
+
+    @property
+    def matrix_units(self) -> str:
+        """What the vendor calls the matrix units: 'tensor cores' or 'matrix cores'."""
+        return "matrix cores" if self.vendor == "amd" else "tensor cores"
+
+    @property
+    def label(self) -> str:
+        """The architecture as its vendor names it: 'gfx942, CDNA 3'; 'sm 9.0' (NVIDIA's
+        compute capability says it)."""
+        if self.vendor == "amd":
+            return f"{self.gfx}, {self.architecture.upper().replace('CDNA', 'CDNA ')}"
+        return f"sm {self.compute_capability}"
 
     @field_validator("sources")
     @classmethod
@@ -549,7 +585,7 @@ def _resolve_gpus(raw: dict[str, Any], path: Path) -> dict[str, Any]:
 # -- names -----------------------------------------------------------------------------------------
 
 # Words every vendor name carries that say nothing about which part it is.
-_NOISE_WORDS = {"nvidia", "tesla", "geforce"}
+_NOISE_WORDS = {"nvidia", "tesla", "geforce", "amd", "instinct"}
 
 
 def _normalize(name: str) -> str:
@@ -690,7 +726,7 @@ def device_match(device: DeviceInfo) -> DeviceMatch:
             return DeviceMatch(None, why=f"unknown device {_describe(device)}: its name is not in the knowledge base "
                                          "and the trace gives no compute capability and SM count to match on; "
                                          f"pass --gpu with one of: {', '.join(kb.ids())}")
-        candidates = [g for g in kb.gpus if not _contradictions(g, device)]
+        candidates = [g for g in kb.gpus if not g.name_only and not _contradictions(g, device)]
         how = "properties"
         if not candidates:
             return DeviceMatch(None, why=f"unknown device {_describe(device)}: no GPU in the knowledge base has "
@@ -748,16 +784,29 @@ def _profile(profile: GpuProfile | str) -> GpuProfile:
 
 def peak_flops(profile: GpuProfile | str, dtype: Any, tensor_core: bool) -> float | None:
     """Dense peak FLOP/s (OP/s for int8) of ``profile`` for ``dtype`` on tensor cores or on
-    CUDA cores. An FP32 GEMM on tensor cores runs as TF32, so (fp32, tensor_core=True) is
-    the TF32 rate. None where the part has no such unit (V100 bf16, FP8 before Ada) or the
+    CUDA cores. An FP32 GEMM on NVIDIA's tensor cores runs as TF32, so (fp32,
+    tensor_core=True) is the TF32 rate there; AMD's matrix cores run it as FP32, at the
+    matrix FP32 rate. None where the part has no such unit (V100 bf16, FP8 before Ada) or the
     knowledge base holds no figure for it (CUDA-core FP16 on most parts)."""
     gpu = _profile(profile)
     name = normalize_dtype(dtype)
     if name is None:
         return None
     unit = (_TENSOR_UNIT if tensor_core else _CUDA_CORE_UNIT).get(name)
+    if tensor_core and name == "fp32" and "fp32_tensor" in gpu.peak_tflops:
+        unit = "fp32_tensor"  # AMD's matrix cores run FP32 GEMMs as FP32 (TF32 only when asked: dtype 'tf32')
     value = gpu.peak_tflops.get(unit) if unit else None
     return value * 1e12 if value is not None else None
+
+
+# The names of a GPU's two kinds of unit, as the roofline tables state them: (general, matrix).
+UNIT_NAMES = {"nvidia": ("cuda cores", "tensor cores"), "amd": ("vector units", "matrix cores")}
+MATRIX_UNITS = frozenset(names[1] for names in UNIT_NAMES.values())
+
+
+def unit_names(profile: GpuProfile | None) -> tuple[str, str]:
+    """(general, matrix) unit names for ``profile``'s vendor (NVIDIA's where unknown)."""
+    return UNIT_NAMES[profile.vendor if profile is not None else "nvidia"]
 
 
 def memory_bandwidth(profile: GpuProfile | str) -> float:
@@ -833,6 +882,22 @@ def uses_tensor_cores(kernel_name: str) -> bool | None:
     path (sgemm, gemv, scudnn, ffma, simt ...), None where the name does not say (most
     non-GEMM kernels, Triton kernels)."""
     return classify_kernel(str(kernel_name)).tensor_core
+
+
+# A GEMM kernel's output tile as its name says it: Tensile / hipBLASLt's macro tile
+# (Cijk_..._MT256x112x64_MI16x16x1_...), cuBLAS's tile size (sm90_xmma_..._tilesize128x128x64)
+# and older cuBLAS names (ampere_fp16_s16816gemm_fp16_256x128_ldg8_...).
+_TILE_IN_NAME = re.compile(r"_MT(\d+)x(\d+)x\d+|tilesize(\d+)x(\d+)x\d+|gemm\w*?_(\d{2,3})x(\d{2,3})_")
+
+
+def kernel_tile(name: str) -> tuple[int, int] | None:
+    """The output tile (rows, columns) a GEMM kernel's name gives, or None where it
+    gives none."""
+    found = _TILE_IN_NAME.search(str(name))
+    if found is None:
+        return None
+    values = [int(v) for v in found.groups() if v is not None]
+    return (values[0], values[1]) if len(values) == 2 and values[0] > 0 and values[1] > 0 else None
 
 
 def wave_quantization(m: int, n: int, *, sm_count: int, tile: tuple[int, int] | None = None,

@@ -162,14 +162,20 @@ def evidence_segments(ev: Evidence) -> Segments:
 
 
 def device_label(device: DeviceInfo) -> str:
-    """``GPU 0: NVIDIA A100-SXM4-40GB (sm 8.0, 108 SMs, 40.0 GiB)``."""
+    """``GPU 0: NVIDIA A100-SXM4-40GB (sm 8.0, 108 SMs, 40.0 GiB)``; ``GPU 0: AMD Instinct
+    MI300X (gfx942 (CDNA 3), 304 CUs, 192 GiB)`` where the knowledge base names the part."""
     kind = device.kind.upper() if device.kind in ("gpu", "cpu") else device.kind
     head = kind if device.id < 0 else f"{kind} {device.id}"
     details = []
-    if device.compute_capability:
-        details.append(f"sm {device.compute_capability}")
+    amd = getattr(device, "vendor", "") == "amd"
+    architecture = getattr(device, "architecture", "")
+    if architecture:
+        details.append(architecture)
+    elif device.compute_capability:
+        # ROCm writes its GFXIP version into the fields CUDA's compute capability uses.
+        details.append(f"GFXIP {device.compute_capability}" if amd else f"sm {device.compute_capability}")
     if device.sm_count:
-        details.append(f"{device.sm_count} SMs")
+        details.append(f"{device.sm_count} {'CUs' if amd else 'SMs'}")
     if device.total_memory_bytes:
         details.append(format_bytes(device.total_memory_bytes))
     text = f"{head}: {device.name}" if device.name else head

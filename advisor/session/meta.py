@@ -25,8 +25,14 @@ class DeviceInfo(BaseModel):
     id: int = Field(description="Device ordinal as the trace numbers it; -1 for the host CPU.")
     kind: str = Field(description="'gpu' or 'cpu'.")
     name: str = ""
-    compute_capability: str | None = None
-    sm_count: int | None = None
+    vendor: str = Field(default="", description="'nvidia' or 'amd' where the source says (ROCm traces: a "
+                                                "64-wide wavefront, an AMD name); '' where it does not.")
+    architecture: str = Field(default="", description="The architecture as its vendor names it ('gfx942 (CDNA 3)', "
+                                                      "'hopper (sm 9.0)'), from the knowledge base's profile of "
+                                                      "the device; '' where none matched.")
+    compute_capability: str | None = Field(default=None, description="NVIDIA's compute capability; on AMD the GFXIP "
+                                                                     "version ROCm reports in the same fields.")
+    sm_count: int | None = Field(default=None, description="Streaming multiprocessors; on AMD, compute units.")
     total_memory_bytes: int | None = None
     memory_bandwidth_gbps: float | None = Field(default=None, description="Peak, where known.")
     clock_mhz: float | None = None

@@ -127,12 +127,15 @@ def _per_call(f: Facts) -> pd.DataFrame | None:
         measured = per_op[positions]
         tc_yes, tc_no = _tensor_core_kernels(f, calls, len(ops))
         tc_yes, tc_no = tc_yes[positions], tc_no[positions]
+        tile_m, tile_n = (t[positions] for t in _kernel_tiles(f, calls, len(ops)))
     elif target is None or target.measured_here:
         measured = (rows["end_ns"] - rows["start_ns"]).to_numpy().astype(float)
         tc_yes, tc_no = np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=np.int64)
+        tile_m = tile_n = np.full(len(rows), np.nan)
     else:
         measured = np.full(len(rows), np.nan)
         tc_yes, tc_no = np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=np.int64)
+        tile_m = tile_n = np.full(len(rows), np.nan)
 
     kind = text(cost["kind"])  # every counted call has a kind
     dtype = compute_dtypes(cost["dtype"].to_numpy())
@@ -170,7 +173,7 @@ def _per_call(f: Facts) -> pd.DataFrame | None:
         **{column: pd.Series(values, dtype=object, copy=False) for column, values in texts.items()},
         "flops": flops, "bytes": nbytes, "measured_ns": measured, "ideal_ns": np.fmax(compute_ns, memory_ns),
         "compute_ns": compute_ns, "memory_ns": memory_ns, "unit": pd.Series(unit, dtype=object, copy=False),
-        "tc_yes": tc_yes, "tc_no": tc_no,
+        "tc_yes": tc_yes, "tc_no": tc_no, "tile_m": tile_m, "tile_n": tile_n,
         **{d: pd.to_numeric(cost[d], errors="coerce").to_numpy(dtype=float) for d in DIMS},
     }, copy=False)  # the arrays as made above, not copied again into one block
     return out
@@ -224,7 +227,7 @@ def ideal_parts(target, dtype: np.ndarray, tensor: np.ndarray, flops: np.ndarray
             rows = pairs == pair
             compute_ns[rows] = np.asarray(flops, dtype=float)[rows] / peak * 1e9
     # Shared str objects, not a fixed-width array turned into a str per row.
-    unit[:] = "cpu" if target.kind == "cpu" else np.array(["cuda cores", "tensor cores"], dtype=object)[
+    unit[:] = "cpu" if target.kind == "cpu" else np.array(list(kb.unit_names(target.profile)), dtype=object)[
         tensor.astype(np.intp)]
     return compute_ns, memory_ns, unit
 
@@ -235,6 +238,28 @@ def _host_device_copies(f: Facts, calls, n_ops: int) -> np.ndarray:
     kinds = text(gpu["copy_kind"])[calls.pair_gpu]
     crossing = np.isin(kinds, ("HtoD", "DtoH"))
     return np.bincount(calls.pair_call[crossing], minlength=n_ops) > 0
+
+
+def _kernel_tiles(f: Facts, calls, n_ops: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per op call: the output tile (rows, columns) of the first kernel it launched whose
+    name gives one (a GEMM's: Tensile's MT256x112x64, cuBLAS's tilesize128x128x64); NaN
+    where none does."""
+    gpu = f.gpu
+    name_codes, labels = f.name_codes
+    tiles = [kb.kernel_tile(str(n)) for n in labels] + [None]
+    tile_m = np.array([t[0] if t else np.nan for t in tiles], dtype=float)
+    tile_n = np.array([t[1] if t else np.nan for t in tiles], dtype=float)
+    codes = name_codes[gpu["id"].to_numpy()[calls.pair_gpu]]
+    codes = np.where(codes >= 0, codes, len(labels))
+    has = ~np.isnan(tile_m[codes])
+    out_m, out_n = np.full(n_ops, np.nan), np.full(n_ops, np.nan)
+    if has.any():
+        # The first pair of each call that names a tile (pairs run in kernel order per call).
+        call = calls.pair_call[has]
+        first = np.unique(call, return_index=True)[1]
+        out_m[call[first]] = tile_m[codes[has]][first]
+        out_n[call[first]] = tile_n[codes[has]][first]
+    return out_m, out_n
 
 
 def _tensor_core_kernels(f: Facts, calls, n_ops: int) -> tuple[np.ndarray, np.ndarray]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from advisor.knowledge import hardware as kb
 from advisor.step.facts import Facts
 from advisor.tables._op_costs import call_target, per_call
 from advisor.tables._registry import table, with_notes
@@ -27,7 +28,7 @@ _NO_CEILING = ("", "host-device copy")
     key="'<unit> <dtype>', e.g. 'tensor cores bf16'",
     columns={
         "target": "The device the peaks are for.",
-        "unit": "'tensor cores', 'cuda cores' or 'cpu'.",
+        "unit": "'tensor cores' or 'cuda cores' (NVIDIA), 'matrix cores' or 'vector units' (AMD), or 'cpu'.",
         "dtype": "Compute dtype.",
         "peak_flops_per_s": "Peak FLOP/s for the unit and dtype (NaN: not known).",
         "peak_bytes_per_s": "Peak memory bandwidth, bytes/s (NaN: not known).",
@@ -50,7 +51,7 @@ def ceilings_table(f: Facts) -> pd.DataFrame | None:
     rows = {}
     bandwidth = target.bandwidth()
     for (unit, dtype), group in used.groupby(["unit", "dtype"], sort=True):
-        peak = target.peak(str(dtype), tensor_core=unit == "tensor cores")
+        peak = target.peak(str(dtype), tensor_core=unit in kb.MATRIX_UNITS)
         rows[f"{unit} {dtype}"] = {
             "target": target.name,
             "unit": unit,

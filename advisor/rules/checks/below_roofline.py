@@ -71,11 +71,14 @@ def check(ctx: RuleContext) -> list[Finding]:
               "idle time where the host sets the pace." if fix is not None and per_step < 0.9 * gpu_time else "")
     listed = rows.head(int(ctx.threshold("max_listed")))
     target = str(listed["target"].iloc[0])
+    units = _units(str(listed["target_id"].iloc[0])) if "target_id" in listed.columns else "SMs"
+    pictures = {key: _tile_picture(row, units) for key, row in listed.iterrows()}
     lines = [
         f"{row['name']} {row['input_dims']} ({row['dtype']}, {row['bound']}-bound on {row['unit']}): "
         f"{pct(row['efficiency'])} of ideal, {ms(row['measured_ns'] / steps)}/step for an ideal "
         f"{ms(row['ideal_ns'] / steps)} ({ms(row['recoverable_ns'] / steps)} recoverable)"
-        for _, row in listed.iterrows()
+        + (f"; {pictures[key]}" if pictures[key] else "")
+        for key, row in listed.iterrows()
     ]
     evidence = [
         Evidence(kind="table_row", table="roofline", row=str(key), column="efficiency", value=float(row["efficiency"]),
@@ -93,6 +96,11 @@ def check(ctx: RuleContext) -> list[Finding]:
                  f"{', '.join(at_the_limit)}.")
     kinds = list(dict.fromkeys(listed["kind"]))
     advice = [_attention_advice(ctx, listed) if k == "attention" else ADVICE[k] for k in kinds if k in ADVICE][:3]
+    few = [key for key, picture in pictures.items() if picture.startswith(FEW_TILES)]
+    if few:
+        advice.insert(0, "a GEMM whose output fills a few tiles leaves most of the GPU idle: give each call more "
+                         "rows (a larger batch, or the calls that share weights batched into one) so its tiles fill "
+                         "every multiprocessor")
     return [
         Finding(
             rule=ctx.spec.id,
@@ -128,3 +136,38 @@ def _attention_advice(ctx: RuleContext, listed) -> str:
         return ("attention below its roofline on the memory-efficient kernels: the flash backend (bf16/fp16, head "
                 "dim a multiple of 8, no arbitrary mask) is usually faster")
     return ADVICE["attention"]
+
+
+# A GEMM whose tiles fill at most this share of one wave of the GPU, or whose last wave is at
+# most this full, has its tile picture said.
+FEW_TILES_SHARE = 0.5
+LAST_WAVE_SHARE = 0.25
+FEW_TILES = "only "
+
+
+def _units(target_id: str) -> str:
+    """What the target's multiprocessors are called: 'compute units' (AMD) or 'SMs'."""
+    from advisor.knowledge import hardware as kb
+
+    try:
+        profile = kb.gpu_profile(target_id)
+    except Exception:  # noqa: BLE001  (a CPU target, or none: no multiprocessors to name)
+        return "SMs"
+    return "compute units" if profile.vendor == "amd" else "SMs"
+
+
+def _tile_picture(row, units: str) -> str:
+    """A GEMM's tiles against the GPU, where they leave it idle: "only 8 output tiles
+    (256x112) for 304 compute units, 3% of them busy", or "1.1 waves of 256x256 tiles,
+    the last 10% full"; "" where the picture says nothing wrong or is not known."""
+    tiles, waves, tile = row.get("tiles"), row.get("waves"), str(row.get("tile") or "")
+    if row.get("kind") != "gemm" or not tile or tiles is None or waves is None or not (waves > 0) or not (tiles > 0):
+        return ""
+    slots = round(float(tiles) / float(waves))
+    if waves <= FEW_TILES_SHARE:
+        return (f"{FEW_TILES}{int(tiles)} output tile{'s' if tiles != 1 else ''} ({tile}) for {slots} {units}, "
+                f"{pct(float(waves))} of them busy")
+    last = float(waves) - int(waves)
+    if waves > 1 and 0 < last <= LAST_WAVE_SHARE:
+        return f"{float(waves):.2g} waves of {tile} tiles on {slots} {units}, the last {pct(last)} full"
+    return ""

@@ -1,5 +1,7 @@
 """tensor-core-misalignment: GEMMs and convolutions whose shapes keep them off tensor cores
-(or on their slow paths), and fp32 matrix work that could use them (Roofline Summary)."""
+(NVIDIA) or matrix cores (AMD), or on their slow paths, and fp32 matrix work that could use
+them (Roofline Summary). The wording follows the target's vendor: tensor cores and CUDA
+cores, or matrix cores and vector units."""
 
 from __future__ import annotations
 
@@ -56,6 +58,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     if target_id in ("", "cpu"):
         return []  # no tensor cores to miss; `--gpu NAME` judges a CPU run against a GPU
     profile = kb.gpu_profile(target_id)
+    general, matrix_units = kb.unit_names(profile)
+    matrix_unit = matrix_units[:-1].replace(" ", "-")  # as an adjective: "tensor-core peak"
     steps = max(ctx.step_count, 1)
     aligned_eff = ctx.threshold("aligned_efficiency")
     misaligned_eff = ctx.threshold("misaligned_efficiency")
@@ -99,11 +103,12 @@ def check(ctx: RuleContext) -> list[Finding]:
         fixed_ns = max(compute_ns * factor, memory_ns) / aligned_eff
         if measured_here:
             now_ns = float(row["measured_ns"])
-            basis = f"measured time on {profile.id} against the padded shape at {aligned_eff:.0%} of the tensor-core peak"
+            basis = (f"measured time on {profile.id} against the padded shape at {aligned_eff:.0%} of the "
+                     f"{matrix_unit} peak")
         else:
             now_ns = max(compute_ns, memory_ns) / misaligned_eff
             basis = (f"estimated on {profile.id} from the roofline: misaligned shapes at {misaligned_eff:.0%} "
-                     f"and padded ones at {aligned_eff:.0%} of the {judged} tensor-core peak")
+                     f"and padded ones at {aligned_eff:.0%} of the {judged} {matrix_unit} peak")
         if not fp32_off_tensor_cores and now_ns - fixed_ns < ctx.threshold("min_shape_gain") * now_ns:
             continue  # padding would not pay: the shape runs about as fast as its padded twin
         items.append({
@@ -134,7 +139,7 @@ def check(ctx: RuleContext) -> list[Finding]:
                              for name, value in item["missing"].items())
             parts.append(f"not multiples of {rule.required_multiple} for {item['judged']}: pad {pads}")
         if item["fp32"]:
-            parts.append("fp32 on CUDA cores")
+            parts.append(f"fp32 on {'CUDA cores' if general == 'cuda cores' else general}")
         measured = (f" of its {ms(float(row['measured_ns']) / steps)}" if bool(row.get("measured_on_target"))
                     and not pd.isna(row["measured_ns"]) else "")
         lines.append(f"{_layer(row)}, {int(row['calls'])} calls, {ms(item['saving_ns'] / steps)} recoverable per "
@@ -149,12 +154,12 @@ def check(ctx: RuleContext) -> list[Finding]:
                       "and drop or ignore the extra outputs, vocabulary sizes rounded up to a multiple of 64, "
                       "batch sizes that are multiples of 8)")
     if fp32 and all(i["judged"] == "fp16" for i in fp32):
-        advice.append("let fp32 matrix work use tensor cores with mixed precision: run forward and loss under "
+        advice.append(f"let fp32 matrix work use {matrix_units} with mixed precision: run forward and loss under "
                       "torch.autocast(device_type='cuda', dtype=torch.float16) and scale the loss with "
                       "torch.amp.GradScaler('cuda') (this GPU has no TF32 or bf16 tensor cores); "
                       "channels_last (model.to(memory_format=torch.channels_last)) helps convolutions further")
     elif fp32:
-        advice.append("let fp32 matrix work use tensor cores: torch.set_float32_matmul_precision('high') (TF32) "
+        advice.append(f"let fp32 matrix work use {matrix_units}: torch.set_float32_matmul_precision('high') (TF32) "
                       "or torch.autocast(device_type='cuda', dtype=torch.bfloat16)")
     where = f"on {profile.names[0]}" + ("" if all(bool(i["row"].get("measured_on_target")) for i in items)
                                         else " (this run was judged against it with --gpu, not measured on it)")
@@ -169,21 +174,23 @@ def check(ctx: RuleContext) -> list[Finding]:
     return [
         Finding(
             rule=ctx.spec.id,
-            title=("fp32 matrix work runs without tensor cores" if fp32 and not misaligned else ctx.spec.title),
+            title=(f"fp32 matrix work runs without {matrix_units}" if fp32 and not misaligned
+                   else ctx.spec.title.replace("tensor cores", matrix_units)),
             severity=severity_by_share(ctx, share) if share else Severity.low,
             confidence=0.7 if all(bool(i["row"].get("measured_on_target")) for i in items) else 0.5,
             saving=estimate,
             message=(f"{where[0].upper()}{where[1:]}, " + " and ".join(part for part in (
-                         f"{len(misaligned)} GEMM/convolution shapes miss the tensor-core multiples" if misaligned else "",
+                         f"{len(misaligned)} GEMM/convolution shapes miss the {matrix_unit} multiples"
+                         if misaligned else "",
                          f"{len(fp32)}{'' if misaligned else ' GEMM/convolution shapes'} run fp32 matrix work on "
-                         "CUDA cores, which "
-                         + ("fp16 autocast would move to tensor cores (this GPU has no TF32)"
-                            if all(i["judged"] == "fp16" for i in fp32) else "TF32 or bf16 autocast would move to "
-                                                                             "tensor cores")
+                         f"{'CUDA cores' if general == 'cuda cores' else general}, which "
+                         + (f"fp16 autocast would move to {matrix_units} (this GPU has no TF32)"
+                            if all(i["judged"] == "fp16" for i in fp32) else f"TF32 or bf16 autocast would move to "
+                                                                             f"{matrix_units}")
                          if fp32 else "") if part)
                      + f", costing an estimated {ms(gpu_time)} of GPU time per step: " + "; ".join(lines)
                      + "." + (f" {capped}" if capped else "") + said),
-            recommendation="Give tensor cores the shapes they need: " + "; ".join(advice) + ".",
+            recommendation=f"Give {matrix_units} the shapes they need: " + "; ".join(advice) + ".",
             evidence=evidence,
             metrics={"misaligned": [str(i["key"]) for i in misaligned], "fp32_off_tensor_cores": [str(i["key"]) for i in fp32],
                      "target": profile.id, "gpu_time_ns_per_step": gpu_time},
