@@ -20,6 +20,7 @@ from builders import MS, Trace
 from conftest import shared_trace
 
 from advisor.diagnosis import diagnose
+from advisor.findings import Severity
 from advisor.importers import load
 from advisor.session.attribute import main_thread
 from advisor.step import build_step_model
@@ -230,8 +231,11 @@ def test_a_profile_of_one_pass_is_said_at_the_top_and_never_ranked_among_the_fin
     assert window.one_pass and window.headline.startswith("One pass")
     assert "torch.profiler.schedule" in window.headline
     assert "not-steady-state" not in {f.rule for f in diagnosis.findings}
+    assert diagnosis.findings, "the pass's idle GPU is still judged"
     for finding in diagnosis.findings:
         assert finding.saving.per == "pass" and "/pass" in format_saving(finding.saving)
+        # Seen once, a cost is not known to recur: never HIGH.
+        assert finding.severity.rank <= Severity.medium.rank, (finding.rule, finding.severity)
 
 
 @pytest.mark.parametrize("fmt", ["terminal_text", "render_markdown", "render_html", "render_json"])

@@ -354,6 +354,10 @@ def run_rules(session: Session, tables: dict[str, pd.DataFrame], specs: list[Rul
                 finding.saving.per = "pass"
                 finding.saving.basis += ("; per pass: this profile shows its work once, so the saving assumes the "
                                          "pass recurs (see the report's headline)")
+                # Seen once, a cost is not known to recur: never HIGH (a first pass pays for
+                # lazy initialisation, autotuning, caches filling that the job pays once).
+                if finding.severity.rank > Severity.medium.rank:
+                    finding.severity = Severity.medium
         findings.extend(_severity_follows_saving(f, spec) for f in produced)
     leading = frozenset(spec.id for spec in specs if spec.leads)
     ranked = rank(findings, cause_graph(specs), leading)
