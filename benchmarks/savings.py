@@ -158,6 +158,7 @@ SCRIPT_PAIRS = (
                repeat_factor=3, verify=True),
     ScriptPair("augment_loop", "augment_loop.py", "host-bound", lambda f: ["--vectorized"], 60),
     ScriptPair("loss_loop", "loss_loop.py", "host-bound", lambda f: ["--vectorized"], 40),
+    ScriptPair("masked_pooling", "masked_pooling.py", "batch-loop-in-model", lambda f: ["--batched"], 40),
     ScriptPair("anomaly_left_on", "anomaly_left_on.py", "autograd-anomaly-detection", lambda f: ["--no-anomaly"], 60,
                repeat_factor=2),
     ScriptPair("per_sample_loop", "per_sample_loop.py", "per-sample-model-calls", lambda f: ["--batched"], 100),

@@ -4,7 +4,7 @@
   at a time, when a test first asks for it: started together they fought over the cores and
   a fixed timeout failed them all on a busy machine).
 - The scripts written as users write them (tokenize_dataset, char_features, in_memory_loop,
-  augment_loop, spawn_train, custom_collate, anomaly_left_on, loss_loop) also run their fixes and print the step time they measured themselves.
+  augment_loop, spawn_train, custom_collate, anomaly_left_on, loss_loop, masked_pooling) also run their fixes and print the step time they measured themselves.
 - odd_gemm's GEMM sizes miss multiples of 8 and aligned_gemm's are the same sizes
   rounded up to them, read from the models the scripts build.
 - benchmarks/collector_overhead.py runs its CPU rows and says the GPU rows need a GPU.
@@ -61,6 +61,8 @@ RUNS = {
     "augment_loop_vectorized": ["augment_loop.py", "--steps", "3", "--vectorized"],
     "loss_loop": ["loss_loop.py", "--steps", "3"],
     "loss_loop_vectorized": ["loss_loop.py", "--steps", "3", "--vectorized"],
+    "masked_pooling": ["masked_pooling.py", "--steps", "3"],
+    "masked_pooling_batched": ["masked_pooling.py", "--steps", "3", "--batched"],
     "spawn_train_gloo": ["spawn_train.py", "--steps", "3", "--gloo"],
     "custom_collate": ["custom_collate.py", "--steps", "3"],
     "custom_collate_workers": ["custom_collate.py", "--steps", "3", "--num-workers", "2", "--torch-threads", "1"],
@@ -77,7 +79,7 @@ RUNS = {
 }
 USERS_SCRIPTS = ["tokenize_dataset.py", "char_features.py", "in_memory_loop.py", "augment_loop.py", "spawn_train.py",
                  "custom_collate.py", "anomaly_left_on.py", "loss_loop.py", "json_records.py", "random_augment.py",
-                 "decode_and_flip.py"]
+                 "decode_and_flip.py", "masked_pooling.py"]
 
 
 OVERHEAD = "collector_overhead"
@@ -213,6 +215,20 @@ def test_the_vectorised_loss_is_the_looped_one_with_the_same_gradients():
     batched = loss_loop.smoothed_loss_batch(logits, target)
     (batched_grad,) = torch.autograd.grad(batched, logits)
     assert torch.allclose(looped, batched, atol=1e-6) and torch.allclose(looped_grad, batched_grad, atol=1e-6)
+
+
+def test_masked_pooling_batched_is_the_row_loop_with_the_same_gradients():
+    example = load_module(EXAMPLES / "masked_pooling.py")
+    torch.manual_seed(0)
+    looped, batched = example.Pooled(batched=False), example.Pooled(batched=True)
+    batched.load_state_dict(looped.state_dict())
+    tokens = torch.randn(16, example.TOKENS, example.FEATURES)
+    lengths = torch.randint(1, example.TOKENS + 1, (16,))
+    out_looped, out_batched = looped(tokens, lengths), batched(tokens, lengths)
+    assert torch.allclose(out_looped, out_batched, atol=1e-5)
+    grads = [torch.autograd.grad(out.square().sum(), model.encoder[0].weight)[0]
+             for out, model in ((out_looped, looped), (out_batched, batched))]
+    assert torch.allclose(grads[0], grads[1], atol=1e-4)
 
 
 # -- the loaders' items made once are the items made when asked for ---------------------------------

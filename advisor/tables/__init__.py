@@ -29,6 +29,8 @@ One module per table (or pair of tables), registered with ``@table`` in ``_regis
     autograd_anomaly         what autograd's anomaly detection, left on, costs a step
     autograd_nodes           backward's work by kind of autograd node, beside where the
                              forward operators that made them ran (in the model or outside)
+    batch_loops              Python loops over a batch's rows (a select per row), their body,
+                             forward time, autograd nodes and source line
     fresh_copies             host tensors made right before their copy to the GPU
     conv_bias                convolutions whose bias the next batch norm cancels
     step_gpu                 per step, the GPU's work against the host's: busy time, short
@@ -66,6 +68,7 @@ from advisor.step import build_step_model
 from advisor.tables import (  # noqa: F401  (importing a module registers its tables)
     autograd_anomaly,
     autograd_nodes,
+    batch_loops,
     ceilings,
     collection,
     conv_bias,
@@ -120,6 +123,7 @@ _ORDER = (
     "optimizer",
     "autograd_anomaly",
     "autograd_nodes",
+    "batch_loops",
     "fresh_copies",
     "conv_bias",
     "roofline",
