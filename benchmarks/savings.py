@@ -159,6 +159,9 @@ SCRIPT_PAIRS = (
     ScriptPair("augment_loop", "augment_loop.py", "host-bound", lambda f: ["--vectorized"], 60),
     ScriptPair("loss_loop", "loss_loop.py", "host-bound", lambda f: ["--vectorized"], 40),
     ScriptPair("masked_pooling", "masked_pooling.py", "batch-loop-in-model", lambda f: ["--batched"], 40),
+    # Sixteen threads set by the script: the fix is the cores of the machine it runs on.
+    ScriptPair("copied_threads", "copied_threads.py", "cpu-threads-oversubscribed", lambda f: ["--threads", "cores"],
+               30, repeat_factor=2),
     ScriptPair("anomaly_left_on", "anomaly_left_on.py", "autograd-anomaly-detection", lambda f: ["--no-anomaly"], 60,
                repeat_factor=2),
     ScriptPair("per_sample_loop", "per_sample_loop.py", "per-sample-model-calls", lambda f: ["--batched"], 100),

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advisor.collect.cores import usable_cores
+from advisor.collect.cores import probe_threads, usable_cores
 from advisor.collect.sampler import DEFAULT_INTERVAL_S, HostSamples
 from advisor.collect.script import DEFAULT_EVENT_BUDGET, INTERRUPT, HeldInterrupts, ScriptRun, run_script
 from advisor.collect.stacks import DEFAULT_INTERVAL_S as STACK_INTERVAL_S
@@ -46,6 +46,24 @@ class CollectedRun:
     run: ScriptRun
 
 
+def _threads(torch) -> dict[str, Any]:
+    """torch's operator threads as the script left them, and where they outnumber the
+    cores the job may use, a probe of parallel work at that count against the cores' count
+    (advisor.collect.cores.probe_threads)."""
+    try:
+        threads = int(torch.get_num_threads())
+        interop = int(torch.get_num_interop_threads())
+    except Exception:  # noqa: BLE001  (torch's own state, read after the script: a figure lost, not the run)
+        return {}
+    said: dict[str, Any] = {"torch_threads": threads, "interop_threads": interop}
+    cores = max(int(usable_cores() or os.cpu_count() or 1), 1)
+    if threads > cores:
+        probed = probe_threads(torch, threads, cores)
+        if probed:
+            said["threads_probe"] = {"threads": threads, "cores": cores, **probed}
+    return said
+
+
 def _host_device(notes: list[str] | None = None) -> DeviceInfo:
     """This machine's CPU: its dtype-relevant flags, and its peaks where `advisor calibrate`
     measured them on this machine and they are plausible (the CPU roofline needs them; the
@@ -66,6 +84,8 @@ def _host_device(notes: list[str] | None = None) -> DeviceInfo:
         ratio = probe_bf16_ratio(torch)
         if ratio is not None:
             device.properties["bf16_vs_fp32"] = ratio
+    if torch is not None and hasattr(torch, "get_num_threads"):
+        device.properties.update(_threads(torch))
     try:
         calibration = load_calibration()
     except AdvisorError as exc:

@@ -20,7 +20,20 @@ import os
 import threading
 from pathlib import Path
 
-__all__ = ["RunDelay", "usable_cores"]
+__all__ = ["RunDelay", "probe_threads", "usable_cores"]
+
+# The thread probe: work torch splits across its operator threads, elementwise (an add) and
+# matrix (a matmul) at a few sizes each, since the cost of too many threads falls mostly on
+# short operators (each parallel region waits for its slowest thread to get a core). Timed
+# on the wall clock, rounds alternating between the thread counts so that a change of load
+# during the probe falls on both.
+PROBE_ADD_ELEMENTS = (1 << 16, 1 << 18, 1 << 20, 1 << 22)
+PROBE_MATMUL_SIZES = (128, 256, 512, 1024)
+# Calls per timing, so that each lasts a millisecond or so at any size: one short call is
+# mostly the clock's and the scheduler's noise.
+PROBE_CALLS = {("add", 1 << 16): 16, ("add", 1 << 18): 8, ("add", 1 << 20): 2, ("add", 1 << 22): 1,
+               ("matmul", 128): 16, ("matmul", 256): 4, ("matmul", 512): 1, ("matmul", 1024): 1}
+PROBE_ROUNDS = 5
 
 _CGROUP_V2 = Path("/sys/fs/cgroup/cpu.max")
 _CGROUP_V1 = (Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us"))
@@ -80,3 +93,40 @@ class RunDelay:
                 os.close(fd)
             except OSError:
                 pass
+
+
+def probe_threads(torch, threads: int, cores: int) -> dict | None:
+    """Seconds a call of each probe operation takes at ``threads`` and at ``cores`` operator threads,
+    the median of ``PROBE_ROUNDS`` alternated rounds, on this machine as loaded now (a few
+    hundred milliseconds, after the user's script has ended): ``{"add": {elements: [at
+    threads, at cores]}, "matmul": {size: [...]}}``; the thread setting is restored. None
+    where torch cannot run it."""
+    import time  # noqa: PLC0415
+
+    try:
+        before = torch.get_num_threads()
+        try:
+            work = [("add", n, (torch.randn(n), torch.randn(n))) for n in PROBE_ADD_ELEMENTS]
+            work += [("matmul", n, (torch.randn(n, n), torch.randn(n, n))) for n in PROBE_MATMUL_SIZES]
+            times: dict[tuple[str, int, int], list[float]] = {}
+            for round_ in range(PROBE_ROUNDS + 1):
+                for count in (threads, cores):
+                    torch.set_num_threads(count)
+                    for kind, n, (a, b) in work:
+                        calls = PROBE_CALLS[(kind, n)]
+                        start = time.perf_counter()
+                        for _ in range(calls):
+                            torch.add(a, b) if kind == "add" else torch.mm(a, b)
+                        took = (time.perf_counter() - start) / calls
+                        if round_:  # the first round warms each setting's thread pool
+                            times.setdefault((kind, n, count), []).append(took)
+        finally:
+            torch.set_num_threads(before)
+    except Exception:  # noqa: BLE001  (a probe that cannot run costs the figure, never the run)
+        return None
+
+    def median(values: list[float]) -> float:
+        return sorted(values)[len(values) // 2]
+
+    return {kind: {str(n): [median(times[(kind, n, threads)]), median(times[(kind, n, cores)])]
+                   for k, n, _ in work if k == kind} for kind in ("add", "matmul")}

@@ -178,6 +178,14 @@ def device_label(device: DeviceInfo) -> str:
         details.append(f"{device.sm_count} {'CUs' if amd else 'SMs'}")
     if device.total_memory_bytes:
         details.append(format_bytes(device.total_memory_bytes))
+    threads = device.properties.get("torch_threads") if device.kind == "cpu" else None
+    if isinstance(threads, int) and threads > 0:
+        # The operator threads against the cores the job may use: more threads than cores
+        # is a finding of its own (cpu-threads-oversubscribed), fewer may leave cores idle.
+        usable = device.properties.get("usable_cores")
+        on = (f" on {usable:g} usable core{'s' if usable != 1 else ''}"
+              if isinstance(usable, (int, float)) and usable > 0 else "")
+        details.append(f"torch {threads} thread{'s' if threads != 1 else ''}{on}")
     text = f"{head}: {device.name}" if device.name else head
     return text + (f" ({', '.join(details)})" if details else "")
 

@@ -29,6 +29,8 @@ One module per table (or pair of tables), registered with ``@table`` in ``_regis
     autograd_anomaly         what autograd's anomaly detection, left on, costs a step
     autograd_nodes           backward's work by kind of autograd node, beside where the
                              forward operators that made them ran (in the model or outside)
+    cpu_threads              where torch's threads outnumber the cores: each operator's time
+                             and the share fewer threads keep, from a probe after the run
     batch_loops              Python loops over a batch's rows (a select per row), their body,
                              forward time, autograd nodes and source line
     fresh_copies             host tensors made right before their copy to the GPU
@@ -72,6 +74,7 @@ from advisor.tables import (  # noqa: F401  (importing a module registers its ta
     ceilings,
     collection,
     conv_bias,
+    cpu_threads,
     dataloaders,
     device,
     distributed,
@@ -126,6 +129,7 @@ _ORDER = (
     "batch_loops",
     "fresh_copies",
     "conv_bias",
+    "cpu_threads",
     "roofline",
     "roofline_ceilings",
     "kernel_counters",

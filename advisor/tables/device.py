@@ -156,6 +156,13 @@ def _usable_cores(cpu: DeviceInfo | None) -> float:
                        "recorded).",
         "bf16_vs_fp32": "cpu: bf16 matmul throughput over fp32 on this CPU, from a short one-thread probe after the "
                         "run (NaN: not probed); under 1, bf16 is the slower.",
+        "torch_threads": "cpu: torch's operator threads (torch.get_num_threads()) as the script left them (NaN: not "
+                         "recorded, as in a trace from another profiler).",
+        "probe_threads": "cpu: where torch_threads outnumbered usable_cores, the thread count the probe set against "
+                         "them: the usable cores (NaN: not probed).",
+        "threads_speedup": "cpu: parallel adds and matmuls of a few sizes timed after the run at torch_threads over "
+                           "at probe_threads, the geometric mean of their ratios, on the machine as loaded then (NaN: "
+                           "not probed); over 1, fewer threads run them faster.",
         **{f"peak_{dtype}_flops_per_s": f"cpu: this CPU's {dtype} matmul FLOP/s as `advisor calibrate` measured it "
                                          "(NaN: not measured, or the calibration was not used)"
            for dtype in CALIBRATED_DTYPES},
@@ -189,6 +196,7 @@ def device_table(f: Facts) -> pd.DataFrame:
         "logical_cores": cores,
         "usable_cores": _usable_cores(cpu),
         **_cpu_dtypes(cpu),
+        **_threads(cpu),
         "note": "" if f.gpu_measured else f.gpu_not_measured_reason,
     }
     if f.gpu_measured:
@@ -221,10 +229,28 @@ def device_table(f: Facts) -> pd.DataFrame:
     out["kernel_utilization"] = f.ratio(out["kernel_busy_ns"].astype("float64"), f.window_ns)
     for column in ("sm_count", "memory_bytes", "memory_bandwidth_gbps", "process_cpu_cores", "process_cpu_utilization",
                    "system_cpu_utilization", "peak_rss_bytes", "logical_cores", "usable_cores",
-                   "bf16_vs_fp32", *(f"peak_{dtype}_flops_per_s" for dtype in CALIBRATED_DTYPES)):
+                   "bf16_vs_fp32", "torch_threads", "probe_threads", "threads_speedup", *(f"peak_{dtype}_flops_per_s" for dtype in CALIBRATED_DTYPES)):
         out[column] = pd.to_numeric(out.get(column), errors="coerce")
     if not f.gpu_measured:
         with_notes(out, f.gpu_not_measured_note)
+    return out
+
+
+def _threads(cpu: DeviceInfo | None) -> dict:
+    """torch's operator threads and the thread probe's figures, as the collector recorded them."""
+    said = cpu.properties if cpu is not None else {}
+    threads = said.get("torch_threads")
+    out = {"torch_threads": float(threads) if isinstance(threads, int) and threads > 0 else np.nan,
+           "probe_threads": np.nan, "threads_speedup": np.nan}
+    probe = said.get("threads_probe")
+    if isinstance(probe, dict) and isinstance(probe.get("cores"), int):
+        ratios = [pair[0] / pair[1] for kind in ("add", "matmul") for pair in (probe.get(kind) or {}).values()
+                  if isinstance(pair, (list, tuple)) and len(pair) == 2
+                  and all(isinstance(t, (int, float)) and t > 0 for t in pair)]
+        if ratios:
+            out["probe_threads"] = float(probe["cores"])
+            # The geometric mean: the probe's calls are of very different lengths.
+            out["threads_speedup"] = float(np.exp(np.mean(np.log(ratios))))
     return out
 
 

@@ -12,6 +12,7 @@ from advisor.rules.checks import (  # noqa: F401
     communication_not_overlapped,
     conv_bias_before_batchnorm,
     cpu_dtype_speed,
+    cpu_threads_oversubscribed,
     cpu_tensor_copied_each_step,
     dataloader_starvation,
     grad_zeroing_memsets,
