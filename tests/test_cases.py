@@ -446,3 +446,33 @@ def test_drafting_dry_run_lists_the_recordings(drafting, capsys):
     assert drafting.main(["--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "-m advisor diagnose --save cases/gpu_odd_gemm/session" in out
+
+
+# Rules whose severity is not their saving's share by design: a straggler whose excess no
+# table explains is LOW whatever it costs, a periodic step's work is judged by its share
+# of the run, and a finding on a profile of one pass is at most MEDIUM.
+_SEVERITY_BY_DESIGN = {"straggler-rank", "periodic-step-work"}
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_a_finding_s_severity_follows_what_it_saves(name):
+    """A finding is as severe as the share of the step its fix saves, by its rule's
+    thresholds: not by the share of the step its cause takes (a loader a quarter of the
+    step whose fix saves a tenth is MEDIUM), nor by a step other than the one the saving is
+    a share of."""
+    from advisor.rules.engine import builtin_specs
+
+    specs = {spec.id: spec for spec in builtin_specs()}
+    session, _tables, findings = evaluated(name)
+    for finding in findings:
+        spec = specs.get(finding.rule)
+        if spec is None or finding.rule in _SEVERITY_BY_DESIGN or finding.saving is None \
+                or not {"high_share", "medium_share"} <= set(spec.thresholds):
+            continue
+        share = finding.saving.share_of_step
+        want = ("high" if share >= spec.thresholds["high_share"]
+                else "medium" if share >= spec.thresholds["medium_share"] else "low")
+        if finding.saving.per == "pass" and want == "high":
+            want = "medium"
+        assert finding.severity.value == want, (f"{finding.rule}: {finding.severity.value} for a saving of "
+                                                f"{share:.1%} of the step")

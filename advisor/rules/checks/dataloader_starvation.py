@@ -688,7 +688,9 @@ def word(ctx: RuleContext, m: Measure, v: Verdict) -> Finding | None:
     return Finding(
         rule=ctx.spec.id,
         title=ctx.spec.title,
-        severity=severity_by_share(ctx, m.share),
+        # By what the fix saves, not by the loader's share of the step: a loader that takes
+        # a quarter of the step but whose fix keeps most of it is no high finding.
+        severity=severity_by_share(ctx, estimate.share_of_step),
         confidence=0.9,
         saving=estimate,
         message=message,

@@ -87,9 +87,10 @@ def _per_recorded_step(ctx: RuleContext, host: float) -> str:
 
 
 def _finding(ctx: RuleContext, estimate, step: float, fix: Fix, **parts) -> Finding:
-    """The finding of either branch: its severity from the share of the step it saves."""
+    """The finding of either branch: its severity from the share of the step it saves (the
+    run's step, as the saving says it: periodic work spread over the steps included)."""
     return Finding(rule=ctx.spec.id, title=ctx.spec.title, confidence=0.7, saving=estimate,
-                   severity=severity_by_share(ctx, estimate.ms_per_step * 1e6 / step), **parts).with_fix(fix)
+                   severity=severity_by_share(ctx, estimate.share_of_step), **parts).with_fix(fix)
 
 
 def _gpu_finding(ctx: RuleContext, key, row, step: float) -> Finding | None:
