@@ -69,7 +69,7 @@ def diagnose(session: Session, *, specs: list[Any] | None = None, disabled: Iter
     report = build_report(_named_devices(steady), computed, result.findings, table_docs=TABLE_DOCS,
                           skipped=result.skipped,
                           window=report_window(model), combined=_combined(result.combined, model),
-                          steps=report_steps(model, computed))
+                          steps=report_steps(model))
     return Diagnosis(model, computed, result, report)
 
 
@@ -131,17 +131,18 @@ def report_window(model: StepModel) -> Window:
     )
 
 
-def report_steps(model: StepModel, tables: dict[str, pd.DataFrame]) -> StepSummary:
+def report_steps(model: StepModel) -> StepSummary:
     """The step model's steps and their times as the report states them: the steady steps'
     mean (``recorded_step_ns``) and the unrecorded steps' (``unrecorded_step_ns``), the
-    facts of advisor.step.timing; what recording cost, from the Step Timing table."""
+    facts of advisor.step.timing; what recording cost, the one over the other less one (the
+    line says the two means and the cost, so the cost is theirs: the Step Timing table's
+    overhead is of its own means, over every recorded step)."""
     steps = model.window.steps
     times = model.times
     unrecorded = len(times.unrecorded)
-    timing = tables.get("step_timing")
-    overhead = timing.at["ProfileStep", "overhead_ratio"] \
-        if unrecorded and timing is not None and "ProfileStep" in timing.index else None
-    overhead = float(overhead) if overhead is not None and math.isfinite(float(overhead)) else None
+    recorded, unrecorded_ns = times.recorded_step_ns, times.unrecorded_step_ns
+    overhead = (recorded / unrecorded_ns - 1.0 if unrecorded and len(steps) and unrecorded_ns and recorded
+                and math.isfinite(recorded / unrecorded_ns) else None)
     job = times.job_steps
     median = float(np.median(job["duration_ns"].to_numpy(dtype=np.float64))) if len(job) else 0.0
     stalled = [StalledStep(step=int(row.step), duration_ns=float(row.duration_ns),

@@ -102,4 +102,4 @@ def sample_parts(**kwargs):
 def sample_report(**kwargs):
     session, tables, findings = sample_parts(**kwargs)
     return build_report(session, tables, findings, table_docs=TABLE_DOCS,
-                        steps=report_steps(build_step_model(session), tables))
+                        steps=report_steps(build_step_model(session)))

@@ -205,7 +205,7 @@ def test_one_step_a_pause_stopped_is_set_apart_from_the_job_s_pace_and_said():
     assert times.unrecorded_step_ns == pytest.approx(np.mean(durations[1:47] + durations[48:]) * MS)
     timing = compute_tables(model.session, ["step_timing"])["step_timing"]
     assert timing.at["Dataloader", "unrecorded_avg_ns"] < 6.5 * MS, "the pause is not the loader's"
-    (stall,) = report_steps(model, {"step_timing": timing}).stalled
+    (stall,) = report_steps(model).stalled
     assert (stall.step, stall.duration_ns) == (54, 190 * MS) and stall.times_median == pytest.approx(23.2, abs=0.1)
 
 
