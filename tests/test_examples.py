@@ -4,7 +4,7 @@
   at a time, when a test first asks for it: started together they fought over the cores and
   a fixed timeout failed them all on a busy machine).
 - The scripts written as users write them (tokenize_dataset, char_features, in_memory_loop,
-  augment_loop, spawn_train, custom_collate, anomaly_left_on, loss_loop, masked_pooling, copied_threads) also run their fixes and print the step time they measured themselves.
+  augment_loop, spawn_train, custom_collate, anomaly_left_on, loss_loop, masked_pooling, copied_threads, hand_written_update) also run their fixes and print the step time they measured themselves.
 - odd_gemm's GEMM sizes miss multiples of 8 and aligned_gemm's are the same sizes
   rounded up to them, read from the models the scripts build.
 - benchmarks/collector_overhead.py runs its CPU rows and says the GPU rows need a GPU.
@@ -63,6 +63,8 @@ RUNS = {
     "loss_loop_vectorized": ["loss_loop.py", "--steps", "3", "--vectorized"],
     "masked_pooling": ["masked_pooling.py", "--steps", "3"],
     "masked_pooling_batched": ["masked_pooling.py", "--steps", "3", "--batched"],
+    "hand_written_update": ["hand_written_update.py", "--steps", "3"],
+    "hand_written_update_optimizer": ["hand_written_update.py", "--steps", "3", "--optimizer"],
     "copied_threads": ["copied_threads.py", "--steps", "3", "--batch-size", "32"],
     "copied_threads_cores": ["copied_threads.py", "--steps", "3", "--batch-size", "32", "--threads", "cores"],
     "spawn_train_gloo": ["spawn_train.py", "--steps", "3", "--gloo"],
@@ -81,7 +83,8 @@ RUNS = {
 }
 USERS_SCRIPTS = ["tokenize_dataset.py", "char_features.py", "in_memory_loop.py", "augment_loop.py", "spawn_train.py",
                  "custom_collate.py", "anomaly_left_on.py", "loss_loop.py", "json_records.py", "random_augment.py",
-                 "decode_and_flip.py", "masked_pooling.py", "copied_threads.py"]
+                 "decode_and_flip.py", "masked_pooling.py", "copied_threads.py",
+                 "hand_written_update.py"]
 
 
 OVERHEAD = "collector_overhead"

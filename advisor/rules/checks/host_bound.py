@@ -244,12 +244,25 @@ def _short(frame: str) -> str:
 # -- a script's CPU run: stack samples --------------------------------------------------------------
 
 # Library calls whose fix is not "vectorise it": what to do instead, with {where} the line.
+_PARAMETER_LOOP = (
+    "{where} walks the model's parameters outside the optimizer, an operator or two per parameter each step (a "
+    "hand-written update such as p -= lr * p.grad, a clipping, an average): for an update use torch.optim "
+    "(torch.optim.SGD(model.parameters(), lr=lr), fused=True on a CPU, foreach=True on a GPU), one call over every "
+    "parameter; for clipping torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True); for anything else the "
+    "torch._foreach_* operators (torch._foreach_add_(params, grads, alpha=-lr) under torch.no_grad()).")
+# Calls whose advice is the whole fix of the function that makes them.
+_IN_PLACE_CALLS = ("torch.nn.modules.module.parameters", "torch.nn.modules.module.named_parameters")
 _CALL_ADVICE = {
     "copy.deepcopy": ("copy.deepcopy at {where} copies the whole object (a model: every parameter and buffer, "
                       "with new tensors) each time it runs: make the copy once before the loop and update it in "
                       "place (an exponential moving average: torch._foreach_lerp_(ema_params, params, 1 - decay) "
                       "under torch.no_grad(), or torch.optim.swa_utils.AveragedModel(model, "
                       "multi_avg_fn=get_ema_multi_avg_fn(decay)))."),
+    # A loop over the parameters outside the optimizer: a hand-written update (p -= lr *
+    # p.grad), a clipping or an average, an operator or two per parameter each step. Work on
+    # the model's own tensors stays in the training process: no DataLoader can take it.
+    "torch.nn.modules.module.parameters": _PARAMETER_LOOP,
+    "torch.nn.modules.module.named_parameters": _PARAMETER_LOOP,
 }
 
 
@@ -362,10 +375,17 @@ def _from_samples(ctx: RuleContext, hotspots: pd.DataFrame) -> list[Finding]:
                       "instead of per sample in Python, or move it into a Dataset so DataLoader worker processes "
                       "run it while the model trains, or compute it once before training if it does not change.")
     called = _known_calls(rows, named)
+    remains = ("The step keeps the model's own work and what the work costs once vectorised (a few tensor calls "
+               "per batch) or, moved into DataLoader workers, nothing on the critical path while workers keep up.")
     if called:
         metrics["calls"] = [call for call, _ in called]
-        recommendation = " ".join(advice for _, advice in called) + " Elsewhere: " + recommendation[0].lower() \
-            + recommendation[1:]
+        told = " ".join(advice for _, advice in called)
+        # The general advice only where a named function makes none of the known calls:
+        # a parameter loop moved into a Dataset is advice no one can follow.
+        rest = len(called) < len(named) or any(call not in _IN_PLACE_CALLS for call, _ in called)
+        recommendation = told + (" Elsewhere: " + recommendation[0].lower() + recommendation[1:] if rest else "")
+        if not rest:
+            remains = "The step keeps the model's own work and the same work as a few calls over every parameter."
     # The autograd nodes the work outside the model made (a loss looped over the batch)
     # run in backward: the named work's share of them goes with it.
     backward = _backward_of_outside(ctx)
@@ -412,9 +432,7 @@ def _from_samples(ctx: RuleContext, hotspots: pd.DataFrame) -> list[Finding]:
         confidence=0.7,
         saving=saving(ctx, point, basis, low_ns=point * ctx.threshold("saving_low_share"),
                       high_ns=total + all_backward,
-                      remains="The step keeps the model's own work and what the work costs once vectorised "
-                              "(a few tensor calls per batch) or, moved into DataLoader workers, nothing on the "
-                              "critical path while workers keep up."),
+                      remains=remains),
         message=message,
         recommendation=recommendation,
         evidence=[e for e in evidence if e is not None],
