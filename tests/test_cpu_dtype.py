@@ -98,8 +98,29 @@ def test_fp32_on_an_amx_cpu_is_named_where_calibration_measured_bf16_faster():
     assert found is not None and "calibrated matmul peaks" in found.message
     assert found.metrics["fp32_with_bf16_units"] and "torch.autocast(\"cpu\", dtype=torch.bfloat16)" in \
         found.recommendation
-    # 65 ms of fp32 matrix work a step, 4x faster in bf16, a fifth of that given back to casts
-    assert found.saving.ms_per_step == pytest.approx(65 * 0.75 * 0.8, rel=0.05)
+    # 65 ms a step for a linear of 1.07 GFLOP on a CPU calibrated at 1 TFLOP/s: a kernel that
+    # slow is held up by something bf16 does not change, so only the 10.7 ms the FLOPs take at
+    # a tenth of the rate counts, 4x faster in bf16, less autocast's 30 us casts.
+    flops = 2 * 512 * 1024 * 1024
+    assert found.saving.ms_per_step == pytest.approx(flops / 1e11 * 1e3 * 0.75 - 0.03, rel=0.05)
+
+
+def test_matrix_calls_too_small_to_have_arithmetic_get_no_bf16_advice():
+    # A 32-wide layer: on a CPU with AMX, autocast made such a model's step 2-3x slower
+    # (its casts cost more than its matmuls); 1,024 calls of 64 kFLOP, 40 us each as recorded.
+    t = Trace()
+    for n in range(4):
+        base = n * 100.0
+        t.step(n, base, base + 100)
+        t.phase("Forward", base, base + 90)
+        for k in range(256):
+            t.op("aten::addmm", base + 1 + k * 0.3, base + 1.04 + k * 0.3,
+                 input_dims="[[32],[32,32],[32,32]]", input_types=FP32)
+    session = t.session(gpu_measured=False)
+    cpu = session.meta.devices[0]
+    cpu.properties.update({"cpu_features": AMX, "bf16_vs_fp32": 3.5, "autocast_ns_per_matrix_call": 8000.0,
+                           "fp32_matmul_flops": 8e10, "torch_threads": 1})
+    assert _finding(session) is None
 
 
 def test_fp32_on_an_amx_cpu_where_calibration_found_bf16_no_faster_is_not_a_finding():

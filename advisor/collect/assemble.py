@@ -71,7 +71,13 @@ def _host_device(notes: list[str] | None = None) -> DeviceInfo:
     why they are not used, is one of the notes."""
     from advisor.errors import AdvisorError  # noqa: PLC0415
     from advisor.knowledge.calibrate import calibration_path, load_calibration  # noqa: PLC0415
-    from advisor.knowledge.cpu import cpu_features, judge_calibration, probe_bf16_ratio, this_processor  # noqa: PLC0415
+    from advisor.knowledge.cpu import (  # noqa: PLC0415
+        cpu_features,
+        judge_calibration,
+        probe_autocast,
+        probe_bf16_ratio,
+        this_processor,
+    )
 
     name = platform.processor() or platform.machine() or "host CPU"
     features = cpu_features()
@@ -84,6 +90,9 @@ def _host_device(notes: list[str] | None = None) -> DeviceInfo:
         ratio = probe_bf16_ratio(torch)
         if ratio is not None:
             device.properties["bf16_vs_fp32"] = ratio
+            autocast = probe_autocast(torch) if ratio > 1 else None
+            if autocast is not None:
+                device.properties.update(autocast)
     if torch is not None and hasattr(torch, "get_num_threads"):
         device.properties.update(_threads(torch))
     try:

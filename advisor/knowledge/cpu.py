@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CpuFeatures", "CalibrationVerdict", "cpu_features", "judge_calibration", "probe_bf16_ratio",
+__all__ = ["CpuFeatures", "CalibrationVerdict", "cpu_features", "judge_calibration", "probe_autocast", "probe_bf16_ratio",
            "promised_fp32_flops"]
 
 # Flags that decide a dtype's matmul speed (as /proc/cpuinfo spells them).
@@ -139,6 +139,48 @@ def this_processor() -> str:
 
 PROBE_N = 256  # the probe's square matmul: large enough for the vector units, small enough to be quick
 PROBE_SECONDS = 0.02  # per dtype
+
+
+PROBE_TINY = 16  # the autocast probe's linear layer: all dispatch, no arithmetic to speak of
+PROBE_CALLS = 200
+
+
+def probe_autocast(torch: Any) -> dict[str, float] | None:
+    """What bf16 autocast costs a matrix call on this CPU beyond its arithmetic, and fp32's
+    matmul rate, one thread each, timed on the thread's CPU clock after the user's script:
+    ``{"autocast_ns_per_matrix_call": ..., "fp32_matmul_flops": ...}``. A linear layer too
+    small to have arithmetic runs forward and backward (three matrix calls) with autocast and
+    without; the difference over the calls is the casts' and autocast's dispatch, which a
+    matrix call pays whatever its size. None where torch cannot run it."""
+    try:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            layer = torch.nn.Linear(PROBE_TINY, PROBE_TINY)
+            x = torch.randn(PROBE_TINY, PROBE_TINY)
+            spent = {}
+            for amp in (False, True, False, True):
+                start = time.thread_time()
+                for _ in range(PROBE_CALLS):
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+                        out = layer(x)
+                    out.float().sum().backward()
+                spent[amp] = min(spent.get(amp, float("inf")), time.thread_time() - start)
+            a = torch.randn(PROBE_N, PROBE_N)
+            a @ a
+            runs, start = 0, time.thread_time()
+            while True:
+                a @ a
+                runs += 1
+                took = time.thread_time() - start
+                if took >= PROBE_SECONDS or runs >= 10_000:
+                    break
+        finally:
+            torch.set_num_threads(threads)
+    except Exception:  # noqa: BLE001  (a probe that cannot run costs the figure, never the run)
+        return None
+    per_call = max(spent[True] - spent[False], 0.0) / (3 * PROBE_CALLS) * 1e9
+    return {"autocast_ns_per_matrix_call": per_call, "fp32_matmul_flops": 2 * PROBE_N ** 3 * runs / max(took, 1e-9)}
 
 
 def probe_bf16_ratio(torch: Any) -> float | None:

@@ -156,6 +156,10 @@ def _usable_cores(cpu: DeviceInfo | None) -> float:
                        "recorded).",
         "bf16_vs_fp32": "cpu: bf16 matmul throughput over fp32 on this CPU, from a short one-thread probe after the "
                         "run (NaN: not probed); under 1, bf16 is the slower.",
+        "autocast_ns_per_matrix_call": "cpu: what bf16 autocast's casts cost a matrix call beyond its arithmetic, "
+                                       "forward and backward, from a probe of a tiny linear layer after the run, "
+                                       "one thread, ns (NaN: not probed; probed where bf16 is the faster).",
+        "fp32_matmul_flops": "cpu: fp32 matmul FLOP/s on one thread, from the same probe (NaN: not probed).",
         "torch_threads": "cpu: torch's operator threads (torch.get_num_threads()) as the script left them (NaN: not "
                          "recorded, as in a trace from another profiler).",
         "probe_threads": "cpu: where torch_threads outnumbered usable_cores, the thread count the probe set against "
@@ -229,7 +233,7 @@ def device_table(f: Facts) -> pd.DataFrame:
     out["kernel_utilization"] = f.ratio(out["kernel_busy_ns"].astype("float64"), f.window_ns)
     for column in ("sm_count", "memory_bytes", "memory_bandwidth_gbps", "process_cpu_cores", "process_cpu_utilization",
                    "system_cpu_utilization", "peak_rss_bytes", "logical_cores", "usable_cores",
-                   "bf16_vs_fp32", "torch_threads", "probe_threads", "threads_speedup", *(f"peak_{dtype}_flops_per_s" for dtype in CALIBRATED_DTYPES)):
+                   "bf16_vs_fp32", "autocast_ns_per_matrix_call", "fp32_matmul_flops", "torch_threads", "probe_threads", "threads_speedup", *(f"peak_{dtype}_flops_per_s" for dtype in CALIBRATED_DTYPES)):
         out[column] = pd.to_numeric(out.get(column), errors="coerce")
     if not f.gpu_measured:
         with_notes(out, f.gpu_not_measured_note)
@@ -261,6 +265,9 @@ def _cpu_dtypes(cpu: DeviceInfo | None) -> dict:
              for dtype in CALIBRATED_DTYPES}
     probed = (cpu.properties if cpu is not None else {}).get("bf16_vs_fp32")
     peaks["bf16_vs_fp32"] = float(probed) if isinstance(probed, (int, float)) and probed > 0 else np.nan
+    for name in ("autocast_ns_per_matrix_call", "fp32_matmul_flops"):
+        figure = (cpu.properties if cpu is not None else {}).get(name)
+        peaks[name] = float(figure) if isinstance(figure, (int, float)) and figure > 0 else np.nan
     if not features.known:
         return {"cpu_features": "", "native_bf16": None, "native_fp16": None, **peaks}
     return {"cpu_features": " ".join(sorted(features.flags)), "native_bf16": features.native_bf16,

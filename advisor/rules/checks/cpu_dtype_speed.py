@@ -156,8 +156,10 @@ def _fp32_with_bf16_units(ctx: RuleContext, cpu: pd.Series, fp32: pd.DataFrame, 
         speedup = ctx.threshold("assumed_amx_speedup")
         source = f"an assumed {speedup:g}x (`advisor calibrate` measures this CPU's)"
         confidence = 0.4
-    # Only the matrix math speeds up; the casts autocast adds cost a share of it back.
-    saved = took * (1 - 1 / speedup) * (1 - ctx.threshold("cast_share"))
+    # Only the matrix math speeds up, and autocast costs every matrix call its casts (of the
+    # weight, the input, the gradients back): a call too small to have arithmetic to speak
+    # of gets slower, not faster.
+    saved, per_call = _bf16_saving(ctx, cpu, fp32, speedup, peaks, steps)
     share = saved / ctx.run_step_ns if ctx.run_step_ns > 0 else 0.0
     if share < ctx.threshold("min_share"):
         return None
@@ -169,8 +171,9 @@ def _fp32_with_bf16_units(ctx: RuleContext, cpu: pd.Series, fp32: pd.DataFrame, 
         title=ctx.spec.title,
         severity=severity_by_share(ctx, share),
         confidence=confidence,
-        saving=saving(ctx, saved, f"the fp32 matrix ops {speedup:.3g}x faster in bf16 ({source}), less the casts",
-                      low_ns=saved / 2, high_ns=took * (1 - 1 / speedup),
+        saving=saving(ctx, saved, f"each fp32 matrix call's arithmetic {speedup:.3g}x faster in bf16 ({source}), "
+                                  f"less the {ms(per_call)} autocast's casts cost a call",
+                      low_ns=saved / 2, high_ns=max(took * (1 - 1 / speedup), saved),
                       remains="the matrix work in bf16 and the casts autocast adds"),
         message=(f"{len(fp32)} matrix op shapes run in fp32 ({ms(took)} a step, {pct(took / ctx.run_step_ns)} of it) "
                  f"on a CPU whose AMX / AVX512-BF16 units run bf16 matmuls faster (flags: {flags}): "
@@ -185,6 +188,36 @@ def _fp32_with_bf16_units(ctx: RuleContext, cpu: pd.Series, fp32: pd.DataFrame, 
         metrics={"dtype": "fp32", "matrix_ns_per_step": took, "speedup": speedup, "rate_source": source,
                  "fp32_with_bf16_units": True},
     )
+
+
+def _bf16_saving(ctx: RuleContext, cpu: pd.Series, fp32: pd.DataFrame, speedup: float, peaks: dict[str, float],
+                 steps: int) -> tuple[float, float]:
+    """What bf16 autocast saves a step on the fp32 matrix calls, and what it costs a call.
+    A call's kernel is its measured time less a dispatch (``matrix_dispatch_us``), and never
+    longer than its FLOPs at a tenth of the CPU's fp32 rate (``min_rate_share``: a call that
+    slow is held up by something bf16 does not change); the kernel runs ``speedup`` times
+    faster, and each call pays autocast's casts (the collector's probe, at least
+    ``autocast_call_us``). Calls that lose count against it."""
+    per_call = max(_number(cpu, "autocast_ns_per_matrix_call"), ctx.threshold("autocast_call_us") * 1e3)
+    if "fp32" in peaks:
+        rate = peaks["fp32"]  # calibrated, on the machine's cores
+    else:
+        rate = _number(cpu, "fp32_matmul_flops") or ctx.threshold("cpu_fp32_gflops_per_thread") * 1e9
+        threads = _number(cpu, "torch_threads") or 1.0
+        rate *= max(min(threads, _number(cpu, "usable_cores") or threads), 1.0)
+    calls = fp32["calls"].astype(float).to_numpy()
+    measured = fp32["measured_ns"].astype(float).to_numpy() / calls.clip(min=1)
+    slowest = fp32["flops"].astype(float).fillna(0.0).to_numpy() / calls.clip(min=1) \
+        / (rate * ctx.threshold("min_rate_share")) * 1e9
+    kernel = (measured - ctx.threshold("matrix_dispatch_us") * 1e3).clip(min=0.0)
+    kernel = kernel.clip(max=slowest)
+    saved = float(((kernel * (1 - 1 / speedup) - per_call) * calls).sum()) / steps
+    return max(saved, 0.0), per_call
+
+
+def _number(cpu: pd.Series, name: str) -> float:
+    value = cpu.get(name)
+    return float(value) if value is not None and not pd.isna(value) and float(value) > 0 else 0.0
 
 
 def _probed(cpu: pd.Series) -> float | None:
