@@ -226,6 +226,43 @@ def test_a_calibration_from_a_busy_machine_is_refused_and_said(stored, monkeypat
     assert "not used" in said and "1.05 GFLOP/s" in said and "load 3.5 a core" in said and "busy" in said
 
 
+def test_a_calibration_under_load_is_refused_whatever_it_measured(stored, monkeypatch):
+    """Under a load of 3 a core the figures are a share of the machine, however plausible
+    they look beside the CPU's vector units."""
+    from advisor.knowledge import cpu
+
+    monkeypatch.setattr(cpu, "promised_fp32_flops", lambda features, cores: 1e11)
+    device, notes = _host_with(stored, 4e10, load_per_core=3.0)
+    assert device.peak_flops == {}
+    said = next(n for n in notes if str(stored) in n)
+    assert "not used" in said and "under load 3.0 a core" in said and "advisor calibrate" in said
+
+
+def test_a_calibration_with_another_torch_is_refused(stored, monkeypatch):
+    from advisor.knowledge import cpu
+    from advisor.knowledge.calibrate import load_calibration
+
+    monkeypatch.setattr(cpu, "promised_fp32_flops", lambda features, cores: 1e11)
+    _host_with(stored, 4e10)
+    calibration = load_calibration()
+    entry = calibration.device("cpu").model_copy(update={"torch_version": "1.13.1"})
+    save_calibration(calibration.model_copy(update={"devices": [entry]}))
+    from advisor.collect.assemble import _host_device
+
+    notes: list[str] = []
+    device = _host_device(notes)
+    assert device.peak_flops == {}
+    assert any("with torch 1.13.1" in n and "not used" in n for n in notes)
+
+
+def test_a_session_without_a_calibration_says_when_that_was(stored):
+    from advisor.collect.assemble import _host_device
+
+    notes: list[str] = []
+    _host_device(notes)
+    assert any("had not measured this machine's peaks when this was recorded" in n for n in notes)
+
+
 def test_a_calibration_from_another_machine_is_refused(stored):
     device, notes = _host_with(stored, 4e10, processor="Some Other CPU 9000", logical_cores=96)
     assert device.peak_flops == {}

@@ -105,7 +105,9 @@ def _host_device(notes: list[str] | None = None) -> DeviceInfo:
     if measured is not None and measured.matmul_flops:
         verdict = judge_calibration(calibration_path(), calibration.machine, measured.measured,
                                     dict(measured.matmul_flops), features=features,
-                                    cores=usable_cores() or os.cpu_count() or 1, processor=this_processor())
+                                    cores=usable_cores() or os.cpu_count() or 1, processor=this_processor(),
+                                    torch_version=measured.torch_version,
+                                    this_torch=str(getattr(torch, "__version__", "")) if torch is not None else "")
         if notes is not None:
             notes.append(verdict.said)
         device.properties["calibration"] = {"used": verdict.use, "said": verdict.said}
@@ -114,7 +116,8 @@ def _host_device(notes: list[str] | None = None) -> DeviceInfo:
             if measured.memory_bandwidth:
                 device.memory_bandwidth_gbps = measured.memory_bandwidth / 1e9
     elif notes is not None:
-        notes.append("no CPU roofline: `advisor calibrate` has not measured this machine's peaks")
+        notes.append("no CPU roofline: `advisor calibrate` had not measured this machine's peaks when this was "
+                     "recorded")
     return device
 
 

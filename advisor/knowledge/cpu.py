@@ -33,6 +33,10 @@ KEPT_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "am
 # A calibrated fp32 peak below this share of what the vector units promise was measured on
 # a busy machine (or is otherwise wrong): advice sized from it would be wrong too.
 PLAUSIBLE_SHARE = 0.05
+# A calibration measured while other processes kept this many runnable threads a core or
+# more measured a share of the machine, not its peaks (the load average counts the
+# calibration's own threads too, at most one a core).
+MAX_CALIBRATION_LOAD = 1.5
 ASSUMED_GHZ = 2.0  # a conservative clock for the promise: most server cores run faster
 
 
@@ -102,9 +106,12 @@ class CalibrationVerdict:
 
 
 def judge_calibration(path: Path, machine: dict[str, Any], measured: str, matmul_flops: dict[str, float],
-                      *, features: CpuFeatures, cores: float, processor: str) -> CalibrationVerdict:
-    """Whether a calibration's CPU peaks hold for this machine, and one line naming the
-    file, the date, the machine and the load they were measured under."""
+                      *, features: CpuFeatures, cores: float, processor: str, torch_version: str = "",
+                      this_torch: str = "") -> CalibrationVerdict:
+    """Whether a calibration's CPU peaks hold for this run, and one line naming the file,
+    the date, the machine and the load they were measured under: not from another machine,
+    not under load (``MAX_CALIBRATION_LOAD``), not with another torch's kernels, and not
+    implausibly low for this CPU's vector units."""
     when = measured.replace("T", " ").replace("+00:00", " UTC")
     load = machine.get("load_per_core")
     under = f", load {float(load):.1f} a core" if isinstance(load, (int, float)) else ""
@@ -116,6 +123,15 @@ def judge_calibration(path: Path, machine: dict[str, Any], measured: str, matmul
         return CalibrationVerdict(False, (
             f"CPU peaks in {path} not used: measured {when} on another machine ({theirs or '?'}, {their_cores} "
             f"logical cores; this is {processor or '?'}, {os.cpu_count()}); run `advisor calibrate` here"))
+    again = "run `advisor calibrate` again when the machine is quiet"
+    if isinstance(load, (int, float)) and load >= MAX_CALIBRATION_LOAD:
+        return CalibrationVerdict(False, (
+            f"CPU peaks in {path} not used: measured {when} under load {float(load):.1f} a core (other processes "
+            f"held the cores, so {figures} is a share of this machine, not its peaks); {again}"))
+    if torch_version and this_torch and _minor(torch_version) != _minor(this_torch):
+        return CalibrationVerdict(False, (
+            f"CPU peaks in {path} not used: measured {when} with torch {torch_version}, whose matmul kernels "
+            f"this run's torch {this_torch} does not share; run `advisor calibrate` again"))
     promise = promised_fp32_flops(features, cores)
     if fp32 and promise and fp32 < PLAUSIBLE_SHARE * promise:
         return CalibrationVerdict(False, (
@@ -123,6 +139,11 @@ def judge_calibration(path: Path, machine: dict[str, Any], measured: str, matmul
             f"{PLAUSIBLE_SHARE:.0%} of the {promise / 1e9:.0f} GFLOP/s this CPU's {features.describe()} on {cores:g} "
             "cores promise: measured on a busy machine? run `advisor calibrate` again when it is quiet"))
     return CalibrationVerdict(True, f"CPU peaks from {path}, measured {when} on this machine{under}: {figures}")
+
+
+def _minor(version: str) -> str:
+    """'2.13' of '2.13.0+cpu'."""
+    return ".".join(version.split("+")[0].split(".")[:2])
 
 
 def this_processor() -> str:
