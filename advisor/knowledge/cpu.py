@@ -24,8 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CpuFeatures", "CalibrationVerdict", "cpu_features", "judge_calibration", "probe_autocast", "probe_bf16_ratio",
-           "promised_fp32_flops"]
+__all__ = [
+    "CalibrationVerdict",
+    "CpuFeatures",
+    "cpu_features",
+    "judge_calibration",
+    "probe_autocast",
+    "probe_bf16_ratio",
+    "promised_fp32_flops",
+]
 
 # Flags that decide a dtype's matmul speed (as /proc/cpuinfo spells them).
 KEPT_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16",
