@@ -38,6 +38,9 @@ point within 0.67x..1.5x of the measured saving, and the measured saving inside 
     python benchmarks/savings.py                   # every pair this machine can run
     python benchmarks/savings.py --repeat 5 --pairs tokenize_dataset in_memory_loop
     python benchmarks/savings.py --json savings.json
+
+Each measured pair is added to the project's ledger, benchmarks/ledger.jsonl (--ledger,
+--no-ledger), which `advisor ledger benchmarks/ledger.jsonl` summarises per rule (docs/ledger.md).
 """
 
 from __future__ import annotations
@@ -439,6 +442,22 @@ def run_published(timeout_s: float) -> Result:
 
 # -- output ------------------------------------------------------------------------------------------
 
+LEDGER = REPO / "benchmarks" / "ledger.jsonl"
+
+
+def to_ledger(results: list[Result], path: Path) -> int:
+    """Each measured pair as a record of the project's ledger (advisor.verify.ledger)."""
+    from advisor.verify.ledger import LedgerEntry, append
+
+    entries = [LedgerEntry(rule=str(r.rule), source="savings", target=r.name, fix=r.fix, predicted_ms=r.point_ms,
+                           low_ms=r.low_ms, high_ms=r.high_ms, measured_ms=r.measured_ms,
+                           spread_ms=statistics.pstdev(r.measured) if len(r.measured) > 1 else None,
+                           before_ms=r.before_ms if r.before_ms == r.before_ms else None)
+               for r in results if not r.failed and r.measured and r.point_ms == r.point_ms and r.rule]
+    append(entries, path)
+    return len(entries)
+
+
 def render(results: list[Result]) -> str:
     header = ("pair", "rule (top?)", "fix", "before -> after ms/step", "predicted ms [range]", "measured ms",
               "predicted/measured", "inside range", "combined ms (rules)")
@@ -473,6 +492,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure every script pair by running its fixed twin, also those advisor verify can "
                              "measure itself")
     parser.add_argument("--budget", type=float, default=240.0, help="advisor verify's --budget for a pair it measures")
+    parser.add_argument("--ledger", type=Path, default=LEDGER,
+                        help=f"add each measured pair to this ledger (default {LEDGER.relative_to(REPO)}; "
+                             "`advisor ledger FILE` summarises it)")
+    parser.add_argument("--no-ledger", action="store_true", help="do not add the results to a ledger")
     args = parser.parse_args(argv)
     wanted = set(args.pairs or [])
     results = []
@@ -485,6 +508,9 @@ def main(argv: list[str] | None = None) -> int:
     if not wanted or "published" in wanted:
         results.append(run_published(args.timeout))
     print(render(results))
+    if not args.no_ledger:
+        added = to_ledger(results, args.ledger)
+        print(f"savings: {added} pair(s) added to {args.ledger}", file=sys.stderr)
     if args.json:
         args.json.write_text(json.dumps([{**vars(r), "measured_ms": r.measured_ms, "ratio": r.ratio,
                                           "inside": r.inside} for r in results], indent=2))

@@ -9,6 +9,7 @@
     advisor timeline TARGET -o trace.json      the session as a Chrome / Perfetto trace, findings marked
     advisor compare BEFORE AFTER               two profiles side by side: what moved, which findings went
     advisor doctor [--gpu-checks]              can this machine collect; does the collector work on its GPU
+    advisor ledger [FILE...]                   how the promised savings held where verify measured them
     advisor mcp                                advisor's analyses as MCP tools, for coding agents (stdio)
 
 Options for advisor come before TARGET; everything after a script's path is the script's
@@ -38,6 +39,7 @@ from pathlib import Path
 
 from advisor._version import __version__
 from advisor.cli.doctor import add_doctor_parser, doctor_command
+from advisor.cli.ledger import add_ledger_parser, ledger_command
 from advisor.cli.job import add_job_options
 from advisor.cli.verify import VERIFY_HELP, add_verify_options, check_verify, verified
 from advisor.cli.rules import (
@@ -194,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_rules_parser(sub)
     add_doctor_parser(sub)
+    add_ledger_parser(sub)
     return parser
 
 
@@ -1152,6 +1155,8 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace, kept) ->
             return _compare(args)
         if args.command == "doctor":
             return doctor_command(args)
+        if args.command == "ledger":
+            return ledger_command(args)
         if args.command == "mcp":
             return _mcp()
     # Each failure is one line; where a run had collected a profile, the line says where it is.

@@ -127,9 +127,41 @@ def verified(args: argparse.Namespace, diagnosis: Any, chosen: Any, say: Any) ->
         out = verify_findings(findings, trials, script=str(args.target), args=list(args.script_args or []),
                               step_source=step_source, warmup=warmup, steps=steps, budget_s=left, say=say)
     except TrialsStopped as stopped:
+        _to_ledger(args, stopped.findings)
         _report_so_far(args, diagnosis, rank_by_measured(stopped.findings, leads), str(stopped))
         raise stopped.interrupt from None
+    _to_ledger(args, out)
     return rank_by_measured(out, leads)
+
+
+def _to_ledger(args: argparse.Namespace, findings: list[Any]) -> None:
+    """Each measured fix as a record of the ledger (advisor.verify.ledger): the promise and
+    what the trials measured. A ledger that cannot be written costs its records, said in
+    one line, never the report."""
+    from advisor.verify.ledger import LedgerEntry, append
+
+    target = " ".join([str(args.target), *(args.script_args or [])])
+    entries = []
+    for finding in findings:
+        done, promised = finding.verification, finding.saving
+        if done is None or promised is None:
+            continue
+        entries.append(LedgerEntry(
+            rule=finding.rule, source="verify", target=target, fix=done.applied,
+            predicted_ms=promised.ms_per_step, low_ms=promised.low_ms_per_step, high_ms=promised.high_ms_per_step,
+            measured_ms=done.measured_saving_ms_per_step,
+            spread_ms=(done.before_spread_ms ** 2 + done.after_spread_ms ** 2) ** 0.5,
+            before_ms=done.before_ms_per_step))
+    if not entries:
+        return
+    try:
+        path = append(entries)
+    except OSError as exc:
+        print(f"advisor: the ledger could not be written ({exc.strerror or exc}): this run's "
+              f"{len(entries)} measurement(s) are in the report only", file=sys.stderr)
+        return
+    print(f"advisor: {len(entries)} measurement(s) added to the ledger {path} (`advisor ledger` shows how "
+          "advisor's savings held)", file=sys.stderr)
 
 
 def _steps_the_script_ran(meta: Any) -> int | None:
