@@ -24,7 +24,7 @@ import pandas as pd
 from advisor.reports.build import build_report
 from advisor.reports.report import (CombinedSaving, PeriodicSteps, Report, SetApartSpan, StalledStep, StepSummary,
                                    Window)
-from advisor.rules.engine import Combined, EngineResult, run_rules
+from advisor.rules.engine import Combined, EngineResult, combined_estimate, run_rules
 from advisor.session import Session
 from advisor.session.busy import busy_share
 from advisor.step import StepModel, build_step_model
@@ -151,6 +151,17 @@ def report_steps(model: StepModel) -> StepSummary:
     return StepSummary(count=len(steps), numbers=[int(n) for n in steps["step"]] if len(steps) else [],
                        mean_step_ns=times.recorded_step_ns if len(steps) else None, unrecorded_steps=unrecorded,
                        unrecorded_mean_step_ns=times.unrecorded_step_ns, overhead_ratio=overhead, stalled=stalled)
+
+
+def with_verified(diagnosis: Diagnosis, findings: list[Any]) -> Report:
+    """The report with the findings as `advisor verify` left them (measured, ranked by what
+    was measured) and every fix at once replayed again without the fixes the trials measured
+    slower: a combined estimate that keeps a fix known to cost time promises what no one
+    will see."""
+    kept = [f for f in findings if f.verification is None or f.verification.measured_saving_ms_per_step > 0]
+    combined = combined_estimate(diagnosis.model, kept) if len(kept) < len(findings) else diagnosis.result.combined
+    return diagnosis.report.model_copy(update={"findings": findings,
+                                               "combined": _combined(combined, diagnosis.model)})
 
 
 def _combined(combined: Combined | None, model: StepModel) -> CombinedSaving | None:

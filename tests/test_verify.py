@@ -394,3 +394,23 @@ def test_a_dataloader_fix_is_timed_after_its_workers_prefetched_batches():
     assert FixPlan("dataloader", {"num_workers": 16}).trial_steps(2, 20) == (33, 32)
     assert FixPlan("dataloader", {"pin_memory": True}).trial_steps(2, 20) == (2, 20)
     assert FixPlan("tf32").describe().endswith("(changes numerics)")
+
+
+def test_every_fix_at_once_leaves_out_a_fix_verify_measured_slower():
+    from advisor.diagnosis import diagnose, with_verified
+    from advisor.findings import Verification
+    from advisor.importers.loader import load
+    from tests.builders import REPO
+
+    diagnosis = diagnose(load(REPO / "cases" / "cpu_masked_pooling" / "session"))
+    assert {"batch-loop-in-model", "optimizer-not-fused"} <= set(diagnosis.report.combined.rules)
+    slower = Verification(applied="optimizer foreach=False, fused=True", before_ms_per_step=8.0,
+                          after_ms_per_step=9.0, measured_saving_ms_per_step=-1.0, inside_range=False,
+                          clear_of_noise=True, trials=3, steps_timed=20)
+    findings = [f.model_copy(update={"verification": slower}) if f.rule == "optimizer-not-fused" else f
+                for f in diagnosis.findings]
+    report = with_verified(diagnosis, findings)
+    assert "optimizer-not-fused" not in report.combined.rules and "batch-loop-in-model" in report.combined.rules
+    assert report.combined.ms_per_step < diagnosis.report.combined.ms_per_step
+    unchanged = with_verified(diagnosis, list(diagnosis.findings))
+    assert unchanged.combined == diagnosis.report.combined

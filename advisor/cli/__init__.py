@@ -598,7 +598,9 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
             if findings is None:  # --dry-run: the trials listed
                 kept.done()
                 return 0
-            report = report.model_copy(update={"findings": findings})
+            from advisor.diagnosis import with_verified
+
+            report = with_verified(diagnosis, findings)
     from advisor.cli.progress import progress_bar
     from advisor.reports import render
 

@@ -83,7 +83,8 @@ def _finding(ctx: RuleContext, key: str, row, extents, nodes) -> Finding | None:
     def fix(kept: float, what: str) -> Fix:
         return Fix(what, host_spans=((extents, kept),) + (((nodes, kept),) if len(nodes) else ()))
 
-    found = replayed(ctx, fix(keep, "the loop batched"),
+    batched = fix(keep, "the loop batched")
+    found = replayed(ctx, batched,
                      "the step replayed with the loop's forward time and its autograd nodes' backward time cut to "
                      f"what one pass over the batch keeps ({pct(keep)} of them: its operators called "
                      f"{ctx.threshold('keep_ops'):.0f} times, not once a row, and their arithmetic)",
@@ -139,7 +140,7 @@ def _finding(ctx: RuleContext, key: str, row, extents, nodes) -> Finding | None:
         evidence=evidence,
         metrics={"rows": rows, "body_ops_per_row": float(row["body_ops_per_row"]), "kept_share": keep,
                  "loop": key},
-    )
+    ).with_fix(batched)
 
 
 def _advice(body: str) -> str:

@@ -39,7 +39,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         return Fix(what, host_spans=tuple((where, min(max(1.0 - (1.0 - kept) * scale, 0.0), 1.0))
                                           for where, kept in spans))
 
-    found = replayed(ctx, fix(1.0, f"{cores:.0f} operator threads"),
+    fewer = fix(1.0, f"{cores:.0f} operator threads")
+    found = replayed(ctx, fewer,
                      f"the step replayed with each operator's time cut to the share a probe of adds and matmuls at "
                      f"{threads:.0f} and at {cores:.0f} threads kept, read at the operator's own length",
                      low=fix(0.5, "half the probe's saving"), high=fix(1.5, "half as much again"),
@@ -86,4 +87,4 @@ def check(ctx: RuleContext) -> list[Finding]:
             row_evidence("cpu_threads", table, str(top), "saved_ns_per_step", "the operator fewer threads speed up most"),
         ) if e is not None],
         metrics={"torch_threads": threads, "cores": cores, "fix_threads": int(cores)},
-    )]
+    ).with_fix(fewer)]
