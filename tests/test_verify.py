@@ -414,3 +414,25 @@ def test_every_fix_at_once_leaves_out_a_fix_verify_measured_slower():
     assert report.combined.ms_per_step < diagnosis.report.combined.ms_per_step
     unchanged = with_verified(diagnosis, list(diagnosis.findings))
     assert unchanged.combined == diagnosis.report.combined
+
+
+def test_the_budget_bounds_the_trials_a_pair_that_would_not_end_in_time_is_not_started():
+    """Pairs of 0.6 s in a budget of 1.5 s: the second would end past it, so it never starts;
+    a pair was started whenever any time at all was left, and ran 15-40 s past --budget."""
+    import time as clock
+
+    finding = _finding("loader", ms=10.0)
+    trial = Trial(0, "loader", FixPlan("dataloader", {"num_workers": 1}))
+    timeouts = []
+
+    def run(plan, timeout_s):
+        timeouts.append(timeout_s)
+        clock.sleep(0.3)
+        return {"durations_ns": [int((10.0 if plan["fixes"] else 20.0) * 1e6)] * 3, "ended": "stopped"}
+
+    start = clock.monotonic()
+    [out] = verify_findings([finding], [trial], script="x.py", args=[], step_source=None, warmup=0, steps=3,
+                            budget_s=1.0, say=lambda line: None, run=run)
+    assert clock.monotonic() - start <= 1.0 + 0.3  # at most one run's lag on a slow machine
+    assert out.verification is not None and out.verification.trials == 1
+    assert all(t <= 1.0 for t in timeouts), "no run may take longer than what is left of the budget"

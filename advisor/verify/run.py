@@ -102,7 +102,8 @@ def verify_findings(findings: list[Finding], trials: list[Trial], *, script: str
         finding = out[trial.index]
         try:
             verification = _measure(trial, finding, script=script, args=args, step_source=step_source,
-                                    warmup=warmup, steps=steps, until=time.monotonic() + share, say=say, run=run,
+                                    warmup=warmup, steps=steps, until=time.monotonic() + share, deadline=deadline,
+                                    say=say, run=run,
                                     label=f"fix {k + 1} of {len(measurable)}")
         except TrialFailed as failed:
             out[trial.index] = finding.model_copy(update={"not_verified": NotVerified(reason=str(failed))})
@@ -138,7 +139,7 @@ class TrialFailed(Exception):
 
 
 def _measure(trial: Trial, finding: Finding, *, script: str, args: list[str], step_source: str | None,
-             warmup: int, steps: int, until: float, say: Callable[[str], None],
+             warmup: int, steps: int, until: float, deadline: float, say: Callable[[str], None],
              run: Callable[[dict[str, Any], float], dict[str, Any]], label: str) -> Verification:
     fix = trial.fix
     assert fix is not None
@@ -147,21 +148,30 @@ def _measure(trial: Trial, finding: Finding, *, script: str, args: list[str], st
     before: list[float] = []
     after: list[float] = []
     timed = steps
+    pair_s = 0.0  # how long the last pair of runs took: the next is not started where it would not end in time
     while len(before) < MAX_PAIRS:
-        left = until - time.monotonic()
-        if before and left <= 0:
+        now = time.monotonic()
+        left = until - now
+        if before and left < pair_s:
             break
+        if deadline - now <= 0:
+            raise TrialFailed("not measured: verify's budget ran out before the first trial of this fix")
         say(f"verify {label}: {trial.rule} ({fix.describe()}): trial {len(before) + 1} of at most {MAX_PAIRS}, "
             f"{max(left, 0):.0f} s of its budget left")
-        timeout = max(left, 60.0)
         # Alternate which runs first, so a drift of the machine falls on both alike.
         order = [("before", []), ("after", [fix.as_data()])]
         if len(before) % 2:
             order.reverse()
         means = {}
+        out_of_time = False
         for side, fixes in order:
-            result = run({**base, "fixes": fixes}, timeout)
+            # A run may take what is left of the whole budget (the first pair of a fix can
+            # need more than its share), never more: the budget bounds the command.
+            result = run({**base, "fixes": fixes}, max(deadline - time.monotonic(), 1.0))
             durations = result.get("durations_ns") or []
+            if not durations and before and time.monotonic() >= deadline - 1.0:
+                out_of_time = True  # the budget ended this pair: the pairs before it stand
+                break
             if not durations:
                 raise TrialFailed(f"the trial {'with' if fixes else 'without'} the fix timed no step "
                                   f"({result.get('error') or result.get('ended', 'no steps')})")
@@ -171,8 +181,11 @@ def _measure(trial: Trial, finding: Finding, *, script: str, args: list[str], st
                                   "make the change the finding recommends by hand and compare the runs")
             timed = min(timed, len(durations))
             means[side] = statistics.fmean(durations) / 1e6
+        if out_of_time:
+            break
         before.append(means["before"])
         after.append(means["after"])
+        pair_s = time.monotonic() - now
         if len(before) >= MIN_PAIRS and _clear(before, after):
             break
     differences = [b - a for b, a in zip(before, after)]
