@@ -78,6 +78,9 @@ class Combined:
     after_ns: float  # the step with every fix applied
     rules: tuple[str, ...]  # the findings whose fixes it applies, in rank order
     beside_ns: float = 0.0  # of before_ns: work beside the steady steps (run every N steps), spread over them
+    # The replay started from the job's step as a fix's base states it (advisor's own cost
+    # in the recorded run taken out), not the step the report measured.
+    based: bool = False
 
     @property
     def saved_ns(self) -> float:
@@ -289,7 +292,7 @@ def combined_estimate(model: StepModel | None, findings: list[Finding]) -> Combi
     fix = combine([f._fix for f in chosen])
     replayed = what_if(model.graph, fix)
     return Combined(replayed.before_ns, replayed.after_ns, tuple(dict.fromkeys(f.rule for f in chosen)),
-                    fix.beside_ns)
+                    fix.beside_ns, based=fix.base is not None)
 
 
 def _with_symptoms(findings: list[Finding]) -> list[Finding]:
