@@ -218,6 +218,7 @@ class Result:
     failed: str = ""
     combined_ms: float | None = None  # the report's combined estimate (every finding's fix at once)
     combined_rules: tuple[str, ...] = ()
+    load_per_core: float | None = None  # the machine's load when the pair was measured
 
     @property
     def measured_ms(self) -> float:
@@ -445,6 +446,12 @@ def run_published(timeout_s: float) -> Result:
 LEDGER = REPO / "benchmarks" / "ledger.jsonl"
 
 
+def load_per_core() -> float | None:
+    from advisor.verify.ledger import load_per_core as load
+
+    return load()
+
+
 def to_ledger(results: list[Result], path: Path) -> int:
     """Each measured pair as a record of the project's ledger (advisor.verify.ledger)."""
     from advisor.verify.ledger import LedgerEntry, append
@@ -452,7 +459,8 @@ def to_ledger(results: list[Result], path: Path) -> int:
     entries = [LedgerEntry(rule=str(r.rule), source="savings", target=r.name, fix=r.fix, predicted_ms=r.point_ms,
                            low_ms=r.low_ms, high_ms=r.high_ms, measured_ms=r.measured_ms,
                            spread_ms=statistics.pstdev(r.measured) if len(r.measured) > 1 else None,
-                           before_ms=r.before_ms if r.before_ms == r.before_ms else None)
+                           before_ms=r.before_ms if r.before_ms == r.before_ms else None,
+                           load_per_core=r.load_per_core)
                for r in results if not r.failed and r.measured and r.point_ms == r.point_ms and r.rule]
     append(entries, path)
     return len(entries)
@@ -503,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         if not wanted or pair.name in wanted:
             print(f"savings: {pair.name} ...", file=sys.stderr, flush=True)
             results.append(run_pair(pair, args))
+            results[-1].load_per_core = load_per_core()
     if not wanted or "trace" in wanted:
         results.append(run_trace_pair(args.timeout))
     if not wanted or "published" in wanted:

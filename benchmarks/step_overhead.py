@@ -21,6 +21,12 @@ the host collector (torch.profiler under advisor's hooks) the same way.
     python benchmarks/step_overhead.py                          # the default scripts
     python benchmarks/step_overhead.py --scripts examples/small_batch.py --steps 12
     python benchmarks/step_overhead.py --json out.json
+    python benchmarks/step_overhead.py --pace 5 --scripts examples/per_sample_loop.py
+
+--pace R measures the job's pace as advisor reports it: the steps advisor runs after the
+window without recording (its unrecorded steps, the pace every saving is sized on) against
+the same steps of the script run plain, in R alternated pairs of runs, and prints the
+ratio's min, median and max per script (1.00x: advisor's unrecorded steps are the job's).
 """
 
 from __future__ import annotations
@@ -146,6 +152,27 @@ def measure(script: str, args: list[str], steps: int, timeout_s: float, deadline
     return row
 
 
+def pace(script: str, args: list[str], steps: int, repeat: int, timeout_s: float) -> list[tuple[float, float]]:
+    """(plain ms, advisor unrecorded ms) per pair of runs, alternated: the plain run times
+    the steps advisor runs unrecorded (after the default window 2:7 and the step that
+    closes it)."""
+    first, last = 8, steps - 1  # the steps after the window's closing step, the last (cut short) left out
+    pairs = []
+    for k in range(repeat):
+        got: dict[str, float | None] = {}
+        for mode in (("plain", "advisor") if k % 2 == 0 else ("advisor", "plain")):
+            if mode == "plain":
+                done = subprocess.run([sys.executable, "-c", _CHILD, "plain", str(first), str(last - first), script,
+                                       *args], capture_output=True, text=True, cwd=REPO, timeout=timeout_s,
+                                      check=False)
+                got["plain"] = _median_ms(_durations(done.stdout))
+            else:
+                got["advisor"] = measure(script, args, steps, timeout_s, time.monotonic() + timeout_s).unrecorded_ms
+        if got.get("plain") and got.get("advisor"):
+            pairs.append((got["plain"], got["advisor"]))
+    return pairs
+
+
 def _ms(value: float | None, base: float | None = None) -> str:
     if value is None:
         return "-"
@@ -173,7 +200,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds allowed per process")
     parser.add_argument("--budget", type=float, default=1e9, help="seconds for the whole table; scripts left out after")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--pace", type=int, default=0, metavar="R",
+                        help="instead: advisor's unrecorded steps against the same steps plain, R alternated pairs")
     args = parser.parse_args(argv)
+    if args.pace:
+        steps = max(args.steps, 20)
+        print(f"advisor's unrecorded steps against the same steps plain ({steps} steps a run, {args.pace} alternated "
+              "pairs): ratio min / median / max, and the median ms of each")
+        for entry in args.scripts:
+            script, *extra = shlex.split(entry)
+            print(f"step_overhead: {entry} ...", file=sys.stderr, flush=True)
+            pairs = pace(script, [*extra, "--steps", str(steps)], steps, args.pace, args.timeout)
+            if not pairs:
+                print(f"{Path(script).name:<34} no pair timed")
+                continue
+            ratios = sorted(a / p for p, a in pairs)
+            print(f"{Path(script).name:<34} {ratios[0]:.2f}x / {statistics.median(ratios):.2f}x / {ratios[-1]:.2f}x"
+                  f"   plain {statistics.median(p for p, _ in pairs):.2f} ms, advisor "
+                  f"{statistics.median(a for _, a in pairs):.2f} ms")
+        return 0
     import torch
 
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"

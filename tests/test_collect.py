@@ -633,3 +633,34 @@ def test_compilation_is_said_on_a_cpu(tmp_path):
     said = [n for n in notes if n.startswith("torch.compile compiled")]
     assert said and "in step 0" in said[0] and "a one-off cost" in said[0], notes
     assert "compiled code ran in recorded steps" in said[0]
+
+
+def test_a_training_loop_keeps_global_module_hooks_only_inside_the_recorded_window(tmp_path):
+    """Every module's call hooked (torch's slow path for all of them) only while steps are
+    recorded; outside, only the modules that open a forward: the unrecorded steps are the
+    job's pace, the pace every saving is sized on."""
+    from advisor.collect.assemble import collect_script
+
+    seen = tmp_path / "seen.json"
+    script = write_script(
+        tmp_path,
+        f"""
+        import json
+        import torch
+        from torch import nn
+        from torch.nn.modules import module as module_mod
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        seen = {{}}
+        for step in range(14):
+            seen[step] = [len(module_mod._global_forward_pre_hooks), len(model._forward_pre_hooks)]
+            optimizer.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            optimizer.step()
+        json.dump(seen, open({str(seen)!r}, "w"))
+        """,
+    )
+    collect_script(script, [], gpu=False, sample_interval_s=None, stack_interval_s=None)
+    hooks = {int(k): v for k, v in json.loads(seen.read_text()).items()}
+    assert hooks[4][0] > 0, "inside the window (steps 2-6) every module's call is hooked"
+    assert hooks[12] == [0, 1], "after it only the model's own call"

@@ -92,6 +92,16 @@ class Range:
         self.token = token  # the GPU collector's id for the range, where one listens
 
 
+def _compiled_anything() -> bool:
+    """Whether torch.compile has compiled a frame in this process (Dynamo loaded and its
+    frame counter past zero): changing the module hooks then invalidates its guards."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    try:
+        return utils is not None and utils.counters["frames"]["total"] > 0
+    except Exception:  # noqa: BLE001  (a private counter that may change: assume it compiled)
+        return utils is not None
+
+
 def _weak(obj: Any) -> Any:
     try:
         return weakref.ref(obj)
@@ -227,6 +237,24 @@ class Steps:
                                    module.register_forward_hook(_forward_hook, always_call=True)]
         self._root_only = True
 
+    def _hooks_for(self, recorded: bool) -> None:
+        """A training loop's module hooks for the step opening: every module's call inside
+        the recorded window (a module that opens a forward there for the first time is
+        found), only the calls of the modules that opened one outside it, once they are
+        known. Global hooks send every module's call down torch's slow path: kept for the
+        whole run they made the steps timed as the job's own pace 15 % slower than the
+        script's (a small model's loop)."""
+        if self._result.step_source in (None, "forward"):
+            return  # an inference loop: forward_pre decides (top-only after ROOT_ONLY_AFTER calls)
+        if _compiled_anything():
+            return  # Dynamo guards on the hooks: a change would recompile the job's model
+        if recorded:
+            if self._root_only:
+                self._hook_every_module()
+        elif (not self._root_only and self._next_step > ROOT_ONLY_AFTER + 1
+              and 0 < len(self._top_modules) <= TOP_MODULES):
+            self._hook_top_only()
+
     def _unhook_modules(self) -> None:
         for handle in self._module_hooks:
             handle.remove()
@@ -273,6 +301,7 @@ class Steps:
         if self._listener is not None:
             self._listener.step_started(number)
         self._clock.step_opened(number, recorded=recorded)
+        self._hooks_for(recorded)
         name = f"{STEP_PREFIX}{number}"
         self._step = Range(name, recorder.enter(name), None, number, token=recorder.opened(name))
         if self._result.step_source == "forward":
@@ -399,9 +428,10 @@ class Steps:
             self._training_event()
         if result.batch_size is None and source in (None, "forward"):
             self._note_batch_size(args, "forward")
-        if result.step_source == "forward" and not self._root_only \
-                and len(self._top_modules) <= TOP_MODULES \
+        if not self._root_only and len(self._top_modules) <= TOP_MODULES \
                 and not any(ref() is module for ref in self._top_modules):
+            # The modules that open a forward (the model, a loss module): an inference loop
+            # hooks only them after a few calls, a training loop outside the recorded window.
             self._top_modules.append(_weak(module))
         if self._site_calls_left > 0:
             self._count_forward_site(frame)
