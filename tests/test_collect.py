@@ -660,7 +660,12 @@ def test_a_training_loop_keeps_global_module_hooks_only_inside_the_recorded_wind
         json.dump(seen, open({str(seen)!r}, "w"))
         """,
     )
-    collect_script(script, [], gpu=False, sample_interval_s=None, stack_interval_s=None)
+    # A process of its own: Dynamo's counters are the process's, and a test before this
+    # one that compiled in-process would keep the global hooks on (as they must be there).
+    done = subprocess.run([sys.executable, "-m", "advisor", "diagnose", "--format", "json", "-o",
+                           str(tmp_path / "r.json"), str(script)], capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert done.returncode == 0, done.stderr
     hooks = {int(k): v for k, v in json.loads(seen.read_text()).items()}
     assert hooks[4][0] > 0, "inside the window (steps 2-6) every module's call is hooked"
     assert hooks[12] == [0, 1], "after it only the model's own call"

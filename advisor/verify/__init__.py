@@ -6,4 +6,5 @@
             difference is clear of the noise or the budget is spent
     processes  a command that runs the script (a trial; verify itself, from the MCP server)
             started in a session of its own, and ended whole with what it started
+    ledger  every measured fix beside its promise, kept on disk; `advisor ledger` sums it up per rule
 """
