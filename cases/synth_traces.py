@@ -100,6 +100,12 @@ class Trace:
         self.events.append({"ph": "X", "cat": "kernel", "name": name, "pid": GPU, "tid": stream,
                             "ts": round(ts, 3), "dur": round(dur, 3), "args": args})
 
+    def copy(self, ts: float, dur: float, correlation: int, nbytes: int, *, stream: int = 7) -> None:
+        """A copy from pageable host memory to the device, launched by ``correlation``."""
+        self.events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": GPU,
+                            "tid": stream, "ts": round(ts, 3), "dur": dur,
+                            "args": {"device": GPU, "stream": stream, "correlation": correlation, "bytes": nbytes}})
+
     def launch(self, ts: float, name: str, kernel_start: float, kernel_dur: float, *, call_us: float = 5.0,
                stream: int = 7, op: str = "aten::add", tid: int = TID, **args) -> float:
         """An operator launching one kernel: the op, its launch call, the kernel; returns
@@ -431,9 +437,7 @@ def synth_wrapped_training() -> Trace:
         now += 8_010
         t.op("aten::to", now, 300)
         copy = t.runtime("cudaMemcpyAsync", now + 5, 280)
-        t.events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": GPU,
-                         "tid": 7, "ts": round(now + 10, 3), "dur": 260.0,
-                         "args": {"device": GPU, "stream": 7, "correlation": copy, "bytes": 4_194_304}})
+        t.copy(now + 10, 260.0, copy, 4_194_304)
         now += 310
     gpu = now
     for iteration in range(12):
@@ -529,9 +533,7 @@ def synth_gemm_benchmark() -> Trace:
         now += 150_010
         t.op("aten::to", now, 3_100)
         copy = t.runtime("cudaMemcpyAsync", now + 5, 3_050)
-        t.events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": GPU,
-                         "tid": 7, "ts": round(now + 20, 3), "dur": 3_000.0,
-                         "args": {"device": GPU, "stream": 7, "correlation": copy, "bytes": 33_570_818}})
+        t.copy(now + 20, 3_000.0, copy, 33_570_818)
         now += 3_110
     gpu = now
     for call in range(12):
@@ -563,9 +565,7 @@ def synth_serving_syncs() -> Trace:
     for _ in range(8):
         t.op("aten::copy_", now, 25_000)
         copy = t.runtime("cudaMemcpyAsync", now + 5, 24_900)
-        t.events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": GPU,
-                         "tid": 7, "ts": round(now + 10, 3), "dur": 24_800.0,
-                         "args": {"device": GPU, "stream": 7, "correlation": copy, "bytes": 268_435_456}})
+        t.copy(now + 10, 24_800.0, copy, 268_435_456)
         now += 25_010
     gpu = now
     for _ in range(12):

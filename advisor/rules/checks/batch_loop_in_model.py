@@ -18,16 +18,14 @@ forward and backward.
 from __future__ import annotations
 
 import math
-import re
 
-from advisor.findings import Evidence, Finding
-from advisor.rules.checks.common import pct, row_evidence, severity_by_share
+from advisor.findings import Finding
+from advisor.rules.checks.common import pct, row_evidence, severity_by_share, site_evidence
 from advisor.rules.registry import RuleContext, register
 from advisor.rules.savings import replayed
 from advisor.step.whatif import Fix
 from advisor.tables.batch_loops import loop_spans
 
-_SITE = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
 # Body operators that say which batched form fits.
 _REDUCTIONS = ("aten::mean", "aten::sum", "aten::max", "aten::amax", "aten::min", "aten::amin", "aten::norm",
                "aten::logsumexp", "aten::softmax", "aten::_softmax")
@@ -101,7 +99,8 @@ def _finding(ctx: RuleContext, key: str, row, extents, nodes) -> Finding | None:
     body = str(row["body"])
     op_name, _, rest = key.partition(" ")
     shape = rest.rpartition(" dim")[0]
-    site = _site(str(row["source"]))
+    site = site_evidence(str(row["source"]), "the loop",
+                         f"{int(row['source_samples'])} stack sample(s) inside the loop stopped here")
     where = f" at {site.file.rsplit('/', 1)[-1]}:{site.line}" if site is not None else ""
     each = "" if passes <= 1.05 else f" in each of {passes:.0f} forward passes"
     how = ("one row at a time with " + ("torch.unbind (for row in h)" if op_name == "aten::unbind"
@@ -118,9 +117,7 @@ def _finding(ctx: RuleContext, key: str, row, extents, nodes) -> Finding | None:
                      + (f" and its nodes {pct(node_ns / recorded)} in backward" if node_ns else "") + ".")
     message += " The same arithmetic over the whole batch is a few operators and a few nodes."
     evidence = [e for e in (
-        Evidence(kind="source_line", file=site.file, line=site.line, name="the loop",
-                 note=f"{int(row['source_samples'])} stack sample(s) inside the loop stopped here")
-        if site is not None else None,
+        site,
         row_evidence("batch_loops", ctx.table("batch_loops"), key, "index_calls_per_step",
                      f"one {op_name} a row, {rows} rows"),
         row_evidence("batch_loops", ctx.table("batch_loops"), key, "forward_ns_per_step",
@@ -161,9 +158,3 @@ def _advice(body: str) -> str:
                   "one row, torch.func.vmap(f)(h) runs it over the batch at once.")
     return " ".join(advice)
 
-
-def _site(source: str) -> Evidence | None:
-    match = _SITE.match(source)
-    if not match:
-        return None
-    return Evidence(kind="source_line", file=match["file"], line=int(match["line"]), name="the loop")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -40,6 +41,18 @@ def row_evidence(table: str, frame: pd.DataFrame, row: str, column: str, note: s
     unit = value(frame, row, "unit")  # tables with mixed units (perf) carry one per row
     return Evidence(kind="table_row", table=table, row=row, column=column, value=item,
                     unit=str(unit) if unit else None, note=note)
+
+
+_SITE = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
+
+
+def site_evidence(site: str, name: str, note: str = "") -> Evidence | None:
+    """A user's line given as 'file:line' (a table's source or called_from column) as a
+    source-line evidence; None where the text is not one."""
+    match = _SITE.match(str(site or ""))
+    if not match:
+        return None
+    return Evidence(kind="source_line", file=match["file"], line=int(match["line"]), name=name, note=note or None)
 
 
 def ms(ns: float) -> str:

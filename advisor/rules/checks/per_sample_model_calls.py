@@ -23,12 +23,10 @@ profiler.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from advisor.findings import Evidence, Finding
-from advisor.rules.checks.common import ms, pct, row_evidence, saving, severity_by_share, value
+from advisor.rules.checks.common import ms, pct, row_evidence, saving, severity_by_share, site_evidence, value
 from advisor.rules.registry import RuleContext, register
 
 
@@ -201,18 +199,12 @@ def _calibrated(ctx: RuleContext) -> bool:
 
 
 
-_SITE = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
-
-
 def _call_site(model, calls: float | None) -> Evidence | None:
     """The user's line that calls the model (the model table's Forward called_from), as a
     source-line evidence."""
     site = value(model, "Forward", "called_from", "") if model is not None and len(model) else ""
-    match = _SITE.match(str(site or ""))
-    if not match:
-        return None
     said = f"the model called here, {calls:.0f} times a step" if calls else "the model called here, once a sample"
-    return Evidence(kind="source_line", file=match["file"], line=int(match["line"]), name="model call", note=said)
+    return site_evidence(str(site or ""), "model call", said)
 
 
 def _called_at(model) -> str:
