@@ -90,6 +90,16 @@ def test_a_run_that_waited_for_cores_says_so():
     assert _busy_machine({}) == ""
 
 
+def test_a_busy_run_with_operator_threads_says_which_way_its_shares_lean():
+    """Other processes slow a team of operator threads far more than plain Python: a busy
+    run's note says the Python work's shares are likely understated, and how to measure."""
+    wait = {"wall_ns": 10_000_000_000, "run_delay_ns": 7_800_000_000}
+    note = _busy_machine(wait, threads=4)
+    assert "78%" in note and "4 threads" in note and "smaller here than on a quiet machine" in note
+    assert "advisor verify" in note
+    assert "threads" not in _busy_machine(wait, threads=1)  # one thread: nothing leans
+
+
 # The loader's "file read": long beside what a busy machine adds to each item (the wait for
 # a core after every sleep, a few ms with a rival on each core and one more busy), so the
 # item is mostly waiting however busy the machine, as the test means it to be. At 2 ms (the

@@ -140,16 +140,35 @@ def _with_handoff(facts: dict[str, Any], say: Callable[[str], None] | None) -> d
     return {**facts, "loaders": [timed if entry is chosen else entry for entry in loaders]}
 
 
-def _busy_machine(wait: dict[str, Any]) -> str:
+def _busy_machine(wait: dict[str, Any], threads: int | None = None) -> str:
     """A note where the script's main thread waited for a core enough of its run to call the
-    machine busy (advisor.session.busy)."""
+    machine busy (advisor.session.busy). Where torch ran its operators on several threads,
+    it says which way the shares lean: a team of operator threads waits at each operator's
+    end for its slowest member to get a core, so other processes slow the operators many
+    times more than plain Python (at four runnable threads a core, tens of times against
+    four or five), and the recorded mix understates the Python work."""
     share = busy_share({"advisor": {"cpu_wait": wait}})
     if share is None:
         return ""
-    return (f"the machine was busy: the script's main thread waited for a CPU core {share:.0%} of the time "
+    said = (f"the machine was busy: the script's main thread waited for a CPU core {share:.0%} of the time "
             "it ran, other processes holding the cores; its timings are slower than on a quiet machine, so "
             "savings are given as shares of the step, their milliseconds this run's (advice is sized from the "
             "cores the job may use, not from that load)")
+    if threads is not None and threads > 1:
+        said += (f". torch's operators ran on {threads} threads, which the load slows far more than plain Python "
+                 "(each operator waits for its slowest thread to get a core): the shares of Python work (a "
+                 "loader's items, loops over samples, autograd's bookkeeping) are likely smaller here than on a "
+                 "quiet machine; `advisor verify` measures a fix, or diagnose again when the machine is quiet")
+    return said
+
+
+def _operator_threads() -> int | None:
+    """torch's operator threads as the script left them (None: torch not used, or unreadable)."""
+    torch = sys.modules.get("torch")
+    try:
+        return int(torch.get_num_threads()) if torch is not None else None
+    except Exception:  # noqa: BLE001  (torch's own state, read after the script: a figure lost, not the run)
+        return None
 
 
 def _host_memory_bytes() -> int | None:
@@ -267,7 +286,7 @@ def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace,
                            "step_source": run.step_source, "ending": run.ending})
     if run.host_samples is not None:
         trace_metadata["host_sampler"] = run.host_samples.summary()
-    busy = _busy_machine(facts.get("cpu_wait") or {})
+    busy = _busy_machine(facts.get("cpu_wait") or {}, _operator_threads())
     if busy:
         notes.append(busy)
     compiled = compile_note(facts.get("compiles") or [], capture.events if capture is not None
