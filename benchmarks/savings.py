@@ -167,6 +167,10 @@ SCRIPT_PAIRS = (
                30, repeat_factor=2),
     ScriptPair("anomaly_left_on", "anomaly_left_on.py", "autograd-anomaly-detection", lambda f: ["--no-anomaly"], 60,
                repeat_factor=2),
+    # A scoring loop in eval mode outside no_grad: batches of a third of a millisecond, so
+    # many of them and many pairs.
+    ScriptPair("scoring_with_grad", "scoring_with_grad.py", "autograd-in-inference", lambda f: ["--no-grad"], 3000,
+               repeat_factor=3),
     ScriptPair("per_sample_loop", "per_sample_loop.py", "per-sample-model-calls", lambda f: ["--batched"], 100),
     ScriptPair("per_sample_inference", "per_sample_inference.py", "per-sample-model-calls", lambda f: ["--batched"],
                2000, count_flag="--samples", repeat_factor=2),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                 rival.kill()
                 rival.wait()
         ratio = loaded / quiet if quiet > 0 else float("nan")
-        inside = "" if ratio != ratio else ("  (inside)" if GOAL[0] <= ratio <= GOAL[1] else "  (outside)")
+        inside = "" if math.isnan(ratio) else ("  (inside)" if GOAL[0] <= ratio <= GOAL[1] else "  (outside)")
         print(f"{name:18} {rule:28} {quiet:7.1%} {loaded:7.1%} {ratio:6.2f}  {waited:.0%}{inside}", flush=True)
     return 0
 

@@ -140,6 +140,24 @@ def _with_handoff(facts: dict[str, Any], say: Callable[[str], None] | None) -> d
     return {**facts, "loaders": [timed if entry is chosen else entry for entry in loaders]}
 
 
+def _with_autograd_cost(facts: dict[str, Any]) -> dict[str, Any]:
+    """``facts`` with what one autograd node costs a forward on this CPU
+    (``autograd_node_ns``, advisor.knowledge.cpu.probe_autograd_node), where the script ran
+    forwards with grad on and never a backward: the cost of scoring with autograd on."""
+    torch = sys.modules.get("torch")
+    steps = [row for row in facts.get("step_times") or [] if isinstance(row, dict)]
+    if torch is None or not steps:
+        return facts
+    graded = any(int((row.get("calls") or {}).get("Forward", 0) or 0) > 0 for row in steps)
+    backward = any(float((row.get("phases") or {}).get("Backward", 0) or 0) > 0 for row in steps)
+    if not graded or backward:
+        return facts
+    from advisor.knowledge.cpu import probe_autograd_node  # noqa: PLC0415
+
+    cost = probe_autograd_node(torch)
+    return facts if cost is None else {**facts, "autograd_node_ns": cost}
+
+
 def _busy_machine(wait: dict[str, Any], threads: int | None = None) -> str:
     """A note where the script's main thread waited for a core enough of its run to call the
     machine busy (advisor.session.busy). Where torch ran its operators on several threads,
@@ -280,6 +298,7 @@ def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace,
     facts = dict(run.host_facts) or trace_metadata.get("advisor") or {}
     if run.ending != INTERRUPT:  # a user who stopped the run waits for nothing more
         facts = _with_handoff(facts, say)
+        facts = _with_autograd_cost(facts)
     if run.batch_size is not None:
         trace_metadata["batch_size"] = run.batch_size
     trace_metadata.update({"advisor": facts, "wall_time_s": run.wall_time_s,

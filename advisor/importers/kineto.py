@@ -92,7 +92,8 @@ _CARRIERS = {"op": 1, "gpu": 3}
 _CARRIER_OF_KIND = {"op": 1, **{kind: 3 for kind in _GPU_KINDS}}
 _CARRIED_BY = {
     **dict.fromkeys(("device", "stream", "bytes", "registers", "shared_memory", "grid", "block"), "gpu"),
-    **dict.fromkeys(("flops", "input_dims", "input_types", "input_strides", "concrete_inputs", "comm"), "op"),
+    **dict.fromkeys(("flops", "sequence", "input_dims", "input_types", "input_strides", "concrete_inputs",
+                     "comm"), "op"),
 }
 _NAN = float("nan")
 _COPY_NAME = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
@@ -124,6 +125,7 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     registers: int | str | None = msgspec.field(default=-1, name="registers per thread")
     shared_memory: int | str | None = msgspec.field(default=-1, name="shared memory")
     flops: float | None = _NAN
+    sequence: int | str | None = msgspec.field(default=-1, name="Sequence number")
     call_stack: str | None = msgspec.field(default="", name="Call stack")
     # Shapes, types and launch geometry stay raw JSON text: they become columns of text,
     # converted once per distinct value rather than built as lists per event.
@@ -1188,8 +1190,8 @@ class EventReader:
                 # Ints past int64, and text, are kept here; the columns deal with them.
                 if type(value) is int or isinstance(value, str):
                     fields[name] = value
-                else:
-                    wrong += 1
+                elif not (isinstance(value, float) and not math.isfinite(value)):
+                    wrong += 1  # (NaN and Infinity are counted as such where the text is read)
             elif kind is float:
                 number = _as_float(value)
                 if number is None:
@@ -1221,12 +1223,13 @@ class _Columns:
     are still in cache (reading them later, cold, costs several times more); text becomes
     codes into one table per column, so no chunk keeps a string of its own."""
 
-    INTS = ("pid", "tid", "device", "stream", "correlation", "external_id", "bytes", "registers", "shared_memory")
+    INTS = ("pid", "tid", "device", "stream", "correlation", "external_id", "bytes", "registers", "shared_memory",
+            "sequence")
     TEXTS = ("name", "category", "call_stack", "input_dims", "input_types", "input_strides", "concrete_inputs",
              "grid", "block", "comm")
     FIELDS = (
         "name", "category", "ts", "dur", "pid", "tid", "device", "stream", "correlation", "external_id", "bytes",
-        "registers", "shared_memory", "flops", "input_dims", "input_types",
+        "registers", "shared_memory", "flops", "sequence", "input_dims", "input_types",
         "input_strides", "concrete_inputs", "call_stack", "grid", "block", "comm",
     )
 
@@ -1318,6 +1321,7 @@ class _Columns:
         if loose:
             flops = [v if type(v) in (float, int) else _NAN if v is None else self._wrong(_NAN) for v in flops]
         parts["flops"].append(np.array(flops, dtype="float64"))
+        parts["sequence"].append(ints([a.sequence for a in op]))
         absent, raw_bytes = _NO_RAW, bytes
         groups, messages = [a.pg_name for a in op], [a.msg_nelems for a in op]
         if _all_absent(groups) and _all_absent(messages):
@@ -1652,6 +1656,7 @@ def events_from_raw(raw: pd.DataFrame) -> pd.DataFrame:
         "registers": raw["registers"],
         "shared_memory": raw["shared_memory"],
         "flops": raw["flops"],
+        "sequence": raw["sequence"],
     }, copy=False)  # raw's columns are shared (copy-on-write), not copied and consolidated
     # Copy direction and memory kinds are spelled in the copy's name; parse each
     # distinct name once.

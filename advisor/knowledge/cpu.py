@@ -30,6 +30,7 @@ __all__ = [
     "cpu_features",
     "judge_calibration",
     "probe_autocast",
+    "probe_autograd_node",
     "probe_bf16_ratio",
     "promised_fp32_flops",
 ]
@@ -237,3 +238,45 @@ def probe_bf16_ratio(torch: Any) -> float | None:
     except Exception:  # noqa: BLE001  (a probe that cannot run costs the figure, never the run)
         return None
     return rates["bf16"] / rates["fp32"] if rates.get("fp32") else None
+
+
+# The autograd probe: a chain of small multiplications by a tensor that requires grad, each
+# making one autograd node (MulBackward0, which saves both inputs), run with grad on and
+# under inference_mode; the tensors are small so the difference is autograd's bookkeeping.
+AUTOGRAD_CHAIN = 64
+AUTOGRAD_ROUNDS = 30
+AUTOGRAD_REPEATS = 4
+
+
+def probe_autograd_node(torch: Any) -> float | None:
+    """What recording one autograd node costs a forward on this CPU, ns: creating the node,
+    saving its inputs, the version counters inference_mode skips. One thread, timed on the
+    thread's CPU clock (a busy machine slows both sides alike), the least of alternated
+    repeats, a few tens of milliseconds after the user's script. None where torch cannot
+    run it."""
+    try:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            weight = torch.randn(16, 192, requires_grad=True)
+            start = torch.randn(16, 192)
+
+            def chain() -> None:
+                y = start
+                for _ in range(AUTOGRAD_CHAIN):
+                    y = y * weight
+
+            spent: dict[bool, int] = {}
+            for _ in range(AUTOGRAD_REPEATS):
+                for grad in (True, False):
+                    with torch.enable_grad() if grad else torch.inference_mode():
+                        began = time.thread_time_ns()
+                        for _ in range(AUTOGRAD_ROUNDS):
+                            chain()
+                        took = time.thread_time_ns() - began
+                    spent[grad] = min(spent.get(grad, took), took)
+        finally:
+            torch.set_num_threads(threads)
+    except Exception:  # noqa: BLE001  (a probe that cannot run costs the figure, never the run)
+        return None
+    return max(spent[True] - spent[False], 0) / (AUTOGRAD_CHAIN * AUTOGRAD_ROUNDS)

@@ -44,7 +44,7 @@ MAX_TIME_NS = 9 * 10**18
 # holds none of them, and they read as not recorded. ``id`` is the row's position and is
 # set again on reading. Every other column must be there: a session without ``kind`` or
 # ``device`` would be read as another profile.
-_ADDED_SINCE = frozenset({"id", "concrete_inputs", "comm", "value", "system_value"})
+_ADDED_SINCE = frozenset({"id", "concrete_inputs", "comm", "value", "system_value", "sequence"})
 
 # Columns whose missing value is -1 and that never hold less.
 _NONE_IS_MINUS_ONE = ("step", "device", "bytes", "registers", "shared_memory")

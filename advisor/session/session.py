@@ -132,6 +132,9 @@ EVENT_COLUMNS: dict[str, tuple[str, Any]] = {
     "registers": ("int64", -1),
     "shared_memory": ("int64", -1),
     "flops": ("float64", np.nan),
+    # ops: autograd's sequence number where grad mode was on (torch.profiler's "Sequence
+    # number"); each autograd node a forward creates advances it by one
+    "sequence": ("int64", -1),
     "value": ("float64", np.nan),  # sample rows: the process's CPU use over the interval, in cores
     "system_value": ("float64", np.nan),  # sample rows: the machine's CPU use over the interval, 0..1
 }

@@ -29,6 +29,7 @@ One module per table (or pair of tables), registered with ``@table`` in ``_regis
     autograd_anomaly         what autograd's anomaly detection, left on, costs a step
     autograd_nodes           backward's work by kind of autograd node, beside where the
                              forward operators that made them ran (in the model or outside)
+    inference_autograd       the autograd nodes a loop that never runs backward records
     cpu_threads              where torch's threads outnumber the cores: each operator's time
                              and the share fewer threads keep, from a probe after the run
     batch_loops              Python loops over a batch's rows (a select per row), their body,
@@ -83,6 +84,7 @@ from advisor.tables import (  # noqa: F401  (importing a module registers its ta
     gpu_idle_host,
     gpu_origin,
     host_sync,
+    inference_autograd,
     kernel,
     kernel_counters,
     memory,
@@ -126,6 +128,7 @@ _ORDER = (
     "optimizer",
     "autograd_anomaly",
     "autograd_nodes",
+    "inference_autograd",
     "batch_loops",
     "fresh_copies",
     "conv_bias",

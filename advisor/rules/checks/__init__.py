@@ -7,6 +7,7 @@ helpers they share."""
 
 from advisor.rules.checks import (  # noqa: F401
     autograd_anomaly_detection,
+    autograd_in_inference,
     batch_loop_in_model,
     below_roofline,
     communication_not_overlapped,
