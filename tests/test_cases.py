@@ -122,7 +122,7 @@ def _job_of(profile: Path):
     from advisor.importers.merged import split
     from advisor.job import diagnose_job, order_ranks, summarise_job
 
-    ranks = split(profile, Path(tempfile.mkdtemp(prefix="advisor-test-ranks-")))
+    ranks = split(profile, Path(tempfile.mkdtemp(prefix="advisor-test-ranks-"))).files
     job = order_ranks(summarise_job(ranks, workers=1), source=str(profile))
     return job, diagnose_job(job)
 

@@ -767,19 +767,22 @@ def _merged_ranks(target: Path) -> list[Path] | None:
     import atexit
     import shutil
     import tempfile
+    import zlib
 
     folder = Path(tempfile.mkdtemp(prefix="advisor-ranks-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     try:
-        ranks = split(target, folder)
-    except (OSError, ValueError, RecursionError) as exc:
+        done = split(target, folder)
+    except (OSError, ValueError, RecursionError, zlib.error, MemoryError) as exc:
         raise UsageError(f"{target} merges several ranks but cannot be split: {' '.join(str(exc).split())[:200]}") \
             from None
-    if len(ranks) < 2:
+    if len(done.files) < 2:
         return None
-    print(f"advisor: {target.name} merges the traces of {len(ranks)} ranks into one file: each rank is read as its "
-          "own trace and diagnosed as a job", file=sys.stderr)
-    return ranks
+    print(f"advisor: {target.name} merges the traces of {len(done.files)} ranks into one file: each rank is read as "
+          "its own trace and diagnosed as a job", file=sys.stderr)
+    if done.said():
+        print(f"advisor: {done.said()}", file=sys.stderr)
+    return done.files
 
 
 def _analyse(session, chosen, said: list[str] | None = None):

@@ -7,10 +7,12 @@ event gets ``args.rank``, and its ``pid`` (and the ids that link events: ``id``,
 kept as ``<field>_raw``; process names may read ``RANK n - GPU 0``. Read as one process,
 such a file is a machine with seven GPUs, three of them idle, and no straggler in sight.
 
-:func:`merged_ranks` tells such a file from the head of its text, cheaply; :func:`split`
-writes each rank's events back as a trace of its own (the offset fields restored) into a
-folder, ``rank-N.json.gz``, which advisor reads as a job, as it reads a folder of rank
-traces.
+:func:`merged_ranks` tells such a file from the structure of its first events (nearly
+every one marked, never two stray tokens), and hands a damaged file to the reader, whose
+salvage judges it; :func:`split` writes each rank's events back as a trace of its own (the
+offset fields restored) into a folder, ``rank-N.json.gz``, which advisor reads as a job,
+as it reads a folder of rank traces. The split is bounded (its text, its ranks, each
+rank's value) and says what it left out.
 """
 
 from __future__ import annotations
@@ -18,85 +20,194 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import zlib
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HEAD_BYTES", "merged_ranks", "split"]
+__all__ = ["HEAD_BYTES", "MAX_SPLIT_BYTES", "MAX_SPLIT_RANKS", "Split", "merged_ranks", "split"]
 
 HEAD_BYTES = 4 << 20  # the text a merged trace is told by: its first events carry the marks
+HEAD_EVENTS = 50_000  # events of the head judged, at most
+# A merge marks every event it writes: at least this share of the head's complete events
+# carry a rank and their pid's original, or sit in a process named by rank. Two marked
+# events in an ordinary trace do not make it a merge.
+MARKED_SHARE = 0.9
+# Splitting reads the whole file as JSON (several times its text in memory) and writes a
+# trace per rank: bounded in text and in ranks, as a job folder is.
+MAX_SPLIT_BYTES = 2 << 30
+MAX_SPLIT_RANKS = 4096
+MAX_RANK = 1_000_000  # a rank at or past this is damage, not a rank (advisor.job.inputs.MAX_RANKS)
 _RANK_PROCESS = re.compile(r"^RANK\s+(\d+)\b", re.IGNORECASE)
 _OFFSET_FIELDS = ("pid", "id")
 _OFFSET_ARGS = ("correlation", "External id")
+_CHUNK = 1 << 20
+
+
+def _opener(path: Path):
+    return gzip.open if path.name.lower().endswith(".gz") else open
 
 
 def _head(path: Path) -> str:
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    """The first HEAD_BYTES of the file's text; "" where it cannot be read (a damaged
+    compressed stream too: the trace reader's salvage judges those)."""
     try:
-        with opener(path, "rb") as handle:
+        with _opener(path)(path, "rb") as handle:
             return handle.read(HEAD_BYTES).decode("utf-8", "replace")
-    except (OSError, EOFError, gzip.BadGzipFile):
+    except (OSError, EOFError, zlib.error, ValueError):
         return ""
 
 
-def merged_ranks(path: Path) -> bool:
-    """Whether ``path`` looks like a merged multi-rank trace: its events carry a rank and the
-    original of an offset pid, or its processes are named by rank."""
-    head = _head(path)
-    marked = '"pid_raw"' in head and '"rank"' in head
-    named = len(set(re.findall(r'"name"\s*:\s*"RANK\s+(\d+)', head))) >= 2
-    return marked or named
+def _head_events(head: str) -> list[Any]:
+    """The events that the head's text holds whole, in order (the last one, cut by the
+    head's end, is left out)."""
+    at = head.find('"traceEvents"')
+    at = head.find("[", at) if at >= 0 else (0 if head.lstrip().startswith("[") else -1)
+    if at < 0:
+        return []
+    decoder, events, i = json.JSONDecoder(), [], at + 1
+    while len(events) < HEAD_EVENTS:
+        while i < len(head) and head[i] in " \t\r\n,":
+            i += 1
+        if i >= len(head) or head[i] == "]":
+            break
+        try:
+            event, i = decoder.raw_decode(head, i)
+        except (ValueError, RecursionError):
+            break
+        events.append(event)
+    return events
 
 
-def _rank_of(event: dict, by_pid: dict[Any, int]) -> int | None:
+def _marked(event: dict) -> bool:
+    """Whether a merge wrote this event: an integer rank, and the pid's original kept."""
     args = event.get("args")
-    if isinstance(args, dict) and isinstance(args.get("rank"), int):
-        return args["rank"]
-    return by_pid.get(event.get("pid"))
+    return (isinstance(args, dict) and type(args.get("rank")) is int and 0 <= args["rank"] < MAX_RANK
+            and type(args.get("pid_raw")) in (int, str))
+
+
+def merged_ranks(path: Path) -> bool:
+    """Whether ``path`` is a merged multi-rank trace, from the structure of its first
+    events: nearly every complete event carries a rank and its pid's original (TraceFusion's
+    marks), or sits in a process named by rank ('RANK 1 - GPU 0') with two ranks or more
+    named. A damaged or unreadable file is not (the reader judges it)."""
+    events = [e for e in _head_events(_head(path)) if isinstance(e, dict)]
+    complete = [e for e in events if e.get("ph") == "X"]
+    if not complete:
+        return False
+    marked = sum(1 for e in complete if _marked(e))
+    if marked >= MARKED_SHARE * len(complete):
+        return True
+    named = {e.get("pid"): int(m[1]) for e in events
+             if e.get("ph") == "M" and e.get("name") == "process_name"
+             and (m := _RANK_PROCESS.match(str((e.get("args") or {}).get("name", "")))) is not None}
+    inside = sum(1 for e in complete if e.get("pid") in named)
+    return len(set(named.values())) >= 2 and inside >= MARKED_SHARE * len(complete)
+
+
+@dataclass
+class Split:
+    """What :func:`split` wrote: the rank files in rank order, and the events it left out
+    and why (reason -> count)."""
+
+    files: list[Path]
+    left_out: dict[str, int] = field(default_factory=dict)
+
+    def said(self) -> str:
+        """One line on the events left out ('' where none)."""
+        if not self.left_out:
+            return ""
+        parts = ", ".join(f"{n:,} {why}" for why, n in sorted(self.left_out.items(), key=lambda kv: -kv[1]))
+        return f"{sum(self.left_out.values()):,} events of the merged trace were not read: {parts}"
+
+
+def _rank_of(event: dict, by_pid: dict[Any, int]) -> int | str | None:
+    """The event's rank, None where it carries none, or the reason its rank is not one."""
+    args = event.get("args")
+    rank = args.get("rank") if isinstance(args, dict) else None
+    if rank is None:
+        return by_pid.get(event.get("pid"))
+    if type(rank) is not int:
+        return "with a rank that is not a whole number"
+    if not 0 <= rank < MAX_RANK:
+        return f"with a rank outside 0..{MAX_RANK - 1:,}"
+    return rank
 
 
 def _restore(event: dict) -> dict:
     args = event.get("args")
     if not isinstance(args, dict):
         return event
-    for field in _OFFSET_FIELDS:
-        raw = args.pop(f"{field}_raw", None)
+    for name in _OFFSET_FIELDS:
+        raw = args.pop(f"{name}_raw", None)
         if raw is not None:
-            event[field] = raw
-    for field in _OFFSET_ARGS:
-        raw = args.pop(f"{field}_raw", None)
+            event[name] = raw
+    for name in _OFFSET_ARGS:
+        raw = args.pop(f"{name}_raw", None)
         if raw is not None:
-            args[field] = raw
+            args[name] = raw
     args.pop("rank", None)
     return event
 
 
-def split(path: Path, folder: Path) -> list[Path]:
+def _text_size(path: Path) -> int:
+    """The file's text in bytes (a compressed file's, counted as it decompresses), up to
+    one past MAX_SPLIT_BYTES."""
+    if not path.name.lower().endswith(".gz"):
+        return path.stat().st_size
+    size = 0
+    with gzip.open(path, "rb") as handle:
+        while size <= MAX_SPLIT_BYTES:
+            chunk = handle.read(_CHUNK)
+            if not chunk:
+                break
+            size += len(chunk)
+    return size
+
+
+def split(path: Path, folder: Path) -> Split:
     """Write each rank of the merged trace at ``path`` as ``folder/rank-N.json.gz`` (the
-    offset fields restored); the files, by rank. Events with no rank (a merged file's own
-    bookkeeping) go to every rank where they are metadata, else nowhere."""
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
+    offset fields restored). Events with no rank (a merged file's own bookkeeping) go to
+    every rank where they are metadata, else nowhere; events whose rank is not one, and
+    events of no rank, are counted in ``left_out``. Raises ValueError where the file is
+    past MAX_SPLIT_BYTES of text or holds more than MAX_SPLIT_RANKS ranks, and
+    OSError/zlib.error where it cannot be read."""
+    size = _text_size(path)
+    if size > MAX_SPLIT_BYTES:
+        raise ValueError(f"its text is past the {MAX_SPLIT_BYTES >> 30} GiB advisor splits; split it into rank "
+                         "traces with the tool that merged it")
+    with _opener(path)(path, "rt", encoding="utf-8", errors="replace") as handle:
         data = json.load(handle)
     events = data.get("traceEvents", data) if isinstance(data, dict) else data
     if not isinstance(events, list):
-        return []
+        return Split([])
     by_pid: dict[Any, int] = {}
     for event in events:
         if isinstance(event, dict) and event.get("ph") == "M" and event.get("name") == "process_name":
             match = _RANK_PROCESS.match(str((event.get("args") or {}).get("name", "")))
-            if match:
+            if match and int(match[1]) < MAX_RANK:
                 by_pid[event.get("pid")] = int(match[1])
     ranks: dict[int, list[dict]] = defaultdict(list)
     shared: list[dict] = []
+    left_out: dict[str, int] = defaultdict(int)
     for event in events:
         if not isinstance(event, dict):
+            left_out["that are not objects"] += 1
             continue
         rank = _rank_of(event, by_pid)
         if rank is None:
             if event.get("ph") == "M":
                 shared.append(event)
+            else:
+                left_out["with no rank"] += 1
             continue
+        if isinstance(rank, str):
+            left_out[rank] += 1
+            continue
+        if rank not in ranks and len(ranks) >= MAX_SPLIT_RANKS:
+            raise ValueError(f"it holds more than {MAX_SPLIT_RANKS:,} ranks (each event's args.rank), past what "
+                             "advisor splits from one file")
         ranks[rank].append(_restore(event))
     folder.mkdir(parents=True, exist_ok=True)
     top = {k: v for k, v in data.items() if k != "traceEvents"} if isinstance(data, dict) else {}
@@ -106,4 +217,4 @@ def split(path: Path, folder: Path) -> list[Path]:
         with gzip.open(target, "wt", encoding="utf-8") as out:
             json.dump({**top, "traceEvents": [*shared, *ranks[rank]]}, out)
         written.append(target)
-    return written
+    return Split(written, dict(left_out))
