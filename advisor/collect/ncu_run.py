@@ -55,9 +55,28 @@ def find_ncu() -> str | None:
 
 
 def _base(name: str) -> str:
+    """A kernel's name without its return type, namespaces, template and parameters
+    ('void (anonymous namespace)::softmax_warp_forward<float>(...)' -> 'softmax_warp_forward');
+    "" where nothing is left."""
     text = str(name).strip().removeprefix("void ").strip()
+    text = text.replace("(anonymous namespace)", "").replace("`anonymous namespace'", "")
     cut = re.search(r"[<(]", text)
     return (text[:cut.start()] if cut else text).rsplit("::", 1)[-1].strip()
+
+
+def _pattern(bases: tuple[str, ...]) -> str:
+    """ncu's kernel-name regex: the bases as alternatives, as many as fit in MAX_PATTERN,
+    never an empty one (which would match every kernel)."""
+    pattern = ""
+    for base in bases:
+        if not base:
+            continue
+        part = re.escape(base)
+        joined = f"{pattern}|{part}" if pattern else part
+        if len(joined) > MAX_PATTERN:
+            break
+        pattern = joined
+    return pattern
 
 
 def plan(kernel_table: pd.DataFrame, choice: str, script: Path, args: list[str], out_dir: Path, *,
@@ -80,8 +99,11 @@ def plan(kernel_table: pd.DataFrame, choice: str, script: Path, args: list[str],
         chosen = names[[bool(wanted.search(str(n))) for n in names.index]]
     if not len(chosen):
         return None
-    bases = tuple(dict.fromkeys(_base(n) for n in chosen.index))
-    pattern = "|".join(re.escape(b) for b in bases)[:MAX_PATTERN]
+    bases = tuple(b for b in dict.fromkeys(_base(n) for n in chosen.index) if b)
+    pattern = _pattern(bases)
+    if not pattern:
+        return None
+    bases = tuple(b for b in bases if re.search(f"^(?:{pattern})$", b))
     per_step = float(chosen["calls"].sum()) / max(steps, 1)
     skip = int(round(per_step * warmup_steps))
     count = LAUNCHES_EACH * len(bases)
