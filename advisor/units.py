@@ -73,6 +73,19 @@ def shown_safely(text: str) -> str:
     return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text) if _CONTROLS.search(text) else text
 
 
+# A spreadsheet reads a cell that starts with one of these as a formula (OWASP's CSV
+# injection list): such a text cell is written with a leading apostrophe, which the
+# spreadsheet shows as text and never runs.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(text: str) -> str:
+    """A text cell of advisor's CSV: its control characters escaped (``shown_safely``),
+    and a leading apostrophe where a spreadsheet would take it for a formula."""
+    text = shown_safely(text)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
 def safe_strings(value: Any) -> Any:
     """``value`` (dicts, lists, strings, as a report dumps them) with every string shown safely."""
     if isinstance(value, str):

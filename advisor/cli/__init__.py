@@ -795,8 +795,10 @@ def _analyse(session, chosen, said: list[str] | None = None):
     with spinner("Computing the tables and running the rules"):
         diagnosis = diagnose(session, specs=chosen.specs, disabled=chosen.disabled, enabled=chosen.enabled,
                              preview=chosen.preview, tables=lambda steady, names: cache.tables(steady, command_tables))
+    from advisor.units import shown_safely
+
     for error in diagnosis.result.errors:
-        print(f"advisor: {error}", file=sys.stderr)
+        print(f"advisor: {shown_safely(str(error))}", file=sys.stderr)
         if said is not None:
             said.append(str(error))
     return diagnosis
@@ -880,8 +882,10 @@ def _job_side(args: argparse.Namespace, sources: list[Path], chosen):
     from advisor.importers import cache, load
 
     job, diagnosis = read_job(args, sources, chosen, say=_say)
+    from advisor.units import shown_safely
+
     for error in diagnosis.errors:
-        print(f"advisor: {error}", file=sys.stderr)
+        print(f"advisor: {shown_safely(str(error))}", file=sys.stderr)
     session = _steady(load(job.ranks[0].summary.source))
     return session, {**cache.tables(session, command_tables), **diagnosis.tables}, diagnosis.findings
 
@@ -1166,7 +1170,9 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace, kept) ->
             return _mcp()
     # Each failure is one line; where a run had collected a profile, the line says where it is.
     except AdvisorError as exc:
-        print(f"advisor: {exc}{kept.note()}", file=sys.stderr)
+        from advisor.units import shown_safely
+
+        print(f"advisor: {shown_safely(str(exc))}{kept.note()}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (advisor.errors.Stopped)
         if os.environ.get("ADVISOR_DEBUG"):
@@ -1186,7 +1192,9 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace, kept) ->
             _quiet_stdout()
             return 0
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"advisor: {exc.strerror or exc}{where}{kept.note()}", file=sys.stderr)
+        from advisor.units import shown_safely
+
+        print(f"advisor: {shown_safely(f'{exc.strerror or exc}{where}')}{kept.note()}", file=sys.stderr)
         return 1
     except Exception as exc:  # advisor's own bug: still one line, and what was collected is kept
         if os.environ.get("ADVISOR_DEBUG"):

@@ -76,6 +76,8 @@ def read_job(args: argparse.Namespace, sources: list[Path], chosen, *, say, laun
 
 def job_report(diagnosis):
     """The job's report, its rules' errors said on stderr."""
+    from advisor.units import shown_safely
+
     for error in diagnosis.errors:
-        print(f"advisor: {error}", file=sys.stderr)
+        print(f"advisor: {shown_safely(str(error))}", file=sys.stderr)
     return diagnosis.report()

@@ -52,6 +52,23 @@ def shown_safely(table: Any) -> Any:
     return table if cleaned == dumped else type(table).model_validate(cleaned)
 
 
+def _csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every text cell, the key included, as advisor.units.csv_cell writes
+    it: no control character, no cell a spreadsheet would run as a formula."""
+    from advisor.units import csv_cell
+
+    def cell(value: Any) -> Any:
+        return csv_cell(value) if isinstance(value, str) else value
+
+    out = frame.copy()
+    for column in out.columns:
+        if not pd.api.types.is_numeric_dtype(out[column]) and not pd.api.types.is_bool_dtype(out[column]):
+            out[column] = out[column].astype(object).map(cell)
+    out.index = out.index.map(cell)
+    out.columns = [cell(str(c)) for c in out.columns]
+    return out
+
+
 def render_tables(tables: Mapping[str, pd.DataFrame], *, table_docs: Mapping[str, Any] | None = None,
                   sort: str | None = None, limit: int = 20, fmt: str = "terminal",
                   console: Console | None = None) -> str | None:
@@ -78,7 +95,7 @@ def render_tables(tables: Mapping[str, pd.DataFrame], *, table_docs: Mapping[str
     if fmt == "csv":
         parts = []
         for name, frame in tables.items():
-            parts.append(f"# {name}\n" + _view(frame, sort, limit).to_csv())
+            parts.append(f"# {name}\n" + _csv_safe(_view(frame, sort, limit)).to_csv())
         return "\n".join(parts)
     if fmt == "json":
         out = {}

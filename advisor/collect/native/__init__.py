@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from advisor.importers.cache import not_private
+from advisor.units import shown_safely
 
 __all__ = ["ABI", "SOURCE", "build_key", "load", "native_dir"]
 
@@ -91,7 +92,7 @@ def load(torch: Any, *, say: Callable[[str], None] | None = None) -> tuple[Any, 
     problem = _trusted(folder)
     if problem is not None:
         try:
-            with _build_lock(native_dir()):
+            with _build_lock(native_dir(), say):
                 problem = _trusted(folder)  # another process may have built it meanwhile
                 if problem is not None:
                     if say is not None:
@@ -135,7 +136,11 @@ def _trusted(folder: Path) -> str | None:
 
 
 @contextlib.contextmanager
-def _build_lock(root: Path) -> Iterator[None]:
+def _build_lock(root: Path, say: Callable[[str], None] | None = None,
+                wait_s: float = BUILD_TIMEOUT_S + 30) -> Iterator[None]:
+    """The build folder's lock. Where another process holds it (building the recorder),
+    ``say`` says so once and the wait is bounded by ``wait_s`` (the other build's own
+    bound and a margin): past it, an OSError, and the run goes on without the recorder."""
     import fcntl  # noqa: PLC0415  (Linux only, as the recorder)
 
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -143,7 +148,18 @@ def _build_lock(root: Path) -> Iterator[None]:
     if problem is not None:
         raise OSError(0, f"{root} is {problem}")
     with open(root / ".lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        deadline, told = time.monotonic() + wait_s, False
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not told and say is not None:
+                    say(f"waiting for another advisor process building the op recorder (up to {wait_s:.0f} s)")
+                    told = True
+                if time.monotonic() > deadline:
+                    raise OSError(0, f"another process held the build lock {root / '.lock'} for over {wait_s:.0f} s")
+                time.sleep(0.25)
         try:
             yield
         finally:
@@ -170,7 +186,7 @@ def _build(torch: Any, cxx: str, folder: Path) -> str | None:
         except OSError as exc:
             return f"the C++ compiler {cxx} could not run ({exc.strerror or exc})"
         if done.returncode != 0 or not target.is_file():
-            first = next((line.strip() for line in done.stderr.splitlines() if "error" in line), "")
+            first = shown_safely(next((line.strip() for line in done.stderr.splitlines() if "error" in line), ""))
             return f"building the native op recorder failed ({first[:200] or f'{cxx} exited {done.returncode}'})"
         os.chmod(target, 0o700)  # the user's own, whatever the umask: _trusted checks it
         record = {"sha256": hashlib.sha256(target.read_bytes()).hexdigest(), "torch": torch.__version__,
