@@ -51,6 +51,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.errors import TraceError
+from advisor.session.layout import DAY_NS, MAX_SPREAD_NS
 from advisor.units import valid_text
 
 # Bytes read (and decoded) at a time. Small blocks are much faster than large ones:
@@ -255,6 +256,7 @@ class _Damage:
         self.ignored: Counter[str] = Counter()
         self.lost_threads: Counter[tuple[int, int]] = Counter()
         self.duplicates = 0
+        self.near_copies = 0
         self.truncated = False
         self.durations = {"events": 0, "missing": 0, "zero": 0}
 
@@ -314,7 +316,8 @@ class _Damage:
         # Events left out as having no kind, read past, or read once of several copies:
         # where there are any.
         for key, value in (("dropped", dict(sorted(self.dropped.items()))),
-                           ("ignored", dict(sorted(self.ignored.items()))), ("duplicates", self.duplicates)):
+                           ("ignored", dict(sorted(self.ignored.items()))), ("duplicates", self.duplicates),
+                           ("near_copies", self.near_copies)):
             if value:
                 record[key] = value
         return record
@@ -379,6 +382,22 @@ def _without_duplicates(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     keep = np.ones(len(frame), dtype=bool)
     keep[rows[order[1:][same]]] = False
     return frame[keep].reset_index(drop=True), int(same.sum())
+
+
+def _near_copies(frame: pd.DataFrame) -> int:
+    """Events that repeat another of the same name, category and thread, of the same
+    duration, a few nanoseconds later (advisor.session.copies.near_copies)."""
+    if len(frame) < 2:
+        return 0
+    from advisor.session.copies import near_copies  # noqa: PLC0415
+
+    ts = frame["ts"].to_numpy(dtype=np.float64)
+    dur = frame["dur"].to_numpy(dtype=np.float64)
+    usable = np.isfinite(ts) & np.isfinite(dur)
+    start = np.round(ts[usable] * 1000).astype(np.int64)
+    end = start + np.round(dur[usable] * 1000).astype(np.int64)
+    keys = [frame[c].to_numpy()[usable] for c in ("name", "category", "pid", "tid")]
+    return near_copies(start, end, *keys)
 
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)
@@ -448,6 +467,11 @@ def reading_notes(damage: Any, unlinked: dict[str, int] | None = None) -> list[s
     if isinstance(copies, int) and not isinstance(copies, bool) and copies > 0:
         notes.append(f"{copies:,} events of the trace are copies of another, identical in every field (a trace "
                      "written twice, or two copies joined?): each was read once.")
+    near = damage.get("near_copies")
+    if isinstance(near, int) and not isinstance(near, bool) and near > 0:
+        notes.append(f"{near:,} events repeat another of the same name, thread and duration within a few ns (a trace "
+                     "joined with a shifted copy of itself?): no profiler writes such pairs, and the figures count "
+                     "both.")
     links = _counted(unlinked)
     if links:
         notes.append(f"{sum(n for _, n in links):,} GPU activities are tied to no launch ({_listed(links)}): their "
@@ -706,6 +730,22 @@ class EventReader:
         self.bytes_read += part["bytes_read"]
         self.process_names.update(part["process_names"])
 
+    def _without_far_times(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """The rows whose times lie within MAX_SPREAD_NS of the trace's middle start; the
+        others are damage (one event 150 years after the rest would make every span of
+        the profile that long), skipped and counted."""
+        if len(frame) < 2:
+            return frame
+        ts = frame["ts"].to_numpy(dtype=np.float64)
+        end = ts + np.nan_to_num(frame["dur"].to_numpy(dtype=np.float64))
+        middle = float(np.median(ts))
+        reach = MAX_SPREAD_NS / 1e3  # in the trace's microseconds
+        far = (np.abs(ts - middle) > reach) | (np.abs(end - middle) > reach)
+        if not far.any():
+            return frame
+        self.damage.skipped[f"times more than {MAX_SPREAD_NS // DAY_NS} days from the rest"] += int(far.sum())
+        return frame[~far].reset_index(drop=True)
+
     # -- the document -------------------------------------------------------------------
 
     def run(self) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
@@ -719,8 +759,10 @@ class EventReader:
         if self.cut_reason is not None:
             self.damage.truncated = True
         frame, self.damage.duplicates = _without_duplicates(self.columns.frame())
+        frame = self._without_far_times(frame)
         self.not_read -= self.damage.lost_on_gpu(frame)  # (counted as damage instead)
         self.damage.count_durations(frame)
+        self.damage.near_copies = _near_copies(frame)
         damaged = sum(self.damage.skipped.values())
         if self.damage.truncated and self.events_seen == 0:
             raise TraceError(f"{self.path} is truncated or corrupt: it ends after {self.bytes_read} bytes, "

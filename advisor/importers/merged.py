@@ -100,9 +100,10 @@ def merged_ranks(path: Path) -> bool:
     if marked >= MARKED_SHARE * len(complete):
         return True
     named = {e.get("pid"): int(m[1]) for e in events
-             if e.get("ph") == "M" and e.get("name") == "process_name"
-             and (m := _RANK_PROCESS.match(str((e.get("args") or {}).get("name", "")))) is not None}
-    inside = sum(1 for e in complete if e.get("pid") in named)
+             if e.get("ph") == "M" and e.get("name") == "process_name" and type(e.get("pid")) in (int, str)
+             and isinstance(e.get("args"), dict)
+             and (m := _RANK_PROCESS.match(str(e["args"].get("name", "")))) is not None}
+    inside = sum(1 for e in complete if type(e.get("pid")) in (int, str) and e.get("pid") in named)
     return len(set(named.values())) >= 2 and inside >= MARKED_SHARE * len(complete)
 
 
@@ -127,7 +128,8 @@ def _rank_of(event: dict, by_pid: dict[Any, int]) -> int | str | None:
     args = event.get("args")
     rank = args.get("rank") if isinstance(args, dict) else None
     if rank is None:
-        return by_pid.get(event.get("pid"))
+        pid = event.get("pid")
+        return by_pid.get(pid) if type(pid) in (int, str) else None
     if type(rank) is not int:
         return "with a rank that is not a whole number"
     if not 0 <= rank < MAX_RANK:
@@ -184,8 +186,9 @@ def split(path: Path, folder: Path) -> Split:
         return Split([])
     by_pid: dict[Any, int] = {}
     for event in events:
-        if isinstance(event, dict) and event.get("ph") == "M" and event.get("name") == "process_name":
-            match = _RANK_PROCESS.match(str((event.get("args") or {}).get("name", "")))
+        if (isinstance(event, dict) and event.get("ph") == "M" and event.get("name") == "process_name"
+                and type(event.get("pid")) in (int, str) and isinstance(event.get("args"), dict)):
+            match = _RANK_PROCESS.match(str(event["args"].get("name", "")))
             if match and int(match[1]) < MAX_RANK:
                 by_pid[event.get("pid")] = int(match[1])
     ranks: dict[int, list[dict]] = defaultdict(list)

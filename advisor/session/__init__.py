@@ -16,6 +16,8 @@ else. This room holds the model and the work that makes its rows mean something:
     startup     a start-up first step (far slower than the rest) left out of the window
     busy        how busy the machine was while the run was recorded (the main thread's
                 wait for a core): figures in ms stretch with it, shares hold
+    copies      events that are copies of others, exact (read once) or a few ns apart
+                (said): a profile written twice, or joined with a copy of itself
 
 The names below are the model's (``from advisor.session import Session``).
 """

@@ -25,7 +25,7 @@ import pandas as pd
 
 from advisor.errors import SessionError
 from advisor.paths import special_file
-from advisor.session.layout import EVENTS_FILE, META_FILE
+from advisor.session.layout import DAY_NS, EVENTS_FILE, MAX_SPREAD_NS, META_FILE
 
 __all__ = ["MAX_META_DEPTH", "MAX_TIME_NS", "Schema", "check_events", "read_events", "read_meta", "session_files"]
 
@@ -188,6 +188,16 @@ def check_events(events: pd.DataFrame, path: Path | str, schema: Schema) -> None
             row = int(np.argmax(out))
             raise SessionError(f"{path}: row {row}: {column} {values[row]} is out of range (a session's times "
                                "lie within 9e18 ns of its clock's zero)")
+    # A profile covers a run: hours, days at most. A time far from the rest (an end 146
+    # years after the start) is damage, and every figure would be built on it.
+    starts, ends = ints["start_ns"].astype(np.float64), ints["end_ns"].astype(np.float64)  # (no int64 overflow)
+    middle = float(np.median(starts))
+    far = (np.abs(starts - middle) > MAX_SPREAD_NS) | (np.abs(ends - middle) > MAX_SPREAD_NS)
+    if far.any():
+        row = int(np.argmax(far))
+        raise SessionError(f"{path}: row {row}: its times (start_ns {ints['start_ns'][row]}, end_ns "
+                           f"{ints['end_ns'][row]}) lie more than {MAX_SPREAD_NS // DAY_NS} days from the rest of the "
+                           "session's")
     kind = events["kind"]
     backwards = ints["end_ns"] < ints["start_ns"]
     if backwards.any():

@@ -357,6 +357,27 @@ def _as_text_category(values: pd.Series, missing: str) -> pd.Series:
     return values.astype(str).astype("category")
 
 
+def _copies_said(events: pd.DataFrame) -> tuple[pd.DataFrame, int, list[str]]:
+    """A saved session's events with exact copies of a row read once, how many, and the
+    notes that say so and count near-copies (advisor.session.copies), as a trace's reader
+    says them."""
+    from advisor.session.copies import NEAR_NS, near_copies, without_copies
+
+    kept, copies = without_copies(events, RELATION_COLUMNS)
+    notes = []
+    if copies:
+        notes.append(f"{copies:,} rows of the saved session are copies of another, identical in every field (a "
+                     "session written twice, or two joined?): each was read once.")
+    near = near_copies(kept["start_ns"].to_numpy(), kept["end_ns"].to_numpy(),
+                       *(kept[c].cat.codes.to_numpy() for c in ("name", "kind")),
+                       kept["pid"].to_numpy(), kept["tid"].to_numpy())
+    if near:
+        notes.append(f"{near:,} events repeat another of the same name, thread and duration within {NEAR_NS} ns (a "
+                     "profile joined with a shifted copy of itself?): no profiler writes such pairs, and the figures "
+                     "count both.")
+    return kept, copies, notes
+
+
 class Session:
     """A profile: ``meta`` plus the ``events`` frame (see EVENT_COLUMNS)."""
 
@@ -431,9 +452,9 @@ class Session:
         raw = read_meta(meta_path)
         if not isinstance(raw, dict) or raw.get("format") != SESSION_FORMAT:
             raise SessionError(f"{folder} is not an advisor session of format {SESSION_FORMAT}")
-        from advisor.session.meta import SessionMeta
-
         from pydantic import ValidationError
+
+        from advisor.session.meta import SessionMeta
 
         try:
             meta = SessionMeta.model_validate(raw)
@@ -444,4 +465,11 @@ class Session:
         except (ValueError, RecursionError) as exc:
             raise SessionError(f"{meta_path} is damaged: {' '.join(str(exc).split())[:200]}") from None
         schema = Schema(EVENT_COLUMNS, KINDS, RELATION_COLUMNS)
-        return cls(meta, conform_events(read_events(events_path, schema)))
+        events = conform_events(read_events(events_path, schema))
+        said = _copies_said(events)
+        if said[1]:
+            events = said[0]
+        if said[2]:
+            collector = meta.collector.model_copy(update={"notes": [*meta.collector.notes, *said[2]]})
+            meta = meta.model_copy(update={"collector": collector})
+        return cls(meta, events)
