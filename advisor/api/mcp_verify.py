@@ -23,10 +23,11 @@ from typing import Any
 
 __all__ = ["Runs", "end_runs_on_signal", "run_verify", "verify_command"]
 
-# verify's budget covers its diagnosis too, but the diagnosis runs the script to its end,
-# which may be later: the whole call runs for at most the budget and this, unless timeout_s
-# says.
-VERIFY_DIAGNOSIS_S = 600.0
+# verify's budget covers its diagnosis too, but the diagnosis runs the script through its
+# recorded window and up to a minute after it (advisor.collect.steps.StopAfter), which a
+# slow start-up may take past the budget: the whole call runs for at most the budget and
+# this, unless timeout_s says.
+VERIFY_DIAGNOSIS_S = 180.0
 MAX_VERIFY_BUDGET_S = 3600.0
 MAX_VERIFY_TIMEOUT_S = MAX_VERIFY_BUDGET_S + VERIFY_DIAGNOSIS_S
 # Out of time, advisor verify is asked to stop (SIGTERM: it ends its trial and reports what
@@ -105,7 +106,9 @@ async def run_verify(script: str, args: list[str], budget_s: float, max_fixes: i
         command, limit = verify_command(script, args, budget_s, max_fixes, timeout_s, out)
         # Its output goes to a file: a helper the script leaves running cannot hold the call open.
         with open(os.devnull, "wb") as nowhere, said.open("wb") as stderr:
-            process = processes.start(command, stdout=nowhere, stderr=stderr, env=_no_progress())
+            # verify is asked to stop if the server dies (it then ends its trial whole).
+            process = processes.start(command, stdout=nowhere, stderr=stderr, env=_no_progress(),
+                                      parent_death=signal.SIGTERM)
         runs.add(process)
         out_of_time = False
         try:
@@ -121,7 +124,7 @@ async def run_verify(script: str, args: list[str], budget_s: float, max_fixes: i
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(partial(processes.end, process, grace_s=grace))
             runs.discard(process)
-        stopped = (f"advisor verify ran past its time limit ({limit:.0f} s) and was stopped; the script's "
+        stopped = (f"advisor verify ran past its time limit ({limit:.3g} s) and was stopped; the script's "
                    "processes were ended") if out_of_time else ""
         if not out.is_file():  # the script's own last words too: an agent sees no terminal
             lines = said.read_text(errors="replace").strip().splitlines() or [f"exit code {process.returncode}"]

@@ -62,6 +62,9 @@ def _add_collection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--event-budget", type=int, default=None, metavar="N",
                         help="for a script with --steps all: stop recording once N events are recorded "
                              "(default 3,000,000)")
+    parser.add_argument("--run-to-end", action="store_true",
+                        help="for a script: run it whole (by default advisor stops it once the recorded window and "
+                             "300 steps after it, or a minute of them, are timed)")
     parser.add_argument("--with-stack", action="store_true",
                         help="for a script: also record Python stacks with torch.profiler (slow: every Python "
                              "call is an event); without it a sampler finds where Python time goes")
@@ -249,8 +252,9 @@ def _ended_before_first_step(script: Path, exit_code: int, error: str, script_ar
 # --config or --workers): after the script they are the script's, and its argparse refuses
 # them with exit code 2.
 _ADVISOR_OPTIONS = ("--format", "-f", "-o", "--output", "--save", "--rules", "--fail-on", "--no-cache", "--preview",
-                    "--collector", "--with-stack", "--event-budget", "--dask", "--ncu", "--kernel-counters", "--table")
-_ADVISOR_FLAGS = ("--no-cache", "--preview", "--with-stack")  # options that take no value
+                    "--collector", "--with-stack", "--event-budget", "--dask", "--ncu", "--kernel-counters", "--table",
+                    "--run-to-end")
+_ADVISOR_FLAGS = ("--no-cache", "--preview", "--with-stack", "--run-to-end")  # options that take no value
 
 
 def _options_hint(script: Path, exit_code: int, script_args: list[str], command: str) -> str:
@@ -385,7 +389,8 @@ def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False, h
         run = collect_script(target, script_args, gpu=args.collector == "auto", steps=steps,
                              with_stack=args.with_stack, say=_say,
                              event_budget=args.event_budget or DEFAULT_EVENT_BUDGET,
-                             spawned_ranks=ProfiledRank if spawned_ranks else None, held=held)
+                             spawned_ranks=ProfiledRank if spawned_ranks else None, held=held,
+                             run_to_end=bool(getattr(args, "run_to_end", False)), stop_seconds=_stop_seconds(args))
         _say(f"{target.name} {_ended(run.run)}")
         return run.session, run.exit_code, _spawned(run.run, [str(target), *script_args])
     if (getattr(args, "steps", None) is not None or getattr(args, "event_budget", None) is not None
@@ -476,6 +481,17 @@ def _spawned(run, command: list[str]):
     return found
 
 
+def _stop_seconds(args: argparse.Namespace) -> float | None:
+    """How long a script runs after its recorded window: advisor's default (None), or
+    within verify's budget a quarter of what is left of it (the trials need the rest)."""
+    ends = getattr(args, "budget_ends", None)
+    if ends is None:
+        return None
+    import time
+
+    return max(5.0, min(60.0, (ends - time.monotonic()) / 4))
+
+
 def _say(line: str) -> None:
     """One line of progress on stderr while a script runs under advisor, where progress is
     shown (a terminal, ADVISOR_NO_PROGRESS unset): lines, not a bar, since the script
@@ -488,7 +504,8 @@ def _say(line: str) -> None:
 
 def _ended(run) -> str:
     """How a script's run went, for the line after it: 'ran 30 steps in 12.3 s (exit 0)'."""
-    how = {"normal": "", "exit": "", "exception": f", raised {run.error}", "interrupt": ", interrupted"}
+    how = {"normal": "", "exit": "", "exception": f", raised {run.error}", "interrupt": ", interrupted",
+           "enough": ", stopped by advisor once it had the steps it needs; --run-to-end runs it whole"}
     return (f"ran {run.steps} step{'s' if run.steps != 1 else ''} in {run.wall_time_s:.1f} s "
             f"(exit {run.exit_code}{how.get(run.ending, '')})")
 
@@ -537,6 +554,7 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
             return _reused_report(args, reused)
     _imports_while_reading(args)
     said: list[str] = []  # what is said about the rules, for a kept report to say again
+    rules_failed = False
     # Rules and configuration first: a bad pack or config stops before a script runs.
     chosen, config = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None, said)
     if args.output is not None:
@@ -588,6 +606,8 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
                     kept.saved(args.save)
             print(f"advisor: session saved to {args.save}", file=sys.stderr)
         diagnosis = _analyse(session, chosen, said)
+        # A rule that failed may not fail next time (a bug fixed, memory freed): its report is not kept.
+        rules_failed = bool(diagnosis.result.errors)
         if getattr(args, "kernel_counters", None) is not None:
             diagnosis = _with_kernel_counters(args, session, diagnosis, chosen, said)
         session = diagnosis.session
@@ -615,7 +635,7 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
     if args.output:
         print(f"advisor: report written to {args.output}", file=sys.stderr)
     config_fail_on = config.fail_on.value if config.fail_on else None
-    if record is not None and sources is None and session is not None:
+    if record is not None and sources is None and session is not None and not rules_failed:
         from advisor.cli.report_cache import Reused, rule_sources
         from advisor.reports import render_json
 
@@ -732,7 +752,7 @@ def _launch(args: argparse.Namespace):
     if args.event_budget is not None and args.event_budget < 1:
         raise UsageError("--event-budget must be at least 1")
     options = {"steps": args.steps, "collector": args.collector, "with_stack": args.with_stack,
-               "event_budget": args.event_budget}
+               "event_budget": args.event_budget, "run_to_end": bool(getattr(args, "run_to_end", False))}
     return launch(args.target, args.script_args, options=options, save=args.save, say=_say)
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 
 from advisor.collect.cores import probe_threads, usable_cores
 from advisor.collect.sampler import DEFAULT_INTERVAL_S, HostSamples
-from advisor.collect.script import DEFAULT_EVENT_BUDGET, INTERRUPT, HeldInterrupts, ScriptRun, run_script
+from advisor.collect.script import DEFAULT_EVENT_BUDGET, ENOUGH, INTERRUPT, HeldInterrupts, ScriptRun, run_script
 from advisor.collect.stacks import DEFAULT_INTERVAL_S as STACK_INTERVAL_S
 from advisor.collect.stacks import StackSamples
 from advisor.collect.steps import StepWindow
@@ -231,7 +231,8 @@ def collect_script(script: Path, args: list[str], *, keep_trace: Path | None = N
                    stack_interval_s: float | None = STACK_INTERVAL_S, event_budget: int | None = DEFAULT_EVENT_BUDGET,
                    with_stack: bool = False, say: Callable[[str], None] | None = None,
                    call: Callable[[], Any] | None = None, spawned_ranks: type | None = None,
-                   held: HeldInterrupts | None = None) -> CollectedRun:
+                   held: HeldInterrupts | None = None, run_to_end: bool = False,
+                   stop_seconds: float | None = None) -> CollectedRun:
     """Run ``script`` under the collectors and return its Session and exit code.
 
     Whatever the script did (raised, exited, was interrupted), the events collected up to
@@ -240,7 +241,9 @@ def collect_script(script: Path, args: list[str], *, keep_trace: Path | None = N
     Ctrl-C after the script ended is held until the profile is read back, then raised as
     InterruptedAfterScript, which carries the run for the caller to keep; a caller that
     passes ``held`` holds it longer (until it has put the profile somewhere safe) and
-    releases it itself.
+    releases it itself. ``run_to_end``: run the script whole (by default it is stopped once
+    the window and enough steps after it are in, advisor.collect.steps.StopAfter; after at
+    most ``stop_seconds`` of them where given).
     """
     own = held is None
     held = HeldInterrupts() if held is None else held
@@ -248,7 +251,7 @@ def collect_script(script: Path, args: list[str], *, keep_trace: Path | None = N
         collected = _collect(script, args, held, keep_trace=keep_trace, gpu=gpu, steps=steps,
                              sample_interval_s=sample_interval_s, stack_interval_s=stack_interval_s,
                              event_budget=event_budget, with_stack=with_stack, say=say, call=call,
-                             spawned_ranks=spawned_ranks)
+                             spawned_ranks=spawned_ranks, run_to_end=run_to_end, stop_seconds=stop_seconds)
     finally:
         if own:
             held.release()
@@ -267,11 +270,12 @@ class InterruptedAfterScript(KeyboardInterrupt):
 
 
 def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace, gpu, steps, sample_interval_s,
-             stack_interval_s, event_budget, with_stack, say, call, spawned_ranks) -> CollectedRun:
+             stack_interval_s, event_budget, with_stack, say, call, spawned_ranks, run_to_end,
+             stop_seconds) -> CollectedRun:
     run = run_script(script, args, save_trace_to=keep_trace, gpu=gpu, steps=steps, with_stack=with_stack,
                      sample_interval_s=sample_interval_s, stack_interval_s=stack_interval_s,
                      event_budget=event_budget, say=say, call=call, spawned_ranks=spawned_ranks,
-                     hold_interrupts=held)
+                     hold_interrupts=held, run_to_end=run_to_end, stop_seconds=stop_seconds)
     notes = list(run.notes)
     gaps = list(run.gaps)
     capture = run.gpu_capture
@@ -305,6 +309,10 @@ def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace,
                            "step_source": run.step_source, "ending": run.ending})
     if run.host_samples is not None:
         trace_metadata["host_sampler"] = run.host_samples.summary()
+    if run.ending == ENOUGH:
+        notes.append(f"{run.error}: the window and the steps timed after it are what the diagnosis needs "
+                     "(`advisor diagnose --run-to-end` runs the script whole; work that comes less often than "
+                     "those steps, or after them, is not seen)")
     busy = _busy_machine(facts.get("cpu_wait") or {}, _operator_threads())
     if busy:
         notes.append(busy)

@@ -34,7 +34,7 @@ from advisor.collect.stacks import (
     install_worker_sampling,
     read_worker_samples,
 )
-from advisor.collect.steps import StepWindow
+from advisor.collect.steps import EnoughSteps, StepWindow, StopAfter
 from advisor.errors import ScriptError
 from advisor.session import CollectionGap
 
@@ -42,6 +42,7 @@ NORMAL = "normal"
 EXCEPTION = "exception"
 EXIT = "exit"
 INTERRUPT = "interrupt"
+ENOUGH = "enough"  # advisor stopped the script once the window and the timed steps after it were in
 
 INTERRUPT_EXIT_CODE = 130  # what a shell reports for a process ended by SIGINT
 # Held while the profile is read back: Ctrl-C, and SIGTERM / SIGHUP where advisor's
@@ -64,7 +65,8 @@ class ScriptRun:
     """``sys.argv`` as the script saw it: the script path as given, then its arguments."""
     exit_code: int
     ending: str
-    """``normal``, ``exception``, ``exit`` (SystemExit, any code) or ``interrupt``."""
+    """``normal``, ``exception``, ``exit`` (SystemExit, any code), ``interrupt`` or ``enough``
+    (stopped by advisor once it had the steps it needs)."""
     error: str | None
     """How it ended, in one line, where not normally: ``ValueError: bad shape``,
     ``SystemExit: 3``, ``KeyboardInterrupt``."""
@@ -138,6 +140,8 @@ def run_script(
     call: Callable[[], Any] | None = None,
     spawned_ranks: type | None = None,
     hold_interrupts: HeldInterrupts | None = None,
+    run_to_end: bool = False,
+    stop_seconds: float | None = None,
 ) -> ScriptRun:
     """Run ``script`` with ``args`` under the step/phase hooks and a collector.
 
@@ -165,6 +169,9 @@ def run_script(
     ``children_dir`` (advisor.collect.spawned.ProfiledRank, given by the command, so the
     hooks need not import what runs the ranks); None: the ranks run as the script made them.
 
+    Where a window is recorded, the script is stopped (advisor.collect.steps.StopAfter)
+    once the window is over and enough steps after it are timed, unless ``run_to_end``.
+
     Raises ScriptError only when the script cannot be started (missing, not a file,
     unreadable); whatever the script itself does ends up in the returned ScriptRun.
     """
@@ -181,7 +188,7 @@ def run_script(
     sampler = _make_sampler(sample_interval_s, c.notes)
     _start_collectors(c, window=window, gpu=gpu, record_shapes=record_shapes, with_stack=with_stack,
                       event_budget=event_budget, work_dir=work_dir, spawned_ranks=spawned_ranks,
-                      script=argv0, args=args)
+                      script=argv0, args=args, run_to_end=run_to_end, stop_seconds=stop_seconds)
     stack_sampler, undo_workers = _start_stacks(c.host, stack_interval_s, work_dir / "stacks", c.notes)
 
     saved_argv, saved_path = sys.argv, sys.path[:]
@@ -262,7 +269,8 @@ class _Collectors:
 
 def _start_collectors(c: _Collectors, *, window: StepWindow | None, gpu: bool, record_shapes: bool,
                       with_stack: bool, event_budget: int | None, work_dir: Path, spawned_ranks: type | None,
-                      script: str, args: list[str]) -> None:
+                      script: str, args: list[str], run_to_end: bool = False,
+                      stop_seconds: float | None = None) -> None:
     """Start the GPU collector (where it can run) and then the host collector, into ``c``."""
     torch, why_not = torch_hooks.import_torch()
     c.torch = torch
@@ -283,18 +291,29 @@ def _start_collectors(c: _Collectors, *, window: StepWindow | None, gpu: bool, r
     if spawned_ranks:
         c.children_dir = Path(tempfile.mkdtemp(prefix="advisor-ranks-"))
     options = {"steps": window, "gpu": gpu, "with_stack": with_stack, "event_budget": event_budget,
-               "script": script, "args": list(args)}
+               "script": script, "args": list(args), "run_to_end": run_to_end}
+    stop = None if run_to_end or window is None else StopAfter(distributed=lambda: _distributed(torch))
+    if stop is not None and stop_seconds is not None:
+        stop.seconds = stop_seconds
     c.host = torch_hooks.HostCollector(
         torch, record_shapes=record_shapes, with_stack=with_stack, profiler=c.gpu is None,
         listener=c.gpu, window=window, event_budget=event_budget if in_parts else None,
         parts_dir=work_dir / "parts" if in_parts else None, say=c.say,
-        ranks=(c.children_dir, options, spawned_ranks) if c.children_dir is not None else None)
+        ranks=(c.children_dir, options, spawned_ranks) if c.children_dir is not None else None, stop=stop)
     try:
         c.host.start()
     except Exception as exc:
         c.lost(f"torch.profiler could not start ({_one_line(exc)}): the script ran without it",
                f"torch.profiler could not start ({_one_line(exc)})")
         c.host = None
+
+
+def _distributed(torch: Any) -> bool:
+    """Whether the script has made a process group (its ranks then stop at one step)."""
+    try:
+        return bool(torch.distributed.is_available() and torch.distributed.is_initialized())
+    except Exception:  # noqa: BLE001  (torch's own state: taken as distributed, the safe side)
+        return True
 
 
 @dataclass
@@ -324,6 +343,8 @@ def _run_code(argv0: str, call: Callable[[], Any] | None) -> _Ended:
             call()
         else:
             runpy.run_path(argv0, run_name="__main__")
+    except EnoughSteps as exc:  # advisor's own stop: the script ran what the diagnosis needs
+        ended = _Ended(ENOUGH, 0, str(exc), None)
     except _HardExit as exc:  # Python prints nothing for os._exit
         ended = _Ended(EXIT, exc.code, f"os._exit({exc.code})", None)
     except SystemExit as exc:

@@ -38,6 +38,7 @@ class ProfiledRank:
 
     def __call__(self, index: int, *args: Any) -> Any:
         from advisor.collect.assemble import collect_script
+        from advisor.collect.steps import EnoughSteps
 
         raised: list[BaseException] = []
         result: list[Any] = []
@@ -45,6 +46,8 @@ class ProfiledRank:
         def call() -> None:
             try:
                 result.append(self.fn(index, *args))
+            except EnoughSteps:
+                raise  # advisor's own stop: the rank ran what its diagnosis needs, not an error
             except BaseException as exc:
                 raised.append(exc)
                 raise
@@ -53,7 +56,8 @@ class ProfiledRank:
         # The parent's command names the rank's session (the function runs, not the script).
         run = collect_script(Path(options.get("script") or "spawned"), list(options.get("args") or []), gpu=options.get("gpu", True),
                              steps=options.get("steps", "default"), with_stack=bool(options.get("with_stack")),
-                             event_budget=options.get("event_budget"), call=call)
+                             event_budget=options.get("event_budget"), call=call,
+                             run_to_end=bool(options.get("run_to_end")))
         save_rank(run, Path(self.folder) / f"rank-{index}", rank=index,
                   world_size=int(os.environ.get("WORLD_SIZE", "0") or 0), launcher="torch.multiprocessing.spawn")
         if raised:

@@ -31,7 +31,8 @@ from typing import Any
 from advisor.errors import UsageError
 from advisor.session.meta import FORWARD_NO_GRAD
 
-__all__ = ["DEFAULT_RECORDED_STEPS", "DEFAULT_WARMUP_STEPS", "FORWARD_NO_GRAD", "MAX_TIMED_STEPS", "StepClock", "StepWindow"]
+__all__ = ["DEFAULT_RECORDED_STEPS", "DEFAULT_WARMUP_STEPS", "FORWARD_NO_GRAD", "MAX_TIMED_STEPS", "EnoughSteps",
+           "StepClock", "StepWindow", "StopAfter"]
 
 DEFAULT_WARMUP_STEPS = 2
 DEFAULT_RECORDED_STEPS = 5
@@ -76,6 +77,50 @@ class StepWindow:
         if self.stop == self.start + 1:
             return f"step {self.start}"
         return f"steps {self.start}-{self.stop - 1}"
+
+
+class EnoughSteps(BaseException):
+    """Raised in the script's main thread where a step would open once the diagnosis has
+    what it needs (``StopAfter``): the script's code unwinds, its ``finally`` blocks and
+    context managers run, and the run ends as stopped by advisor. A BaseException, so the
+    script's own ``except Exception`` does not take it for an error of its own."""
+
+    def __init__(self, step: int, after: int):
+        super().__init__(f"advisor stopped the script at step {step}, {after} steps after the recorded window")
+        self.step = step
+        self.after = after
+
+
+@dataclass
+class StopAfter:
+    """When a script diagnosed under advisor has run long enough: the recorded window is
+    over and ``steps`` steps have been timed after it, or (not in a distributed job, whose
+    ranks must stop at the same step) ``seconds`` have passed since it ended and at least
+    ``min_steps`` were timed. The steps after the window give the job's own pace and the
+    work that comes every N steps; a script that trains for hours, or never ends, is not
+    run whole for them (``advisor diagnose --run-to-end`` runs it whole)."""
+
+    steps: int = 300
+    seconds: float = 60.0
+    min_steps: int = 5
+    distributed: Any = None  # a callable: whether the job is distributed (its ranks stop by count alone)
+    _first: int | None = None
+    _since: float = 0.0
+
+    def enough(self, number: int) -> bool:
+        """Whether step ``number``, the next to open after the window, need not run."""
+        if self._first is None:
+            self._first, self._since = number, time.monotonic()
+        after = number - self._first
+        if after >= self.steps:
+            return True
+        if after < self.min_steps or time.monotonic() - self._since < self.seconds:
+            return False
+        return not (self.distributed is not None and self.distributed())
+
+    def after(self, number: int) -> int:
+        """Steps timed after the window before step ``number``."""
+        return 0 if self._first is None else number - self._first
 
 
 class StepClock:

@@ -34,7 +34,7 @@ from advisor.collect.hooks.recorder import Recorder
 from advisor.collect.hooks.steps import Steps
 from advisor.collect.hooks.syncs import SyncSites
 from advisor.collect.hooks.uploads import Uploads
-from advisor.collect.steps import StepClock, StepWindow
+from advisor.collect.steps import StepClock, StepWindow, StopAfter
 
 
 def import_torch() -> tuple[Any, str | None]:
@@ -96,7 +96,7 @@ class HostCollector:
                  profiler: bool = True, listener: Any = None, step_source: str = "auto",
                  warmup: bool = False, window: StepWindow | None = None, event_budget: int | None = None,
                  parts_dir: Path | None = None, say: Callable[[str], None] | None = None,
-                 ranks: tuple[Path, dict, type] | None = None):
+                 ranks: tuple[Path, dict, type] | None = None, stop: StopAfter | None = None):
         """``profiler=False``: run the hooks and ranges without torch.profiler, for when the
         CUPTI collector runs (Kineto would take CUPTI over even with CPU activities only).
         ``listener`` (the CUPTI collector) is told of every step and range as it opens and
@@ -112,7 +112,9 @@ class HostCollector:
         ``say(line)`` hears of recording starting and stopping, for the user.
         ``ranks`` (a folder, the collection options, the class that runs a rank): the
         processes the script starts with torch.multiprocessing.spawn run their function
-        under a collector of their own and save their sessions there."""
+        under a collector of their own and save their sessions there. ``stop``: when the
+        script has run long enough after the window (advisor.collect.steps.StopAfter; None:
+        it runs to its end)."""
         self._torch = torch
         self._thread = threading.get_ident()
         self._stopped = False
@@ -132,7 +134,7 @@ class HostCollector:
                                  say=say or (lambda line: None), metadata=self._metadata)
         self.loaders = Loaders(torch, lambda: self._run_delay)
         self.steps = Steps(torch, self.result, self.recorder, self.clock, self.loaders,
-                           manual=step_source == "manual", library_dirs=self._library_dirs)
+                           manual=step_source == "manual", library_dirs=self._library_dirs, stop=stop)
         self.syncs = SyncSites(torch, self.recorder, self.steps.open_step)
         self.uploads = Uploads(torch)
         self.children = Children(self.steps.open_step, ranks)

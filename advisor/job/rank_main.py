@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run = collect_script(script, script_args, gpu=options.get("collector", "auto") == "auto", steps=steps,
                              with_stack=bool(options.get("with_stack")),
-                             event_budget=options.get("event_budget") or DEFAULT_EVENT_BUDGET)
+                             event_budget=options.get("event_budget") or DEFAULT_EVENT_BUDGET,
+                             run_to_end=bool(options.get("run_to_end")))
     except AdvisorError as exc:
         print(f"advisor: rank {rank}: {exc}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from typing import IO, Any
@@ -25,11 +26,38 @@ _POLL_S = 0.05
 
 
 def start(command: Sequence[str], *, stdout: IO[Any] | int, stderr: IO[Any] | int,
-          env: dict[str, str] | None = None) -> subprocess.Popen:
+          env: dict[str, str] | None = None, parent_death: int = signal.SIGKILL) -> subprocess.Popen:
     """``command`` in a session of its own (a Ctrl-C at the terminal reaches advisor, which
-    ends it), reading nothing: a script that reads its input gets end of file."""
+    ends it), reading nothing: a script that reads its input gets end of file. On Linux it
+    gets ``parent_death`` when the process that started it dies, however it dies (a
+    SIGKILLed MCP server runs no clean-up of its own): SIGTERM for a command that ends its
+    own children when asked (advisor verify), SIGKILL for a script."""
     return subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_dies_with_parent(parent_death))
+
+
+def _dies_with_parent(signum: int) -> Any:
+    """A preexec function that asks Linux to send ``signum`` to the child when its parent
+    dies (prctl PR_SET_PDEATHSIG); None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes  # noqa: PLC0415
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os.kill(os.getpid(), signum)
+
+    return arm
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def end(process: subprocess.Popen, *, grace_s: float) -> None:

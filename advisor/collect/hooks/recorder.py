@@ -229,6 +229,12 @@ class Recorder:
             self._recorded_steps.append(number)
         return recorded
 
+    def past_window(self, number: int) -> bool:
+        """Whether step ``number`` comes after a window that was recorded (False without a
+        window: the whole run is recorded)."""
+        return (self.window is not None and bool(self._recorded_steps) and number > self._recorded_steps[-1]
+                and number not in self.window)
+
     def fill(self, result: HostCollection) -> None:
         result.recording.update(self._facts)
         result.recording["recorded_steps"] = list(self._recorded_steps)

@@ -52,6 +52,7 @@ import collections
 import functools
 import importlib
 import sys
+import threading
 import time
 import weakref
 from typing import Any
@@ -68,7 +69,7 @@ from advisor.collect.hooks.collection import (
 )
 from advisor.collect.hooks.loaders import Loaders, exhausted, first_batch_size
 from advisor.collect.hooks.recorder import Recorder
-from advisor.collect.steps import FORWARD_NO_GRAD, StepClock
+from advisor.collect.steps import FORWARD_NO_GRAD, EnoughSteps, StepClock, StopAfter
 
 # An inference loop whose model has been called this many times as a step has shown its
 # model: from then on only the calls of the modules that opened a forward are hooked
@@ -113,10 +114,15 @@ class Steps:
     """The step and phase marks of one run, and the step source that places them."""
 
     def __init__(self, torch: Any, result: HostCollection, recorder: Recorder, clock: StepClock,
-                 loaders: Loaders, *, manual: bool, library_dirs: tuple[str, ...] = ()):
+                 loaders: Loaders, *, manual: bool, library_dirs: tuple[str, ...] = (),
+                 stop: StopAfter | None = None):
         """``result``: the run's collection, whose step source, partial steps and batch
-        size this concern keeps as it goes (the report reads them even if the run dies)."""
+        size this concern keeps as it goes (the report reads them even if the run dies).
+        ``stop``: when the script has run long enough after the window (None: to its end);
+        the step that would open then raises EnoughSteps in the thread that made the hooks."""
         self._torch = torch
+        self._stop = stop
+        self._thread = threading.get_ident()
         self._result = result
         self._recorder = recorder
         self._listener = recorder.listener
@@ -298,6 +304,10 @@ class Steps:
         self._next_step = number + 1
         recorder = self._recorder
         recorded = recorder.before_step(number)
+        stop = self._stop
+        if (stop is not None and not recorded and recorder.past_window(number)
+                and threading.get_ident() == self._thread and stop.enough(number)):
+            raise EnoughSteps(number, stop.after(number))
         if self._listener is not None:
             self._listener.step_started(number)
         self._clock.step_opened(number, recorded=recorded)
