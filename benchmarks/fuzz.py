@@ -290,6 +290,24 @@ def _twice(doc: dict, rng: random.Random, share: float) -> dict:
     return {**doc, "traceEvents": events + json.loads(json.dumps(again))}
 
 
+def _shifted_copy(doc: dict) -> dict:
+    """Every complete event written again 1 ns later (a trace joined with a shifted copy)."""
+    events = doc["traceEvents"]
+    again = [{**e, "ts": e["ts"] + 0.001} for e in events
+             if isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
+    return {**doc, "traceEvents": events + again}
+
+
+def _marked_as_ranks(doc: dict, rng: random.Random) -> dict:
+    """Two instant events and two complete ones carrying a rank and a pid's original, as a
+    merged trace's events do."""
+    first = next((e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"), {})
+    ts = first.get("ts", 0)
+    marks = [{"ph": "i", "s": "t", "name": "mark", "pid": 1, "tid": 1, "ts": ts, "args": {"rank": r, "pid_raw": 1}}
+             for r in (0, 1)]
+    return {**doc, "traceEvents": marks + doc["traceEvents"]}
+
+
 # Each: (the change, what the report must do). "said": its notes (or profile-incomplete)
 # say what was lost or repaired; "same": its findings are the unchanged trace's (rule and
 # severity); both where both hold.
@@ -312,6 +330,14 @@ LOSS_KINDS = {
         doc, lambda e, i: {**e, "args": {**e["args"], "registers per thread": [e["args"]["registers per thread"]]}}
         if e.get("cat") == "kernel" and "registers per thread" in (e.get("args") or {}) else e), {"said"}),
     "every event twice": (lambda rng, doc: _twice(doc, rng, 1.0), {"said", "same"}),
+    "every event again 1 ns later": (lambda rng, doc: _shifted_copy(doc), {"said"}),
+    "one event 150 years later": (lambda rng, doc: _some_x(doc, rng, lambda e: {**e, "ts": e["ts"] + 4.7e15}, 0.0),
+                                  {"said"}),
+    # A merged trace's marks where there is no merge: read as the one trace it is.
+    "two events marked as ranks": (lambda rng, doc: _marked_as_ranks(doc, rng), {"same"}),
+    "every event its own rank": (lambda rng, doc: _each_x(doc, lambda e, i: {
+        **e, "args": {**(e.get("args") if isinstance(e.get("args"), dict) else {}), "rank": i,
+                      "pid_raw": e.get("pid")}}), {"same"}),
     "some events twice": (lambda rng, doc: _twice(doc, rng, 0.1), {"said", "same"}),
 }
 

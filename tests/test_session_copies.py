@@ -91,4 +91,4 @@ def test_a_trace_joined_with_a_shifted_copy_is_said(tmp_path):
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": events + shifted}))
     notes = load(path).meta.collector.notes
-    assert any("100 events repeat another" in note for note in notes)
+    assert any("100 events are near-copies of another" in note for note in notes)

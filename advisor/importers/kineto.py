@@ -469,9 +469,9 @@ def reading_notes(damage: Any, unlinked: dict[str, int] | None = None) -> list[s
                      "written twice, or two copies joined?): each was read once.")
     near = damage.get("near_copies")
     if isinstance(near, int) and not isinstance(near, bool) and near > 0:
-        notes.append(f"{near:,} events repeat another of the same name, thread and duration within a few ns (a trace "
-                     "joined with a shifted copy of itself?): no profiler writes such pairs, and the figures count "
-                     "both.")
+        notes.append(f"{near:,} events are near-copies of another: the same name, thread and duration, starting "
+                     "within a few ns (a trace joined with a shifted copy of itself?); no profiler writes such pairs, "
+                     "and the figures count both.")
     links = _counted(unlinked)
     if links:
         notes.append(f"{sum(n for _, n in links):,} GPU activities are tied to no launch ({_listed(links)}): their "

@@ -17,8 +17,10 @@ rank's value) and says what it left out.
 
 from __future__ import annotations
 
+import collections
 import gzip
 import json
+import math
 import re
 import zlib
 from collections import defaultdict
@@ -37,7 +39,7 @@ MARKED_SHARE = 0.9
 # Splitting reads the whole file as JSON (several times its text in memory) and writes a
 # trace per rank: bounded in text and in ranks, as a job folder is.
 MAX_SPLIT_BYTES = 2 << 30
-MAX_SPLIT_RANKS = 4096
+MAX_SPLIT_RANKS = 1024
 MAX_RANK = 1_000_000  # a rank at or past this is damage, not a rank (advisor.job.inputs.MAX_RANKS)
 _RANK_PROCESS = re.compile(r"^RANK\s+(\d+)\b", re.IGNORECASE)
 _OFFSET_FIELDS = ("pid", "id")
@@ -89,15 +91,16 @@ def _marked(event: dict) -> bool:
 
 def merged_ranks(path: Path) -> bool:
     """Whether ``path`` is a merged multi-rank trace, from the structure of its first
-    events: nearly every complete event carries a rank and its pid's original (TraceFusion's
-    marks), or sits in a process named by rank ('RANK 1 - GPU 0') with two ranks or more
-    named. A damaged or unreadable file is not (the reader judges it)."""
+    events: nearly every complete event carries a rank and its pid's original, the pid
+    offset from it by the rank times a power of ten (TraceFusion's layout), or sits in a
+    process named by rank ('RANK 1 - GPU 0') with two ranks or more named. A damaged or
+    unreadable file is not (the reader judges it)."""
     events = [e for e in _head_events(_head(path)) if isinstance(e, dict)]
     complete = [e for e in events if e.get("ph") == "X"]
     if not complete:
         return False
-    marked = sum(1 for e in complete if _marked(e))
-    if marked >= MARKED_SHARE * len(complete):
+    marked = [e for e in complete if _marked(e)]
+    if len(marked) >= MARKED_SHARE * len(complete) and _offset_layout(marked):
         return True
     named = {e.get("pid"): int(m[1]) for e in events
              if e.get("ph") == "M" and e.get("name") == "process_name" and type(e.get("pid")) in (int, str)
@@ -105,6 +108,28 @@ def merged_ranks(path: Path) -> bool:
              and (m := _RANK_PROCESS.match(str(e["args"].get("name", "")))) is not None}
     inside = sum(1 for e in complete if type(e.get("pid")) in (int, str) and e.get("pid") in named)
     return len(set(named.values())) >= 2 and inside >= MARKED_SHARE * len(complete)
+
+
+def _offset_layout(marked: list[dict]) -> bool:
+    """Whether the marked events' pids are laid out as a merge offsets them: each the
+    original plus the rank times one power of ten (rank 0's the original), for nearly all
+    of them (text pids, which no offset applies to, aside)."""
+    offsets: collections.Counter[int] = collections.Counter()
+    checked = fits = 0
+    for event in marked:
+        pid, raw, rank = event.get("pid"), event["args"]["pid_raw"], event["args"]["rank"]
+        if type(pid) is not int or type(raw) is not int:
+            continue
+        checked += 1
+        shift = pid - raw
+        if rank == 0:
+            fits += shift == 0
+        elif shift > 0 and shift % rank == 0:
+            offsets[shift // rank] += 1
+    if offsets:
+        offset, count = offsets.most_common(1)[0]
+        fits += count if offset >= 10 and 10 ** round(math.log10(offset)) == offset else 0
+    return checked == 0 or fits >= MARKED_SHARE * checked
 
 
 @dataclass

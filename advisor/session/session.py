@@ -372,9 +372,9 @@ def _copies_said(events: pd.DataFrame) -> tuple[pd.DataFrame, int, list[str]]:
                        *(kept[c].cat.codes.to_numpy() for c in ("name", "kind")),
                        kept["pid"].to_numpy(), kept["tid"].to_numpy())
     if near:
-        notes.append(f"{near:,} events repeat another of the same name, thread and duration within {NEAR_NS} ns (a "
-                     "profile joined with a shifted copy of itself?): no profiler writes such pairs, and the figures "
-                     "count both.")
+        notes.append(f"{near:,} events are near-copies of another: the same name, thread and duration, starting "
+                     f"within {NEAR_NS} ns (a profile joined with a shifted copy of itself?); no profiler writes such "
+                     "pairs, and the figures count both.")
     return kept, copies, notes
 
 
