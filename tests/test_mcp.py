@@ -127,3 +127,33 @@ def test_verify_refuses_a_budget_that_is_not_a_bounded_time(tmp_path, budget):
         verify_command(str(script), [], budget, 1, None, tmp_path / "report.json")
     with pytest.raises(UsageError, match="timeout_s"):
         verify_command(str(script), [], 30.0, 1, budget, tmp_path / "report.json")
+
+
+def test_diagnoses_made_at_once_are_bounded(monkeypatch):
+    """Each diagnosis holds a whole profile while it is read: the server makes at most a
+    few at once, and the rest wait their turn."""
+    import threading
+    import time
+
+    from advisor.api import mcp_server
+
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def slow(target, rules=None, gpu=None):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+        return object()
+
+    monkeypatch.setattr(mcp_server, "diagnose_target", slow)
+    kept = mcp_server._Diagnoses(budget_bytes=0, in_flight=2)
+    calls = [threading.Thread(target=kept.get, args=(f"/nowhere/{i}.json", None, None)) for i in range(6)]
+    for call in calls:
+        call.start()
+    for call in calls:
+        call.join()
+    assert most[0] == 2

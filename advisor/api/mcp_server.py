@@ -77,10 +77,13 @@ class _Diagnoses:
     within ``budget_bytes`` (each one's size estimated by diagnosis_bytes). Tools
     run on worker threads: the lock guards the kept ones, not the diagnoses themselves."""
 
-    def __init__(self, budget_bytes: int) -> None:
+    def __init__(self, budget_bytes: int, in_flight: int = 2) -> None:
         self.budget_bytes = budget_bytes
         self._kept: dict[tuple, tuple[Diagnosed, int]] = {}
         self._lock = threading.Lock()
+        # Diagnoses made at once: each holds a whole profile while it is read, which the
+        # budget of kept ones does not count; more calls wait their turn.
+        self._in_flight = threading.BoundedSemaphore(in_flight)
 
     @property
     def kept_bytes(self) -> int:
@@ -98,16 +101,17 @@ class _Diagnoses:
             if key is not None and key in self._kept:
                 self._kept[key] = self._kept.pop(key)  # now the most recently used
                 return self._kept[key][0]
-        try:
-            done = diagnose_target(target, rules=rules, gpu=gpu)
-        except MemoryError:
-            # What is kept makes room for what is asked now, and it is read once more.
-            with self._lock:
-                if not self._kept:
-                    raise
-                self._kept.clear()
-            gc.collect()
-            done = diagnose_target(target, rules=rules, gpu=gpu)
+        with self._in_flight:
+            try:
+                done = diagnose_target(target, rules=rules, gpu=gpu)
+            except MemoryError:
+                # What is kept makes room for what is asked now, and it is read once more.
+                with self._lock:
+                    if not self._kept:
+                        raise
+                    self._kept.clear()
+                gc.collect()
+                done = diagnose_target(target, rules=rules, gpu=gpu)
         if key is not None:
             self._keep(key, done)
         return done
@@ -130,8 +134,10 @@ _MOST_OBJECTS = 1_000_000
 def diagnosis_bytes(done: Diagnosed) -> int:
     """About how much memory a kept diagnosis holds: everything it reaches (the report, the
     session, the step model with its graph and frames, the tables), each object once; pandas
-    counts its frames, strings included, numpy its arrays. The events and tables alone are
-    about a third of what keeping a diagnosis makes the process grow by."""
+    counts its frames, strings included, numpy its arrays. Against what keeping one more
+    diagnosis made the process's RSS grow by (three kept, after one made and dropped): 0.93x
+    of it for the ResNet-50 trace (28.5 MB), more than it for smaller ones, whose frames
+    share the session cache's categories."""
     import numpy as np
     import pandas as pd
 
