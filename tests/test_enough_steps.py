@@ -147,3 +147,13 @@ def _alive(pid: int) -> bool:
 
 def test_start_arms_the_signal_only_on_linux():
     assert (processes._dies_with_parent(signal.SIGKILL) is not None) == sys.platform.startswith("linux")
+
+
+def test_what_stopping_the_recording_cost_is_said(tmp_path):
+    """torch.profiler processes what it recorded as the window closes: time the script
+    spends between two steps, in no step's figure; where it is worth a note, it is said."""
+    from advisor.collect.assemble import _recording_stop_note
+
+    assert "took the script 0.9 s" in _recording_stop_note({"recording": {"stop_s": 0.9}})
+    assert _recording_stop_note({"recording": {"stop_s": 0.01}}) == ""
+    assert _recording_stop_note({}) == ""

@@ -158,6 +158,18 @@ def _with_autograd_cost(facts: dict[str, Any]) -> dict[str, Any]:
     return facts if cost is None else {**facts, "autograd_node_ns": cost}
 
 
+def _recording_stop_note(facts: dict[str, Any]) -> str:
+    """What stopping torch.profiler at the window's end cost the script (its processing of
+    what it recorded, between two steps: in no step's time), where a tenth of a second or
+    so; "" otherwise."""
+    recording = facts.get("recording") if isinstance(facts.get("recording"), dict) else {}
+    stop_s = recording.get("stop_s")
+    if not isinstance(stop_s, (int, float)) or isinstance(stop_s, bool) or stop_s < 0.05:
+        return ""
+    return (f"stopping the recording at the window's end took the script {stop_s:.2g} s (torch.profiler processing "
+            "what it recorded), between two steps: in no step's time, and not the job's")
+
+
 def _busy_machine(wait: dict[str, Any], threads: int | None = None) -> str:
     """A note where the script's main thread waited for a core enough of its run to call the
     machine busy (advisor.session.busy). Where torch ran its operators on several threads,
@@ -309,6 +321,9 @@ def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace,
                            "step_source": run.step_source, "ending": run.ending})
     if run.host_samples is not None:
         trace_metadata["host_sampler"] = run.host_samples.summary()
+    stopped = _recording_stop_note(facts)
+    if stopped:
+        notes.append(stopped)
     if run.ending == ENOUGH:
         notes.append(f"{run.error}: the window and the steps timed after it are what the diagnosis needs "
                      "(`advisor diagnose --run-to-end` runs the script whole; work that comes less often than "

@@ -25,6 +25,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -160,7 +161,11 @@ class Recorder:
         if self.state != "recording":
             return
         self._facts["stopped"] = why
+        began = time.perf_counter()
         self._finish()
+        # torch.profiler processes what it recorded as it stops: time the script spends
+        # between two steps, in no step's figure, said in the report.
+        self._facts["stop_s"] = round(time.perf_counter() - began, 3)
         self.state = "done"
 
     def _finish(self) -> None:
