@@ -5,28 +5,14 @@ measure (the figures), decide (whether it fires, and which fix holds) and word (
 finding); thresholds come from the rule's spec in rules/builtin.yaml. ``common`` holds the
 helpers they share."""
 
-from advisor.rules.checks import (  # noqa: F401
-    autograd_anomaly_detection,
-    autograd_in_inference,
-    batch_loop_in_model,
-    below_roofline,
-    communication_not_overlapped,
-    conv_bias_before_batchnorm,
-    cpu_dtype_speed,
-    cpu_threads_oversubscribed,
-    cpu_tensor_copied_each_step,
-    dataloader_starvation,
-    grad_zeroing_memsets,
-    host_bound,
-    launch_bound,
-    low_gpu_utilization,
-    not_steady_state,
-    optimizer_not_fused,
-    per_sample_model_calls,
-    periodic_step_work,
-    profile_incomplete,
-    queued_work_waits,
-    straggler_rank,
-    sync_memcpy_stall,
-    tensor_core_misalignment,
-)
+import importlib
+import pkgutil
+
+# Every module here but the helpers is a rule's check: found, not listed, so a new rule's
+# module cannot be left out (a module that registers nothing is caught by
+# tests/test_rules_registry.py).
+HELPERS = frozenset({"common"})
+CHECK_MODULES = tuple(sorted(info.name for info in pkgutil.iter_modules(__path__)
+                             if info.name not in HELPERS and not info.name.startswith("_")))
+for _name in CHECK_MODULES:
+    importlib.import_module(f"{__name__}.{_name}")
