@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import advisor.rules.checks as checks
-from advisor.rules import builtin_specs
+from advisor.rules import builtin_specs, checks
 from advisor.rules.registry import registered
 
 REPO = Path(__file__).resolve().parents[1]
