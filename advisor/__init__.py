@@ -22,6 +22,7 @@ findings and charts inline, with ``.findings``, ``.tables`` and ``.to_json()``
 from __future__ import annotations
 
 from advisor._lazy import lazy_exports as _lazy_exports
+from advisor._version import __version__
 from advisor.profiler import (
     Profiler,
     ProfilerState,
@@ -32,8 +33,6 @@ from advisor.profiler import (
     save_session,
 )
 from advisor.profiler.events import RecordEvent, region
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Diagnosis",

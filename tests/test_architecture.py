@@ -171,14 +171,22 @@ _NOT_BEFORE_THE_READ = ("advisor.collect.torch_hooks", "advisor.collect.assemble
                         "advisor.reports._terminal", "networkx", "torch")
 _NOT_IN_THE_FORKED_READ = ("pydantic",)
 
-# The first open of the trace by the reader (not a look at its first bytes to decide how to
-# read it): the modules of the process opening it, which then ends.
+# The first open of the trace by the reader (kineto.open_trace; not a look at its first
+# bytes to decide how to read it, nor the cache's digest of its head and tail, which the
+# command may make meanwhile): the modules of the process opening it, which then ends.
 _WATCH_THE_OPEN = r'''
 import os, sys
 target = os.path.abspath(sys.argv[1])
+def by_the_reader():
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "open_trace" and frame.f_code.co_filename.endswith("kineto.py"):
+            return True
+        frame = frame.f_back
+    return False
 def hook(event, args):
     if event == "open" and isinstance(args[0], str) and os.path.abspath(args[0]) == target \
-            and "advisor.importers.kineto" in sys.modules:
+            and "advisor.importers.kineto" in sys.modules and by_the_reader():
         print("LOADED " + " ".join(sorted(sys.modules)), file=sys.stderr)
         sys.stderr.flush()
         os._exit(0)

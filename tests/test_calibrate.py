@@ -191,7 +191,7 @@ def test_the_summary_has_a_line_per_device():
 
 
 def _host_with(stored: Path, flops: float, **machine) -> tuple:
-    from advisor.collect.assemble import _host_device
+    from advisor.collect.assemble import host_device
     from advisor.knowledge.cpu import this_processor
 
     import os
@@ -201,7 +201,7 @@ def _host_with(stored: Path, flops: float, **machine) -> tuple:
         DeviceCalibration(key="cpu", kind="cpu", measured="2026-11-20T09:30:00+00:00",
                           matmul_flops={"fp32": flops}, memory_bandwidth=2e10)]))
     notes: list[str] = []
-    return _host_device(notes), notes
+    return host_device(notes), notes
 
 
 def test_the_report_says_whose_calibration_it_uses_and_when(stored, monkeypatch):
@@ -247,19 +247,19 @@ def test_a_calibration_with_another_torch_is_refused(stored, monkeypatch):
     calibration = load_calibration()
     entry = calibration.device("cpu").model_copy(update={"torch_version": "1.13.1"})
     save_calibration(calibration.model_copy(update={"devices": [entry]}))
-    from advisor.collect.assemble import _host_device
+    from advisor.collect.assemble import host_device
 
     notes: list[str] = []
-    device = _host_device(notes)
+    device = host_device(notes)
     assert device.peak_flops == {}
     assert any("with torch 1.13.1" in n and "not used" in n for n in notes)
 
 
 def test_a_session_without_a_calibration_says_when_that_was(stored):
-    from advisor.collect.assemble import _host_device
+    from advisor.collect.assemble import host_device
 
     notes: list[str] = []
-    _host_device(notes)
+    host_device(notes)
     assert any("had not measured this machine's peaks when this was recorded" in n for n in notes)
 
 

@@ -64,7 +64,7 @@ def _threads(torch) -> dict[str, Any]:
     return said
 
 
-def _host_device(notes: list[str] | None = None) -> DeviceInfo:
+def host_device(notes: list[str] | None = None) -> DeviceInfo:
     """This machine's CPU: its dtype-relevant flags, and its peaks where `advisor calibrate`
     measured them on this machine and they are plausible (the CPU roofline needs them; the
     session keeps them so a saved session is judged alike). Where the peaks come from, or
@@ -232,7 +232,7 @@ def _with_samples(events: pd.DataFrame, samples: HostSamples | None, base_time_n
     return insert_unrelated(events, frame)
 
 
-def _gpu_not_measured(reason: str | None) -> str:
+def gpu_not_measured(reason: str | None) -> str:
     from advisor.collect.cupti import not_measured_line  # noqa: PLC0415
 
     return not_measured_line(reason or "no GPU collector ran")
@@ -339,7 +339,7 @@ def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace,
     if capture is not None:
         base_time_ns = capture.base_time_ns
         events = capture.events
-        devices = [_host_device(), *capture.devices]
+        devices = [host_device(), *capture.devices]
     else:
         if session is not None:
             base_time_ns = session.meta.base_time_ns
@@ -370,7 +370,7 @@ def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace,
                         else "torch.profiler")
     gaps += child_gaps(facts.get("children") or [])
     if capture is None and run.gpu_available:
-        gaps.append(CollectionGap(what="GPU", why=_gpu_not_measured(run.gpu_not_measured)))
+        gaps.append(CollectionGap(what="GPU", why=gpu_not_measured(run.gpu_not_measured)))
 
     if capture is not None:
         collector = capture.collector.model_copy(update={"notes": [*capture.collector.notes, *notes],
@@ -381,10 +381,10 @@ def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace,
             version=f"torch {run.torch_version}" if run.torch_version else "",
             activities=["cpu"] if run.trace_parts else [],
             gpu_measured=False,
-            notes=[*notes, _gpu_not_measured(run.gpu_not_measured)],
+            notes=[*notes, gpu_not_measured(run.gpu_not_measured)],
             gaps=gaps,
         )
-        devices = [_host_device(collector.notes)]
+        devices = [host_device(collector.notes)]
     meta = SessionMeta(
         source=str(script),
         source_format="script",

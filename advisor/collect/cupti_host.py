@@ -51,7 +51,6 @@ class HostTimeline:
         self.rows: list[tuple] = []
         self._open: dict[int, tuple[str, int, int]] = {}
         self._tokens = itertools.count(1)
-        self._op_ids = itertools.count(1)
 
     def open_range(self, name: str) -> int:
         token = next(self._tokens)
@@ -70,9 +69,6 @@ class HostTimeline:
         for token in list(self._open):
             self.close_range(token)
         return open_now
-
-    def next_op_id(self) -> int:
-        return next(self._op_ids)
 
     def add_op(self, name: str, start: int, end: int, tid: int, op_id: int, dims: str, types: str) -> None:
         self.rows.append((name, "op", start, end, tid, op_id, dims, types))

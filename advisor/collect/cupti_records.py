@@ -153,12 +153,10 @@ def check_enums(api: Any) -> list[str]:
     return problems
 
 
-# The functions of cupti-python's ``cupti.cupti`` the collector calls; optional ones it
-# does without where a release lacks them.
+# The functions of cupti-python's ``cupti.cupti`` the collector calls.
 API_FUNCTIONS = ("activity_register_callbacks", "activity_enable", "activity_disable", "activity_flush_all",
                  "activity_get_num_dropped_records", "activity_push_external_correlation_id",
                  "activity_pop_external_correlation_id", "get_timestamp", "set_thread_id_type")
-OPTIONAL_API_FUNCTIONS = ("activity_enable_runtime_api", "activity_enable_driver_api", "get_callback_name")
 # Record classes per kind: cupti-python has one class per record version
 # (ActivityKernel9, ActivityKernel10...); the newest is what its CUPTI hands over.
 RECORD_CLASSES = {

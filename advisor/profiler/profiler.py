@@ -337,7 +337,7 @@ class _Span:
     def finish(self, *, index: int, batch_size: int | None) -> tuple[Any, Path | None, Path | None]:
         """The span as a Session, with the Chrome trace it was read from and the temporary
         folder that holds it (the caller's to remove) where torch.profiler recorded it."""
-        from advisor.collect.assemble import _gpu_not_measured, _host_device  # noqa: PLC0415
+        from advisor.collect.assemble import gpu_not_measured, host_device  # noqa: PLC0415
         from advisor.session import CollectorInfo, Session, SessionMeta  # noqa: PLC0415
 
         collection = self.collector.stop()
@@ -348,7 +348,7 @@ class _Span:
             capture = self.gpu_collector.stop(partial_steps=collection.partial_steps)
             events = capture.events
             collector = capture.collector.model_copy(update={"notes": [*capture.collector.notes, *notes]})
-            devices = [_host_device(), *capture.devices]
+            devices = [host_device(), *capture.devices]
             base_time_ns = capture.base_time_ns
             trace_metadata: dict[str, Any] = {}
         else:
@@ -370,9 +370,9 @@ class _Span:
                 version=f"torch {getattr(self.torch, '__version__', '')}",
                 activities=["cpu"],
                 gpu_measured=False,
-                notes=[*notes, _gpu_not_measured(self.gpu_reason)],
+                notes=[*notes, gpu_not_measured(self.gpu_reason)],
             )
-            devices = [_host_device(collector.notes)]
+            devices = [host_device(collector.notes)]
             base_time_ns = read.meta.base_time_ns
         size = batch_size if batch_size is not None else collection.batch_size
         if size is not None:

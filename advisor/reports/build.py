@@ -99,7 +99,7 @@ def _doc_columns(doc: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def _doc_for(name: str, frame: pd.DataFrame, table_docs: Mapping[str, Any] | None) -> dict[str, Any]:
+def doc_for(name: str, frame: pd.DataFrame, table_docs: Mapping[str, Any] | None) -> dict[str, Any]:
     """The table's documentation: the frame's own ``attrs`` overlaid by ``table_docs[name]``
     (a mapping or an object with title, description, key, columns, notes attributes)."""
     doc: dict[str, Any] = {}
@@ -259,7 +259,7 @@ def _assembled(summary: SessionSummary, tables: Mapping[str, pd.DataFrame], find
         session=summary,
         findings=[Finding.model_validate(to_python(f.model_dump())) for f in findings],
         tables={
-            **{str(name): table_from_frame(str(name), frame, _doc_for(str(name), frame, table_docs))
+            **{str(name): table_from_frame(str(name), frame, doc_for(str(name), frame, table_docs))
                for name, frame in tables.items()},
             **dict(rank_tables or {}),
         },

@@ -16,7 +16,7 @@ from rich.text import Text
 from advisor.errors import UsageError
 from advisor.reports._common import cell_text, compact_columns
 from advisor.reports._terminal import KEY_MIN, MAX_CELL, _table
-from advisor.reports.build import _doc_for, table_from_frame, to_python
+from advisor.reports.build import doc_for, table_from_frame, to_python
 
 TERMINAL_COLUMNS = 7
 
@@ -79,7 +79,7 @@ def render_tables(tables: Mapping[str, pd.DataFrame], *, table_docs: Mapping[str
     if fmt == "terminal":
         console = console or Console()
         for name, frame in tables.items():
-            table = table_from_frame(name, _view(frame, sort, 0), _doc_for(name, frame, table_docs))
+            table = table_from_frame(name, _view(frame, sort, 0), doc_for(name, frame, table_docs))
             table = shown_safely(table)  # names from the trace reach a terminal: no control characters
             if not table.rows:
                 console.print(Text(f"{table.title or name}: no rows", style="bold"))

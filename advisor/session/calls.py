@@ -17,7 +17,6 @@ __all__ = [
     "CAPTURE_FRAMES",
     "COMPILE_FRAMES",
     "CONTEXT_CALLS",
-    "EVENT_RECORD",
     "EVENT_SYNC",
     "DEVICE_SYNC",
     "GRAPH_LAUNCH",
@@ -45,8 +44,7 @@ BLOCKING_CALLS = (SYNC_COPY, STREAM_SYNC, DEVICE_SYNC, EVENT_SYNC)
 HOST_BLOCKING_PREFIXES = ("cudaMemcpy", "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
                           "hipMemcpy", "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize")
 
-# Cross-stream order: an event recorded on one stream, waited for on another.
-EVENT_RECORD = re.compile(r"^(cudaEventRecord|cuEventRecord|hipEventRecord)")
+# Cross-stream order: a stream waiting for an event recorded on another.
 STREAM_WAIT = re.compile(r"^(cudaStreamWaitEvent|cuStreamWaitEvent|hipStreamWaitEvent)")
 
 # Setting the device up: the context, the first allocation that creates it, and loading

@@ -411,14 +411,6 @@ class StepGraph:
         _, ends, _ = self.replay()
         return self.step_time(ends)
 
-    def host_floor(self) -> float:
-        """The step at the job's pace with every GPU duration set to 0, ns: what the host
-        alone allows."""
-        scale = self.pace.copy()
-        scale[self.kind == GPU] = 0.0
-        _, ends, _ = self.replay(scale)
-        return self.step_time(ends)
-
     def held_ns(self) -> float:
         """The time GPU work was held past its launch and its stream by other streams and by
         what the profile does not explain, as measured, summed: the most freeing the GPU's

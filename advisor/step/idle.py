@@ -47,7 +47,6 @@ from advisor.step.waits import blocking_calls
 from advisor.step.window import SteadyWindow
 
 __all__ = [
-    "CPU_CAUSES",
     "GPU_CAUSES",
     "HOST_CAUSES",
     "LAUNCH_LATENCY_NS",
@@ -63,7 +62,6 @@ __all__ = [
 
 GPU_CAUSES = ("work queued", "blocking sync", "data loading", "communication", "launch calls", "host in model",
               "host outside model", "unrecorded")
-CPU_CAUSES = ("model", "blocking sync", "data loading", "communication", "host outside model", "unrecorded")
 HOST_CAUSES = ("host in model", "host outside model", "model")
 OUTSIDE = ("set apart", "outside window")
 NOTHING = "(no recorded range)"

@@ -17,7 +17,7 @@ ROWS = ("ProfileStep", *MODEL_PHASES, "Others")
 MIN_OWN_SHARE = 0.5
 
 
-def _per_step(positions: np.ndarray, starts, ends, n_steps: int) -> np.ndarray:
+def union_per_step(positions: np.ndarray, starts, ends, n_steps: int) -> np.ndarray:
     """Union length per step position (0..n_steps-1) of intervals tagged with a position."""
     ok = positions >= 0
     lengths = iv.grouped_union_length(positions[ok], (np.asarray(starts)[ok], np.asarray(ends)[ok]))
@@ -88,10 +88,10 @@ def model_table(f: Facts) -> pd.DataFrame | None:
     calls = {"ProfileStep": n, "Others": n}
     for phase in MODEL_PHASES:
         mine = p_name == phase
-        cpu[phase] = _per_step(p_pos[mine], p_start[mine], p_end[mine], n)
+        cpu[phase] = union_per_step(p_pos[mine], p_start[mine], p_end[mine], n)
         calls[phase] = int((mine & ok).sum())
     in_any = np.isin(p_name, MODEL_PHASES)
-    cpu["Others"] = durations - _per_step(p_pos[in_any], p_start[in_any], p_end[in_any], n)
+    cpu["Others"] = durations - union_per_step(p_pos[in_any], p_start[in_any], p_end[in_any], n)
 
     gpu_per_step: dict[str, np.ndarray] = {}
     if f.gpu_measured:
@@ -99,12 +99,12 @@ def model_table(f: Facts) -> pd.DataFrame | None:
         g_pos = f.step_positions(gpu)
         g_phase = text(gpu["phase"])
         g_start, g_end = gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy()
-        gpu_per_step["ProfileStep"] = _per_step(g_pos, g_start, g_end, n)
+        gpu_per_step["ProfileStep"] = union_per_step(g_pos, g_start, g_end, n)
         for phase in MODEL_PHASES:
             mine = g_phase == phase
-            gpu_per_step[phase] = _per_step(g_pos[mine], g_start[mine], g_end[mine], n)
+            gpu_per_step[phase] = union_per_step(g_pos[mine], g_start[mine], g_end[mine], n)
         other = ~np.isin(g_phase, MODEL_PHASES)
-        gpu_per_step["Others"] = _per_step(g_pos[other], g_start[other], g_end[other], n)
+        gpu_per_step["Others"] = union_per_step(g_pos[other], g_start[other], g_end[other], n)
 
     step_total = int(durations.sum())
     rows = {}

@@ -19,7 +19,7 @@ from advisor.session import intervals as iv
 from advisor.step.facts import MODEL_PHASES, Facts, unique_keys
 from advisor.step.idle import GPU_CAUSES
 from advisor.tables._registry import table, with_notes
-from advisor.tables.model_summary import _per_step
+from advisor.tables.model_summary import union_per_step
 
 # Slices of the window in the GPU timeline: fine enough to see each step's idle gap in a
 # handful of steps, few enough to draw as bars and read as rows.
@@ -69,14 +69,14 @@ def step_phases_table(f: Facts) -> pd.DataFrame | None:
     )
     for phase in MODEL_PHASES:
         mine = p_name == phase
-        out[PHASE_COLUMNS[phase]] = _per_step(p_pos[mine], p_start[mine], p_end[mine], n).astype(np.int64)
+        out[PHASE_COLUMNS[phase]] = union_per_step(p_pos[mine], p_start[mine], p_end[mine], n).astype(np.int64)
     in_any = np.isin(p_name, MODEL_PHASES)
-    out[PHASE_COLUMNS["Others"]] = (durations - _per_step(p_pos[in_any], p_start[in_any], p_end[in_any], n)).astype(
+    out[PHASE_COLUMNS["Others"]] = (durations - union_per_step(p_pos[in_any], p_start[in_any], p_end[in_any], n)).astype(
         np.int64
     )
     if f.gpu_measured:
         gpu = f.gpu
-        busy = _per_step(f.step_positions(gpu), gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy(), n)
+        busy = union_per_step(f.step_positions(gpu), gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy(), n)
         out["gpu_busy_ns"] = busy.astype(np.int64)
         out["gpu_ratio"] = f.ratio(busy, durations)
     else:
