@@ -36,16 +36,6 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-# End-to-end runs (a script, a job, torchrun, the fuzzer, a real trace through a fresh
-# process): marked slow, so `pytest -m "not slow"` is the inner loop while CI runs all.
-SLOW_MODULES = {"test_job", "test_hostile_inputs", "test_resources", "test_busy_machine", "test_docs_examples",
-                "test_examples", "test_collect", "test_fuzz", "test_script_runner", "test_ahead", "test_pages",
-                "test_cache_safety", "test_cli", "test_measurement", "test_sampler", "test_browser", "test_doctor",
-                "test_cupti_api", "test_gpu_wiring", "test_gc_pause", "test_report_cache", "test_profiler_api"}
-SLOW_TESTS = {"test_properties", "test_generated_traces_hold_the_step_model_s_invariants",
-              "test_a_damaged_real_trace_gives_a_valid_report_or_one_line"}
-
-
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: an end-to-end run (a script, a job, the fuzzer); "
                                        "`pytest -m 'not slow'` leaves them out")
@@ -63,9 +53,6 @@ LONGEST_FIRST = ("test_fuzz.py::test_every_kind_of_hostile_input_is_a_report_or_
 
 
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.module.__name__.rpartition(".")[2] in SLOW_MODULES or item.originalname in SLOW_TESTS:
-            item.add_marker(pytest.mark.slow)
     first = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: first.get(item.nodeid.rpartition("/")[2], len(first)))  # stable: the rest as collected
 

@@ -20,8 +20,8 @@ from advisor.errors import TraceError
 from advisor.importers import ahead, cache, loader
 from advisor.importers.forked import processes_allowed
 
-pytestmark = pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
-                                reason="a second process is forked")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
+                                                  reason="a second process is forked")]
 
 
 @pytest.fixture

@@ -19,6 +19,9 @@ from report_samples import NASTY, sample_report
 
 from advisor.reports import render_html
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[dev]')")
 
 # How long a page may take to load, or a condition to come true, before the test gives up:

@@ -19,6 +19,9 @@ from conftest import REPO
 from advisor.collect import cores
 from advisor.collect.assemble import _busy_machine
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 EXAMPLES = REPO / "examples"
 # Only against a run that hangs, never short enough for a busy machine to fail it.
 HANG_GUARD_S = 1800

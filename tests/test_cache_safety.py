@@ -19,6 +19,9 @@ from conftest import REPO
 
 from advisor.importers import cache, load
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 
 class _RunsCode:
     """A pickle that runs code where it is loaded: writes a marker file."""

@@ -466,6 +466,9 @@ FORKING = """
 import os, sys
 import torch
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 for step in range(4):
     torch.randn(32, 32) @ torch.randn(32, 32)
 pid = os.fork()

@@ -333,6 +333,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 class Flaky(nn.Module):
     def __init__(self):
         super().__init__()

@@ -19,6 +19,9 @@ import pytest
 
 from advisor.collect import cupti_records as rec
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 VENVS = {12: REPO / ".ci" / "venvs" / "cupti12", 13: REPO / ".ci" / "venvs" / "cupti13"}
 CHECK = (

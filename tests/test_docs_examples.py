@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 torch = pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[1]

@@ -23,6 +23,9 @@ from advisor.cli import main
 from advisor.doctor import children, gpu_checks, machine
 from advisor.session import CollectorInfo, Session, SessionMeta, conform_events
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -22,6 +22,9 @@ from types import ModuleType
 
 import pytest
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 
 torch = pytest.importorskip("torch")
 

@@ -7,7 +7,11 @@ import importlib.util
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
+
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
 
 FUZZ = REPO / "benchmarks" / "fuzz.py"
 

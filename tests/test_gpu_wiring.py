@@ -14,6 +14,9 @@ from advisor.collect import collect_script, cupti
 from advisor.collect.cupti import CuptiCapture
 from advisor.session import CollectorInfo, DeviceInfo, conform_events
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 torch = pytest.importorskip("torch")
 
 SCRIPT = textwrap.dedent(

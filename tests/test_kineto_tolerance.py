@@ -246,7 +246,7 @@ def test_very_deep_nesting_neither_hangs_nor_recurses(tmp_path, where):
         data = trace.data.replace(b'"traceName": "trace.json"', b'"deep": ' + deep.encode(), 1)
     started = time.perf_counter()
     raw, meta, _ = read_bytes(tmp_path, data)
-    assert time.perf_counter() - started < 10
+    assert time.perf_counter() - started < 60  # a guard against a square, not a speed: 0.1 s here
     if where == "args":
         assert meta["_damage"]["skipped"] == {"nested too deep": 1}
         assert rows(raw) == {r for r in ROWS if r[0] != "cpu_op#2"}
@@ -322,7 +322,7 @@ def test_a_cut_after_many_keys_past_the_events_is_quick(tmp_path):
     data = trace.data[: trace.data.rindex(b"]") + 1] + b"".join(b', "k%d": []' % i for i in range(30000))
     started = time.perf_counter()
     raw, meta, _ = read_bytes(tmp_path, data + b', "cut": ')
-    assert time.perf_counter() - started < 10
+    assert time.perf_counter() - started < 60  # a guard against a square, not a speed: 0.1 s here
     assert rows(raw) == ROWS and meta["_damage"]["truncated"] is True and "k29999" in meta
 
 
@@ -547,6 +547,7 @@ def test_the_whole_importer_on_mutations(tmp_path, data):
 _REAL = "bert_small_infer_h100.json.gz"
 
 
+@pytest.mark.slow
 @settings(max_examples=int(os.environ.get("ADVISOR_FUZZ_EXAMPLES", "12")), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])

@@ -36,6 +36,9 @@ from advisor.session import CollectorInfo, Session, SessionMeta, TimedStep, conf
 from advisor.step import build_step_model
 from advisor.tables import compute_tables
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 torch = pytest.importorskip("torch")
 
 

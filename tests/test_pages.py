@@ -8,9 +8,13 @@ import os
 import subprocess
 import sys
 
+import pytest
 from builders import synth_trace
 
 from advisor.importers import loader, pages
+
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
 
 
 def _numpy_switch_in(argv: list[str], cwd, env: dict | None = None) -> dict:

@@ -38,6 +38,9 @@ from advisor.session import CollectorInfo, DeviceInfo, Session, conform_events  
 from advisor.step import build_step_model  # noqa: E402
 from advisor.tables import compute_tables  # noqa: E402
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 FAST = {"record_shapes": False, "with_stack": False}  # the spans' content is not under test here
 
 

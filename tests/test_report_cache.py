@@ -18,6 +18,9 @@ from advisor.cli import FAIL_ON_EXIT, main
 from advisor.cli.report_cache import PLUGIN_GROUP
 from advisor.importers import loader
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def trace(tmp_path):

@@ -20,6 +20,9 @@ import advisor.diagnosis as tables_module  # where every command's tables are co
 import advisor.reports._render as render_module
 from advisor.session import Session
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 MARK = "import pathlib; pathlib.Path(__file__).with_name('ran').write_text('yes')"
 
 

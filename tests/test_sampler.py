@@ -29,6 +29,9 @@ from advisor.tables import compute_tables
 from advisor.tables.device import HostSampleSeries
 from builders import MS, Trace
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLER_THREAD = "advisor-host-sampler"
 

@@ -22,6 +22,9 @@ pytest.importorskip("torch")
 
 PROBE = """
 import json, os, sys
+
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
 print(json.dumps({
     "name": __name__,
     "argv": sys.argv,

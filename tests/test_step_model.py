@@ -300,6 +300,7 @@ def traces(draw) -> dict:
     return {"schemaVersion": 1, "deviceProperties": [DEVICE], "traceEvents": events}
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=traces())
 def test_generated_traces_hold_the_step_model_s_invariants(trace, tmp_path_factory):

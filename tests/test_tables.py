@@ -447,6 +447,7 @@ def sessions(draw):
     return t.session(gpu_measured=draw(st.booleans()) or any(r["kind"] in GPU_KINDS for r in t.rows))
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sessions())
 def test_properties(session):
