@@ -23,6 +23,9 @@ from advisor.cli import FAIL_ON_EXIT, main
 from advisor.reports.schema import validate_report
 from advisor.rules import builtin_specs
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 CASES = REPO / "cases"
 STARVED = CASES / "cpu_starved_loader" / "session"
@@ -465,9 +468,6 @@ def test_a_report_or_save_that_cannot_be_written_is_one_line(tmp_path, trace):
 FORKING = """
 import os, sys
 import torch
-
-# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
-pytestmark = pytest.mark.slow
 
 for step in range(4):
     torch.randn(32, 32) @ torch.randn(32, 32)

@@ -21,6 +21,9 @@ from advisor.collect.hooks import collection, syncs
 from advisor.collect.hooks.compiles import COMPILE_RANGE_PREFIX
 from advisor.importers.advisor_metadata import read_trace_metadata
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 torch = pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[1]
@@ -332,9 +335,6 @@ ROBUST = """
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-
-# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
-pytestmark = pytest.mark.slow
 
 class Flaky(nn.Module):
     def __init__(self):

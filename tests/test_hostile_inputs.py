@@ -15,6 +15,9 @@ import pytest
 from builders import one_line, write_trace
 from conftest import REPO
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 
 def _steps(n: int = 4, name: str = "aten::mm") -> list[dict]:
     events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
@@ -319,9 +322,6 @@ def test_a_script_that_fails_before_its_first_step_is_one_line_with_its_exit_cod
 
 STEPLESS_THEN_EXIT_3 = """
 import sys, time, torch
-
-# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
-pytestmark = pytest.mark.slow
 w, x = torch.randn(128, 128), torch.randn(32, 128)
 began = time.perf_counter()
 while time.perf_counter() - began < 0.4:  # the script's model, run without steps

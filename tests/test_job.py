@@ -19,6 +19,9 @@ from advisor.job import job_sources, order_ranks, rank_from_name, summarise_job,
 from advisor.job.summarise import RankSummary
 from advisor.reports.schema import report_schema
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 US = 1.0  # trace times are in microseconds
 
 
@@ -261,9 +264,6 @@ def test_a_rank_that_cannot_be_read_is_left_out_and_said(tmp_path):
 CRASHING_RANK = '''
 import os, sys, time
 import torch, torch.distributed as dist
-
-# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
-pytestmark = pytest.mark.slow
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64))

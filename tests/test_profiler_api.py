@@ -26,6 +26,9 @@ import advisor
 from advisor import ProfilerState as S
 from advisor.profiler import timer as profiler_timer
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, TensorDataset  # noqa: E402
@@ -37,9 +40,6 @@ from advisor.importers import load  # noqa: E402
 from advisor.session import CollectorInfo, DeviceInfo, Session, conform_events  # noqa: E402
 from advisor.step import build_step_model  # noqa: E402
 from advisor.tables import compute_tables  # noqa: E402
-
-# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
-pytestmark = pytest.mark.slow
 
 FAST = {"record_shapes": False, "with_stack": False}  # the spans' content is not under test here
 

@@ -16,15 +16,15 @@ import pytest
 from advisor.collect import ScriptRun, run_script
 from advisor.errors import ScriptError
 
+# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 
 pytest.importorskip("torch")
 
 PROBE = """
 import json, os, sys
-
-# End-to-end: scripts, processes or servers started; `pytest -m 'not slow'` leaves them out.
-pytestmark = pytest.mark.slow
 print(json.dumps({
     "name": __name__,
     "argv": sys.argv,
