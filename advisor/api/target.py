@@ -54,35 +54,27 @@ def selection(rules: list[str] | None, said: list[str]) -> Any:
 
 
 def diagnose_target(target: str | Path, *, rules: list[str] | None = None, gpu: str | None = None) -> Diagnosed:
-    """The diagnosis of the trace, saved session or job at ``target`` (see the module)."""
-    if not str(target).strip():  # Path("") is the working folder, which no caller meant
-        raise UsageError("no target: name a trace file, a saved session folder or a job's folder")
-    path = Path(target)
-    if path.suffix == ".py":
-        raise UsageError(f"{path} is a script: this reads profiles only (a trace, a saved session, a job); "
+    """The diagnosis of the trace, saved session or job at ``target`` (see the module),
+    classified and opened by the target stage (advisor.targets) as the command opens it:
+    a merged trace split into its ranks, a saved folder's counters attached, the tables
+    through the session cache."""
+    from advisor import targets
+
+    if str(target).strip() and targets.is_script(target):
+        raise UsageError(f"{target} is a script: this reads profiles only (a trace, a saved session, a job); "
                          "`advisor diagnose` or `advisor verify` runs a script")
-    if not path.exists():
-        raise UsageError(f"{path}: no such file or directory")
-    said: list[str] = []
+    found = targets.classify(target)
+    said: list[str] = list(found.said)
     chosen = selection(rules, said)
-    target_gpu = None
-    if gpu:
-        from advisor.knowledge.hardware import gpu_profile
+    target_gpu = targets.gpu_id(gpu)  # an unknown name is a UsageError
+    if found.is_job:
+        return _job(found.path, list(found.sources), chosen, target_gpu, said)
+    from advisor.diagnosis import command_tables, diagnose
+    from advisor.importers import cache
 
-        target_gpu = gpu_profile(gpu).id  # an unknown name is a UsageError
-    from advisor.job import job_sources
-
-    sources = job_sources([path])
-    if sources is not None:
-        return _job(path, sources, chosen, target_gpu, said)
-    from advisor.diagnosis import diagnose
-    from advisor.importers import load
-
-    session = load(path)
-    if target_gpu:
-        session.meta = session.meta.model_copy(update={"target_gpu": target_gpu})
+    session = targets.open_profile(found, gpu=target_gpu)
     diagnosis = diagnose(session, specs=chosen.specs, disabled=chosen.disabled, enabled=chosen.enabled,
-                         preview=chosen.preview)
+                         preview=chosen.preview, tables=lambda steady, names: cache.tables(steady, command_tables))
     said.extend(str(error) for error in diagnosis.result.errors)
     return Diagnosed(diagnosis.report, diagnosis.tables, said, diagnosis.session)
 

@@ -204,7 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _is_script(target: Path) -> bool:
-    return target.suffix == ".py"
+    from advisor.targets import is_script
+
+    return is_script(target)
 
 
 def _session_for(args: argparse.Namespace, *, steady: bool = True, kept=None):
@@ -212,30 +214,22 @@ def _session_for(args: argparse.Namespace, *, steady: bool = True, kept=None):
     against --gpu where given; with ``steady``, as its step model judges it: the steady
     window, start-up set apart (advisor.step). With ``kept``, a script's profile is kept on disk
     until the command is done (advisor.cli.keep)."""
-    if args.gpu:
-        from advisor.knowledge.hardware import gpu_profile
+    from advisor.targets import gpu_id
 
-        profile = gpu_profile(args.gpu)  # an unknown name is a UsageError before anything runs
+    gpu = gpu_id(args.gpu)  # an unknown name is a UsageError before anything runs
     if kept is not None and _is_script(Path(args.target)):
         session, exit_code, _ranks = _collected(args, kept)
     else:
         session, exit_code, _ranks = _collect_or_load(args)
-    if args.gpu:
-        session.meta = session.meta.model_copy(update={"target_gpu": profile.id})
-    session = _with_counters(session, args)
-    return (_steady(session) if steady else session), exit_code
+    return (_steady(_judged(session, args, gpu)) if steady else _judged(session, args, gpu)), exit_code
 
 
-def _with_counters(session, args: argparse.Namespace):
-    """The session with the Nsight Compute counters it is given (--ncu), or that its saved
-    folder holds (ncu*.csv, *.ncu-rep beside session.json)."""
-    from advisor.importers.ncu import attach, exports_in
+def _judged(session, args: argparse.Namespace, gpu: str | None = None):
+    """The session judged against the chosen GPU and given its counters, as every door
+    does it (advisor.targets.with_gpu, with_counters)."""
+    from advisor.targets import with_counters, with_gpu
 
-    paths = list(getattr(args, "ncu", None) or [])
-    target = Path(args.target)
-    if not paths and target.is_dir():
-        paths = exports_in(target)
-    return attach(session, paths) if paths else session
+    return with_counters(with_gpu(session, gpu or args.gpu), Path(args.target), getattr(args, "ncu", None) or ())
 
 
 def _ended_before_first_step(script: Path, exit_code: int, error: str, script_args: list[str] | None = None,
@@ -568,11 +562,7 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
     session = None
     if sources is None and _is_script(Path(args.target)):
         session, exit_code, launched = _collected(args, kept, spawned_ranks=True)
-        session = _with_counters(session, args)
-        if args.gpu:
-            from advisor.knowledge.hardware import gpu_profile
-
-            session.meta = session.meta.model_copy(update={"target_gpu": gpu_profile(args.gpu).id})
+        session = _judged(session, args)
         if launched is not None:  # the script spawned its ranks: they are the job
             _say(f"the script started {len(launched.sources)} ranks with torch.multiprocessing.spawn; "
                  "each was profiled")
@@ -653,8 +643,8 @@ def _with_kernel_counters(args: argparse.Namespace, session, diagnosis, chosen, 
     import tempfile
 
     from advisor.collect import ncu_run
-    from advisor.importers.ncu import attach
     from advisor.collect.steps import DEFAULT_WARMUP_STEPS
+    from advisor.targets import with_counters
 
     def skipped(why: str):
         line = f"kernel counters skipped: {why}"
@@ -682,7 +672,7 @@ def _with_kernel_counters(args: argparse.Namespace, session, diagnosis, chosen, 
     if report is None:
         return skipped(why or "Nsight Compute gave no report")
     try:
-        counted = attach(session, [report])
+        counted = with_counters(session, Path(args.target), [report])
     except Exception as exc:  # noqa: BLE001  (the counters are extra: the diagnosis stands without them)
         return skipped(" ".join(str(exc).split())[:200])
     return _analyse(counted, chosen, said)
@@ -778,31 +768,18 @@ def _job_sources(args: argparse.Namespace) -> list[Path] | None:
 
 def _merged_ranks(target: Path) -> list[Path] | None:
     """A trace that merges a job's ranks into one file (TraceFusion and the like), split
-    back into one trace per rank in a temporary folder, read as a job; None for any other
-    target."""
-    from advisor.importers.merged import merged_ranks, split
+    back into one trace per rank in a temporary folder, read as a job (advisor.targets);
+    None for any other target."""
+    from advisor.targets import classify
 
-    if target.is_dir() or not target.is_file() or not merged_ranks(target):
+    if target.is_dir() or not target.is_file():
         return None
-    import atexit
-    import shutil
-    import tempfile
-    import zlib
-
-    folder = Path(tempfile.mkdtemp(prefix="advisor-ranks-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    try:
-        done = split(target, folder)
-    except (OSError, ValueError, RecursionError, zlib.error, MemoryError) as exc:
-        raise UsageError(f"{target} merges several ranks but cannot be split: {' '.join(str(exc).split())[:200]}") \
-            from None
-    if len(done.files) < 2:
+    found = classify(target)
+    if found.kind != "merged":
         return None
-    print(f"advisor: {target.name} merges the traces of {len(done.files)} ranks into one file: each rank is read as "
-          "its own trace and diagnosed as a job", file=sys.stderr)
-    if done.said():
-        print(f"advisor: {done.said()}", file=sys.stderr)
-    return done.files
+    for line in found.said:
+        print(f"advisor: {line}", file=sys.stderr)
+    return list(found.sources)
 
 
 def _analyse(session, chosen, said: list[str] | None = None):
