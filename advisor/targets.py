@@ -100,8 +100,8 @@ def _split_merged(path: Path) -> Target | None:
             from None
     if len(done.files) < 2:
         return None
-    said = [f"{path.name} merges the traces of {len(done.files)} ranks into one file: each rank is read as its own "
-            "trace and diagnosed as a job"]
+    said = [(f"{path.name} merges the traces of {len(done.files)} ranks into one file: each rank is read as its "
+             "own trace and diagnosed as a job")]
     if done.said():
         said.append(done.said())
     return Target(path, "merged", tuple(done.files), said=tuple(said))
