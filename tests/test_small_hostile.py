@@ -167,12 +167,13 @@ for x, y in loader:
 TERMINATED_AFTER = """
 import os, signal, sys
 import advisor.cli as cli
-collect = cli._collect_or_load
+import advisor.cli.opening as opening
+collect = opening._collect_or_load
 def collected_then_terminated(*args, **kwargs):
     out = collect(*args, **kwargs)
     os.kill(os.getpid(), signal.SIGTERM)
     return out
-cli._collect_or_load = collected_then_terminated
+opening._collect_or_load = collected_then_terminated
 sys.argv = ["advisor", "diagnose", sys.argv[1]]
 cli.console_main()
 """

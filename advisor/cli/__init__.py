@@ -18,7 +18,9 @@ exit; the exit code of `diagnose SCRIPT` is the script's own, unless --fail-on t
 
 The commands live here and only drive the stages below (the target stage, collect,
 tables, rules, reports): ``parser`` holds the commands' options and the words after a
-target sorted out, ``rules`` holds the `advisor rules` commands and the --rules / --config /
+target sorted out, ``opening`` what a command opens for its target (a script run under
+the collectors, a launch, a job's sources, one profile read) through the target stage,
+``rules`` holds the `advisor rules` commands and the --rules / --config /
 --preview options, ``doctor`` `advisor doctor`, ``progress`` the progress bars, ``job``
 `advisor diagnose` on a job of many ranks (a folder of rank traces, torchrun), ``keep``
 what a run collected, kept on disk until its report is written, and --save's claim on its
@@ -34,183 +36,18 @@ import argparse
 import errno
 import io
 import os
-import shutil
 import sys
 from pathlib import Path
 
 from advisor.cli.doctor import doctor_command
 from advisor.cli.ledger import ledger_command
-from advisor.cli.parser import FAIL_ON_EXIT, SEVERITIES, build_parser, options_after_target, options_hint
+from advisor.cli.opening import collected, job_sources, judged, launch, say, session_for, steady_session
+from advisor.cli.parser import FAIL_ON_EXIT, SEVERITIES, build_parser, options_after_target
 from advisor.cli.rules import rules_command, selection_for
 from advisor.cli.verify import check_verify, verified
 from advisor.errors import AdvisorError, UsageError
 from advisor.paths import special_file
-
-
-def _is_script(target: Path) -> bool:
-    from advisor.targets import is_script
-
-    return is_script(target)
-
-
-def _session_for(args: argparse.Namespace, *, steady: bool = True, kept=None):
-    """The Session for TARGET, and the script's exit code where a script ran, judged
-    against --gpu where given; with ``steady``, as its step model judges it: the steady
-    window, start-up set apart (advisor.step). With ``kept``, a script's profile is kept on disk
-    until the command is done (advisor.cli.keep)."""
-    from advisor.targets import gpu_id
-
-    gpu = gpu_id(args.gpu)  # an unknown name is a UsageError before anything runs
-    if kept is not None and _is_script(Path(args.target)):
-        session, exit_code, _ranks = _collected(args, kept)
-    else:
-        session, exit_code, _ranks = _collect_or_load(args)
-    return (_steady(_judged(session, args, gpu)) if steady else _judged(session, args, gpu)), exit_code
-
-
-def _judged(session, args: argparse.Namespace, gpu: str | None = None):
-    """The session judged against the chosen GPU and given its counters, as every door
-    does it (advisor.targets.with_gpu, with_counters)."""
-    from advisor.targets import with_counters, with_gpu
-
-    return with_counters(with_gpu(session, gpu or args.gpu), Path(args.target), getattr(args, "ncu", None) or ())
-
-
-def _ended_before_first_step(script: Path, exit_code: int, error: str, script_args: list[str] | None = None,
-                             command: str = "diagnose"):
-    from advisor.errors import ScriptError
-
-    failed = ScriptError(f"{script} ended before its first step (exit code {exit_code}: {error}); there is "
-                         "nothing to diagnose" + options_hint(script, exit_code, script_args or [], command))
-    failed.exit_code = exit_code
-    return failed
-
-
-def _check_it_ran(session, exit_code: int | None, script: Path, script_args: list[str] | None = None,
-                  command: str = "diagnose") -> None:
-    """A script that failed before it ran any of its model (a syntax error, an import
-    error, an argparse exit) is said in one line with its own message and exit code: its
-    profile is empty, and a report of it would only mislead."""
-    error = session.meta.script_error
-    if not exit_code or error is None or session.meta.timed_steps or error.startswith(("stopped by",
-                                                                                         "KeyboardInterrupt")):
-        return
-    if session.events["kind"].isin(("op", "step", "kernel", "memcpy", "memset")).any():
-        return
-    if _ran_its_own_code(session.events):
-        return
-    raise _ended_before_first_step(script, exit_code, error, script_args, command)
-
-
-# Sampled stacks of the script's own work (outside imports) that show it ran more than its
-# set-up: at the sampler's 16 ms, about 50 ms of work. An argparse exit or an import error
-# spends its time importing.
-OWN_WORK_SAMPLES = 3
-
-
-def _ran_its_own_code(events) -> bool:
-    """Whether the main thread's sampled stacks show the script working outside imports (a
-    script with no steps records no op outside a window, but it ran its model)."""
-    from advisor.session import text
-
-    stacks = events[(events["kind"] == "stack").to_numpy()]
-    if len(stacks) < OWN_WORK_SAMPLES:
-        return False
-    own = [stack for stack in text(stacks["call_stack"]) if stack and "importlib._bootstrap" not in stack]
-    return len(own) >= OWN_WORK_SAMPLES
-
-
-def _collected(args: argparse.Namespace, kept, *, spawned_ranks: bool = False):
-    """``_collect_or_load`` for a script, its profile then put on disk before anything
-    else runs (``kept``; --save where given and the run is stopped). A Ctrl-C from the
-    script's end until then waits, then stops the run with the profile kept."""
-    from advisor.cli.keep import save_whole
-    from advisor.collect.script import HeldInterrupts
-
-    from advisor.collect.script import syntax_error
-
-    refused = syntax_error(Path(args.target)) if Path(args.target).is_file() else None
-    if refused is not None:
-        raise _ended_before_first_step(Path(args.target), 1, refused)  # 1: as Python exits on it
-    held = HeldInterrupts()
-    save = getattr(args, "save", None)
-    try:
-        session, exit_code, launched = _collect_or_load(args, spawned_ranks=spawned_ranks, held=held)
-        if launched is None:
-            _check_it_ran(session, exit_code, Path(args.target), list(args.script_args or []), args.command)
-        if launched is None and not save:
-            kept.session(session, Path(args.target).stem)
-        elif launched is None and held.came:
-            try:
-                save_whole(session, save)
-            finally:  # an interrupt raised by save_whole comes after a whole save
-                if (save / "session.json").is_file():
-                    kept.saved(save)
-    finally:
-        held.release()
-    if held.came:
-        _raise_held(held.signum)
-    return session, exit_code, launched
-
-
-def _raise_held(signum: int | None) -> None:
-    """The interrupt held while the profile was put on disk, raised as the signal it was:
-    SIGTERM and SIGHUP as advisor.errors.Stopped (said by name, exit 128 + the signal),
-    Ctrl-C as KeyboardInterrupt (exit 130)."""
-    import signal
-
-    from advisor.errors import Stopped
-
-    if signum is not None and signum != signal.SIGINT:
-        raise Stopped(signum)
-    raise KeyboardInterrupt
-
-
-def _steady(session):
-    """The session as its step model judges it: the steady window, start-up set apart
-    (advisor.step)."""
-    from advisor.step import build_step_model
-
-    return build_step_model(session).session
-
-
-def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False, held=None):
-    """(session, exit code or None, the launch of the ranks the script spawned or None);
-    with ``spawned_ranks``, ranks the script starts with torch.multiprocessing.spawn are
-    profiled and saved, each its own session (advisor.collect.spawned)."""
-    from advisor.importers import load
-    from advisor.importers.forked import processes_allowed
-    target = Path(args.target)
-    script_args = args.script_args
-    if _is_script(target):
-        from advisor.collect import collect_script
-        from advisor.collect.script import DEFAULT_EVENT_BUDGET
-        from advisor.collect.spawned import ProfiledRank
-        from advisor.collect.steps import StepWindow
-
-        steps = StepWindow.parse(args.steps) if args.steps is not None else "default"
-        if args.event_budget is not None and args.event_budget < 1:
-            raise UsageError("--event-budget must be at least 1")
-        run = collect_script(target, script_args, gpu=args.collector == "auto", steps=steps,
-                             with_stack=args.with_stack, say=_say,
-                             event_budget=args.event_budget or DEFAULT_EVENT_BUDGET,
-                             spawned_ranks=ProfiledRank if spawned_ranks else None, held=held,
-                             run_to_end=bool(getattr(args, "run_to_end", False)), stop_seconds=_stop_seconds(args))
-        _say(f"{target.name} {_ended(run.run)}")
-        return run.session, run.exit_code, _spawned(run.run, [str(target), *script_args])
-    if (getattr(args, "steps", None) is not None or getattr(args, "event_budget", None) is not None
-            or getattr(args, "with_stack", False)):
-        raise UsageError("--steps, --event-budget and --with-stack choose what a script records; a trace or "
-                         "session is read whole")
-    if script_args:
-        raise UsageError(f"arguments after {target} are only for scripts, and {target} is not a .py script")
-    from advisor.cli.progress import progress_bar
-
-    with progress_bar(f"Reading {target.name}", unit="bytes") as update:
-        # A large plain trace is read in parts, by as many processes as the command may use.
-        return load(target, progress=update, ahead=getattr(args, "ahead", None), give_back=True,
-                    processes=processes_allowed()), None, None
-
+from advisor.targets import is_script as _is_script
 
 # What a command needs once its Session is read, by command: imported while the trace is
 # read ahead (their imports take longer than reading a trace of tens of MB).
@@ -272,49 +109,6 @@ def _read_target_ahead(args: argparse.Namespace, *, imports: bool = True) -> Non
     args.ahead = None if args.script_args else _read_ahead(args, args.target, imports=imports)[0]
 
 
-def _spawned(run, command: list[str]):
-    """The ranks a script started with torch.multiprocessing.spawn, as a launch whose ranks
-    saved their sessions, or None where it started none (its folder is then removed)."""
-    from advisor.job.launch import Launch
-
-    folder = run.children_dir
-    if folder is None:
-        return None
-    found = Launch.from_folder(Path(folder), command=command, exit_code=run.exit_code)
-    if found is None:
-        shutil.rmtree(folder, ignore_errors=True)
-    return found
-
-
-def _stop_seconds(args: argparse.Namespace) -> float | None:
-    """How long a script runs after its recorded window: advisor's default (None), or
-    within verify's budget a quarter of what is left of it (the trials need the rest)."""
-    ends = getattr(args, "budget_ends", None)
-    if ends is None:
-        return None
-    import time
-
-    return max(5.0, min(60.0, (ends - time.monotonic()) / 4))
-
-
-def _say(line: str) -> None:
-    """One line of progress on stderr while a script runs under advisor, where progress is
-    shown (a terminal, ADVISOR_NO_PROGRESS unset): lines, not a bar, since the script
-    writes to the same terminal."""
-    from advisor.cli.progress import enabled
-
-    if enabled():
-        print(f"advisor: {line}", file=sys.stderr, flush=True)
-
-
-def _ended(run) -> str:
-    """How a script's run went, for the line after it: 'ran 30 steps in 12.3 s (exit 0)'."""
-    how = {"normal": "", "exit": "", "exception": f", raised {run.error}", "interrupt": ", interrupted",
-           "enough": ", stopped by advisor once it had the steps it needs; --run-to-end runs it whole"}
-    return (f"ran {run.steps} step{'s' if run.steps != 1 else ''} in {run.wall_time_s:.1f} s "
-            f"(exit {run.exit_code}{how.get(run.ending, '')})")
-
-
 def _quiet_stdout() -> None:
     """After a closed pipe: nothing more goes to standard output, not even the flush at exit."""
     try:
@@ -368,14 +162,14 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
         from advisor.cli.keep import check_save_dir
 
         check_save_dir(args.save)
-    launched = _launch(args)
-    sources = launched.sources if launched is not None else _job_sources(args)
+    launched = launch(args)
+    sources = launched.sources if launched is not None else job_sources(args)
     session = None
     if sources is None and _is_script(Path(args.target)):
-        session, exit_code, launched = _collected(args, kept, spawned_ranks=True)
-        session = _judged(session, args)
+        session, exit_code, launched = collected(args, kept, spawned_ranks=True)
+        session = judged(session, args)
         if launched is not None:  # the script spawned its ranks: they are the job
-            _say(f"the script started {len(launched.sources)} ranks with torch.multiprocessing.spawn; "
+            say(f"the script started {len(launched.sources)} ranks with torch.multiprocessing.spawn; "
                  "each was profiled")
             sources = launched.sources
     if launched is not None:  # the ranks' own folder, already on disk; --save keeps a copy
@@ -386,13 +180,13 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
     if sources is not None:
         from advisor.cli.job import job_report, read_job
 
-        _job, diagnosis = read_job(args, sources, chosen, say=_say, launch=launched)
+        _job, diagnosis = read_job(args, sources, chosen, say=say, launch=launched)
         report = job_report(diagnosis)
         findings = diagnosis.findings
         exit_code = launched.exit_code if launched is not None else None
     else:
         if session is None:
-            session, exit_code = _session_for(args, steady=False)
+            session, exit_code = session_for(args, steady=False)
         if args.save:  # as recorded: the start-up step is left out on every reading, not in the file
             from advisor.cli.keep import save_whole
 
@@ -415,7 +209,7 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
         report = diagnosis.report
         findings = diagnosis.findings
         if verifying:
-            findings = verified(args, diagnosis, chosen, _say)
+            findings = verified(args, diagnosis, chosen, say)
             if findings is None:  # --dry-run: the trials listed
                 kept.done()
                 return 0
@@ -477,7 +271,7 @@ def _with_kernel_counters(args: argparse.Namespace, session, diagnosis, chosen, 
                             warmup_steps=DEFAULT_WARMUP_STEPS, ncu=ncu)
     if the_plan is None:
         return skipped(f"no kernel of this run matches {args.kernel_counters!r}")
-    report, why = ncu_run.run(the_plan, say=_say, confirm=_asked if sys.stdin.isatty() and sys.stderr.isatty() else None)
+    report, why = ncu_run.run(the_plan, say=say, confirm=_asked if sys.stdin.isatty() and sys.stderr.isatty() else None)
     if why == "declined":
         return skipped("declined")
     if report is None:
@@ -535,64 +329,6 @@ def _reused_report(args: argparse.Namespace, reused) -> int:
     return FAIL_ON_EXIT if _failed_on(args, reused.worst, reused.config_fail_on, reused.config_source) else 0
 
 
-def _launch(args: argparse.Namespace):
-    """Run a torchrun launch with every rank under the collector, or None where the target
-    is not a launcher."""
-    from advisor.job.launcher import is_launcher
-
-    if not is_launcher(args.target, args.script_args):
-        return None
-    from advisor.job.launch import launch
-
-    if args.workers is not None and args.workers < 1:
-        raise UsageError("--workers must be at least 1")
-    if args.save:
-        from advisor.cli.keep import check_save_dir
-
-        check_save_dir(args.save)
-    if args.event_budget is not None and args.event_budget < 1:
-        raise UsageError("--event-budget must be at least 1")
-    options = {"steps": args.steps, "collector": args.collector, "with_stack": args.with_stack,
-               "event_budget": args.event_budget, "run_to_end": bool(getattr(args, "run_to_end", False))}
-    return launch(args.target, args.script_args, options=options, save=args.save, say=_say)
-
-
-def _job_sources(args: argparse.Namespace) -> list[Path] | None:
-    """One source per rank where the target is a job (a folder of rank traces, a saved
-    job, several traces), else None."""
-    from advisor.job import job_sources
-
-    target = Path(args.target)
-    if _is_script(target):
-        return None
-    sources = job_sources([target, *(Path(a) for a in args.script_args)])
-    if sources is None and not args.script_args:
-        sources = _merged_ranks(target)
-    if sources is not None and (args.steps is not None or args.event_budget is not None or args.with_stack):
-        raise UsageError("--steps, --event-budget and --with-stack choose what a script records; a job's traces "
-                         "are read whole")
-    if sources is None and (args.workers is not None or args.dask):
-        raise UsageError("--workers and --dask are for a job of many ranks (a folder of rank traces, several "
-                         "traces, or torchrun)")
-    return sources
-
-
-def _merged_ranks(target: Path) -> list[Path] | None:
-    """A trace that merges a job's ranks into one file (TraceFusion and the like), split
-    back into one trace per rank in a temporary folder, read as a job (advisor.targets);
-    None for any other target."""
-    from advisor.targets import classify
-
-    if target.is_dir() or not target.is_file():
-        return None
-    found = classify(target)
-    if found.kind != "merged":
-        return None
-    for line in found.said:
-        print(f"advisor: {line}", file=sys.stderr)
-    return list(found.sources)
-
-
 def _analyse(session, chosen, said: list[str] | None = None):
     """The diagnosis of ``session`` with the chosen rules (advisor.diagnosis: step model,
     tables, rules, report); rule errors to stderr (and to ``said`` where given)."""
@@ -628,7 +364,7 @@ def _timeline(args: argparse.Namespace, kept) -> int:
                              f"one of them ({ranks[0]}), or `advisor diagnose {args.target}` for the whole job")
         _read_target_ahead(args)
     chosen, _ = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
-    session, exit_code = _session_for(args, kept=kept)
+    session, exit_code = session_for(args, kept=kept)
     diagnosis = _analyse(session, chosen)
     with progress_bar("Writing the timeline", unit="events") as update:
         path = write_timeline(diagnosis.session, diagnosis.findings, args.output, progress=update)
@@ -669,11 +405,11 @@ def _compare(args: argparse.Namespace) -> int:
         one = argparse.Namespace(**{**vars(args), "target": target, "script_args": [], "steps": None,
                                     "event_budget": None, "with_stack": False, "workers": None, "dask": None,
                                     "save": None, "ahead": aheads.pop(target, None)})
-        job = _job_sources(one)
+        job = job_sources(one)
         if job is not None:
             sides.append(_job_side(one, job, chosen))
             continue
-        session, _ = _session_for(one)
+        session, _ = session_for(one)
         diagnosis = _analyse(session, chosen)
         sides.append((diagnosis.session, diagnosis.tables, diagnosis.findings))
     render_comparison(compare(sides[0], sides[1], top=args.top), args.format, args.output)
@@ -689,18 +425,18 @@ def _job_side(args: argparse.Namespace, sources: list[Path], chosen):
     from advisor.diagnosis import command_tables
     from advisor.importers import cache, load
 
-    job, diagnosis = read_job(args, sources, chosen, say=_say)
+    job, diagnosis = read_job(args, sources, chosen, say=say)
     from advisor.units import shown_safely
 
     for error in diagnosis.errors:
         print(f"advisor: {shown_safely(str(error))}", file=sys.stderr)
-    session = _steady(load(job.ranks[0].summary.source))
+    session = steady_session(load(job.ranks[0].summary.source))
     return session, {**cache.tables(session, command_tables), **diagnosis.tables}, diagnosis.findings
 
 
 def _summary(args: argparse.Namespace, kept) -> int:
     if not _is_script(Path(args.target)):
-        job = _job_sources(argparse.Namespace(**{**vars(args), "workers": None, "dask": None}))
+        job = job_sources(argparse.Namespace(**{**vars(args), "workers": None, "dask": None}))
         if job is not None:  # a job: its cross-rank tables (one rank's own: `advisor summary DIR/rank-N`)
             from advisor.cli.job import read_job
             from advisor.reports.summary import render_tables
@@ -708,7 +444,7 @@ def _summary(args: argparse.Namespace, kept) -> int:
 
             chosen, _ = selection_for(args)
             _, diagnosis = read_job(argparse.Namespace(**{**vars(args), "workers": None, "dask": None,
-                                                          "save": None}), job, chosen, say=_say)
+                                                          "save": None}), job, chosen, say=say)
             text = render_tables(diagnosis.tables, table_docs=JOB_TABLE_DOCS, sort=args.sort, limit=args.limit,
                                  fmt=args.format)
             if text is not None:
@@ -721,7 +457,7 @@ def _summary(args: argparse.Namespace, kept) -> int:
     from advisor.reports.summary import render_tables
     from advisor.tables import TABLE_DOCS
 
-    session, exit_code = _session_for(args, kept=kept)
+    session, exit_code = session_for(args, kept=kept)
     tables = cache.tables(session, command_tables, args.table)
     text = render_tables(tables, table_docs=TABLE_DOCS, sort=args.sort, limit=args.limit, fmt=args.format)
     if text is not None:
