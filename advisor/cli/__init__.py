@@ -20,7 +20,9 @@ The commands live here and only drive the stages below (the target stage, collec
 tables, rules, reports): ``parser`` holds the commands' options and the words after a
 target sorted out, ``opening`` what a command opens for its target (a script run under
 the collectors, a launch, a job's sources, one profile read) through the target stage,
-``rules`` holds the `advisor rules` commands and the --rules / --config /
+``ahead`` a trace's read started in a forked process while the imports are made,
+``views`` `advisor summary`, `timeline`, `compare` and `calibrate` (and the diagnosis they
+share), ``kernel_counters`` --kernel-counters, ``rules`` holds the `advisor rules` commands and the --rules / --config /
 --preview options, ``doctor`` `advisor doctor`, ``progress`` the progress bars, ``job``
 `advisor diagnose` on a job of many ranks (a folder of rank traces, torchrun), ``keep``
 what a run collected, kept on disk until its report is written, and --save's claim on its
@@ -39,74 +41,25 @@ import os
 import sys
 from pathlib import Path
 
+from advisor.cli.ahead import imports_while_reading, read_target_ahead, reads_only
 from advisor.cli.doctor import doctor_command
+from advisor.cli.kernel_counters import with_kernel_counters
 from advisor.cli.ledger import ledger_command
-from advisor.cli.opening import collected, job_sources, judged, launch, say, session_for, steady_session
+from advisor.cli.opening import collected, job_sources, judged, launch, say, session_for
 from advisor.cli.parser import FAIL_ON_EXIT, SEVERITIES, build_parser, options_after_target
 from advisor.cli.rules import rules_command, selection_for
 from advisor.cli.verify import check_verify, verified
+from advisor.cli.views import (
+    analyse,
+    calibrate_command,
+    check_output,
+    compare_command,
+    summary_command,
+    timeline_command,
+)
 from advisor.errors import AdvisorError, UsageError
 from advisor.paths import special_file
 from advisor.targets import is_script as _is_script
-
-# What a command needs once its Session is read, by command: imported while the trace is
-# read ahead (their imports take longer than reading a trace of tens of MB).
-_AFTER_THE_READ = {
-    "diagnose": ("advisor.importers.loader", "advisor.step", "advisor.tables", "advisor.rules.engine",
-                 "advisor.reports.build", "advisor.diagnosis", "advisor.reports._render"),
-    "summary": ("advisor.importers.loader", "advisor.step", "advisor.tables", "advisor.reports.summary"),
-    "timeline": ("advisor.importers.loader", "advisor.step", "advisor.tables", "advisor.rules.engine",
-                 "advisor.diagnosis", "advisor.reports.perfetto"),
-    "compare": ("advisor.importers.loader", "advisor.step", "advisor.tables", "advisor.rules.engine",
-                "advisor.diagnosis", "advisor.tables.comparison", "advisor.reports.compare_report"),
-}
-
-# What reading a trace needs, where nothing reads it ahead (a large plain trace, read in
-# parts; a gzipped one past ahead.MAX_BYTES; one the session cache holds; a saved session;
-# a job's folder; one process allowed): the rest waits until it is read.
-_FOR_THE_READ = ("advisor.importers.loader",)
-
-
-def _read_ahead(args: argparse.Namespace, *targets: str, imports: bool = True) -> list:
-    """For each target that is one trace file, start reading it in a forked process now
-    and import, meanwhile, what the command needs once it is read (advisor.importers.ahead);
-    ``load`` takes the Session from that process (``ahead`` on the namespace it is given).
-    Called before those imports (``imports``: whether to make them now, else
-    _imports_while_reading does). The reads, None where none was started; they are also
-    kept in ``args.reads_ahead`` for ``main`` to stop any whose Session was not taken."""
-    from advisor.importers.ahead import start
-    from advisor.importers.forked import processes_allowed
-
-    started = []
-    for target in targets:
-        path = Path(target)
-        # A file that is not one of data (/proc/kmsg blocks its reader) is left to load, which says so.
-        if _is_script(path) or not path.is_file() or special_file(path) is not None:
-            started.append(None)
-            continue
-        started.append(start(path, processes=processes_allowed()))
-    args.reads_ahead = [*getattr(args, "reads_ahead", []), *(s for s in started if s is not None)]
-    if imports:
-        _imports_while_reading(args)
-    return started
-
-
-def _imports_while_reading(args: argparse.Namespace) -> None:
-    """What the command needs once its trace is read, imported while it is read ahead
-    (where nothing is, and no script runs, what reading needs: pandas above all)."""
-    import importlib
-
-    if getattr(args, "reads_ahead", None):
-        for module in _AFTER_THE_READ.get(args.command, ()):
-            importlib.import_module(module)
-    elif _reads_only(args):
-        for module in _FOR_THE_READ:
-            importlib.import_module(module)
-
-
-def _read_target_ahead(args: argparse.Namespace, *, imports: bool = True) -> None:
-    """TARGET read ahead where it is one trace file (several are a job, read by ranks)."""
-    args.ahead = None if args.script_args else _read_ahead(args, args.target, imports=imports)[0]
 
 
 def _quiet_stdout() -> None:
@@ -115,19 +68,6 @@ def _quiet_stdout() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, ValueError):
         pass
-
-
-def _check_output(path: Path) -> None:
-    """A report path that cannot be written is said before a script runs or a trace is
-    read, not after: its folder (made if missing) must be writable."""
-    if path.is_dir():
-        raise UsageError(f"-o {path}: is a folder; give a file name")
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK) or (
-            path.exists() and not os.access(path, os.W_OK)):
-        raise UsageError(f"-o {path}: cannot write there ({folder} is not a writable folder)")
 
 
 def _diagnose(args: argparse.Namespace, kept) -> int:
@@ -141,23 +81,23 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
     verifying = args.command == "verify" or getattr(args, "verify", False)
     if verifying:
         check_verify(args)
-    _read_target_ahead(args, imports=False)
+    read_target_ahead(args, imports=False)
     # The report of this trace, rules and options where an earlier run kept it: written
     # from the file, nothing read or run again.
     record = None if verifying else ReportCache.for_args(args)
     if record is not None:
         if args.output is not None:
-            _check_output(args.output)
+            check_output(args.output)
         reused = record.get()
         if reused is not None:
             return _reused_report(args, reused)
-    _imports_while_reading(args)
+    imports_while_reading(args)
     said: list[str] = []  # what is said about the rules, for a kept report to say again
     rules_failed = False
     # Rules and configuration first: a bad pack or config stops before a script runs.
     chosen, config = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None, said)
     if args.output is not None:
-        _check_output(args.output)
+        check_output(args.output)
     if args.save:  # never over another profile, and said before anything runs
         from advisor.cli.keep import check_save_dir
 
@@ -200,11 +140,11 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
                 if (args.save / "session.json").is_file():
                     kept.saved(args.save)
             print(f"advisor: session saved to {args.save}", file=sys.stderr)
-        diagnosis = _analyse(session, chosen, said)
+        diagnosis = analyse(session, chosen, said)
         # A rule that failed may not fail next time (a bug fixed, memory freed): its report is not kept.
         rules_failed = bool(diagnosis.result.errors)
         if getattr(args, "kernel_counters", None) is not None:
-            diagnosis = _with_kernel_counters(args, session, diagnosis, chosen, said)
+            diagnosis = with_kernel_counters(args, session, diagnosis, chosen, said)
         session = diagnosis.session
         report = diagnosis.report
         findings = diagnosis.findings
@@ -239,59 +179,6 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
     if _failed_on(args, _worst(findings), config_fail_on, config.source):
         return FAIL_ON_EXIT
     return exit_code if exit_code is not None else 0
-
-
-def _with_kernel_counters(args: argparse.Namespace, session, diagnosis, chosen, said: list[str]):
-    """--kernel-counters: the script run once more under Nsight Compute for the kernels that
-    matter, the counters attached, the diagnosis made again with them; the first diagnosis,
-    with one line saying why, where they cannot be had."""
-    import tempfile
-
-    from advisor.collect import ncu_run
-    from advisor.collect.steps import DEFAULT_WARMUP_STEPS
-    from advisor.targets import with_counters
-
-    def skipped(why: str):
-        line = f"kernel counters skipped: {why}"
-        print(f"advisor: {line}", file=sys.stderr)
-        said.append(line)
-        return diagnosis
-
-    if not _is_script(Path(args.target)):
-        return skipped("--kernel-counters runs a script again under Nsight Compute; for a trace, give the counters "
-                       "you collected with --ncu REPORT")
-    if not session.meta.collector.gpu_measured:
-        return skipped("the GPU was not measured in this run, so there is no kernel to profile")
-    ncu = ncu_run.find_ncu()
-    if ncu is None:
-        return skipped("Nsight Compute (ncu) is not installed here (/usr/local/cuda/bin/ncu, or on PATH)")
-    folder = Path(tempfile.mkdtemp(prefix="advisor-ncu-"))
-    the_plan = ncu_run.plan(diagnosis.tables.get("kernel"), args.kernel_counters, Path(args.target),
-                            list(args.script_args), folder, steps=max(diagnosis.model.steps, 1),
-                            warmup_steps=DEFAULT_WARMUP_STEPS, ncu=ncu)
-    if the_plan is None:
-        return skipped(f"no kernel of this run matches {args.kernel_counters!r}")
-    report, why = ncu_run.run(the_plan, say=say, confirm=_asked if sys.stdin.isatty() and sys.stderr.isatty() else None)
-    if why == "declined":
-        return skipped("declined")
-    if report is None:
-        return skipped(why or "Nsight Compute gave no report")
-    try:
-        counted = with_counters(session, Path(args.target), [report])
-    except Exception as exc:  # noqa: BLE001  (the counters are extra: the diagnosis stands without them)
-        return skipped(" ".join(str(exc).split())[:200])
-    return _analyse(counted, chosen, said)
-
-
-def _asked(cost: str) -> bool:
-    """Ask an interactive user whether to go on, having said what it costs: yes unless they
-    say no (or stop reading)."""
-    try:
-        answer = input(f"advisor: {cost} Go on? [Y/n] ")
-    except (EOFError, KeyboardInterrupt):
-        print(file=sys.stderr)
-        return False
-    return answer.strip().lower() not in ("n", "no")
 
 
 def _worst(findings) -> int:
@@ -329,50 +216,6 @@ def _reused_report(args: argparse.Namespace, reused) -> int:
     return FAIL_ON_EXIT if _failed_on(args, reused.worst, reused.config_fail_on, reused.config_source) else 0
 
 
-def _analyse(session, chosen, said: list[str] | None = None):
-    """The diagnosis of ``session`` with the chosen rules (advisor.diagnosis: step model,
-    tables, rules, report); rule errors to stderr (and to ``said`` where given)."""
-    from advisor.cli.progress import spinner
-    from advisor.diagnosis import command_tables, diagnose
-    from advisor.importers import cache
-
-    with spinner("Computing the tables and running the rules"):
-        diagnosis = diagnose(session, specs=chosen.specs, disabled=chosen.disabled, enabled=chosen.enabled,
-                             preview=chosen.preview, tables=lambda steady, names: cache.tables(steady, command_tables))
-    from advisor.units import shown_safely
-
-    for error in diagnosis.result.errors:
-        print(f"advisor: {shown_safely(str(error))}", file=sys.stderr)
-        if said is not None:
-            said.append(str(error))
-    return diagnosis
-
-
-def _timeline(args: argparse.Namespace, kept) -> int:
-    from advisor.cli.progress import progress_bar
-    from advisor.reports.perfetto import write_timeline
-
-    if args.output is None:
-        raise UsageError("timeline needs -o PATH: the trace file to write (.json, or .json.gz to gzip it)")
-    _check_output(args.output)
-    if not _is_script(Path(args.target)):
-        from advisor.job import job_sources
-
-        ranks = job_sources([Path(args.target), *(Path(a) for a in args.script_args)])
-        if ranks is not None:
-            raise UsageError(f"a timeline draws one profile, and {args.target} is a job of {len(ranks)} ranks: pass "
-                             f"one of them ({ranks[0]}), or `advisor diagnose {args.target}` for the whole job")
-        _read_target_ahead(args)
-    chosen, _ = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
-    session, exit_code = session_for(args, kept=kept)
-    diagnosis = _analyse(session, chosen)
-    with progress_bar("Writing the timeline", unit="events") as update:
-        path = write_timeline(diagnosis.session, diagnosis.findings, args.output, progress=update)
-    kept.done()
-    print(f"advisor: timeline written to {path}; open it in ui.perfetto.dev or chrome://tracing", file=sys.stderr)
-    return exit_code if exit_code is not None else 0
-
-
 def _mcp() -> int:
     """`advisor mcp`: the Model Context Protocol server, until the client closes it."""
     try:
@@ -385,103 +228,8 @@ def _mcp() -> int:
     return 0
 
 
-def _compare(args: argparse.Namespace) -> int:
-    if args.top < 1:
-        raise UsageError("--top must be at least 1")
-    if args.output is not None:
-        _check_output(args.output)
-    for target in (args.before, args.after):
-        if _is_script(Path(target)):
-            raise UsageError(f"compare reads traces and saved sessions, and {target} is a script: "
-                             f"run `advisor diagnose --save DIR {target}` first and compare DIR")
-    both = [args.before] if args.after == args.before else [args.before, args.after]
-    aheads = dict(zip(both, _read_ahead(args, *both)))
-    from advisor.reports.compare_report import render_comparison
-    from advisor.tables.comparison import compare
-
-    chosen, _ = selection_for(args)
-    sides = []
-    for target in (args.before, args.after):
-        one = argparse.Namespace(**{**vars(args), "target": target, "script_args": [], "steps": None,
-                                    "event_budget": None, "with_stack": False, "workers": None, "dask": None,
-                                    "save": None, "ahead": aheads.pop(target, None)})
-        job = job_sources(one)
-        if job is not None:
-            sides.append(_job_side(one, job, chosen))
-            continue
-        session, _ = session_for(one)
-        diagnosis = _analyse(session, chosen)
-        sides.append((diagnosis.session, diagnosis.tables, diagnosis.findings))
-    render_comparison(compare(sides[0], sides[1], top=args.top), args.format, args.output)
-    if args.output:
-        print(f"advisor: comparison written to {args.output}", file=sys.stderr)
-    return 0
-
-
-def _job_side(args: argparse.Namespace, sources: list[Path], chosen):
-    """One side of `compare` that is a job: the lowest rank's session and tables with the
-    job's cross-rank tables, and the job's findings (merged across ranks)."""
-    from advisor.cli.job import read_job
-    from advisor.diagnosis import command_tables
-    from advisor.importers import cache, load
-
-    job, diagnosis = read_job(args, sources, chosen, say=say)
-    from advisor.units import shown_safely
-
-    for error in diagnosis.errors:
-        print(f"advisor: {shown_safely(str(error))}", file=sys.stderr)
-    session = steady_session(load(job.ranks[0].summary.source))
-    return session, {**cache.tables(session, command_tables), **diagnosis.tables}, diagnosis.findings
-
-
-def _summary(args: argparse.Namespace, kept) -> int:
-    if not _is_script(Path(args.target)):
-        job = job_sources(argparse.Namespace(**{**vars(args), "workers": None, "dask": None}))
-        if job is not None:  # a job: its cross-rank tables (one rank's own: `advisor summary DIR/rank-N`)
-            from advisor.cli.job import read_job
-            from advisor.reports.summary import render_tables
-            from advisor.tables import JOB_TABLE_DOCS
-
-            chosen, _ = selection_for(args)
-            _, diagnosis = read_job(argparse.Namespace(**{**vars(args), "workers": None, "dask": None,
-                                                          "save": None}), job, chosen, say=say)
-            text = render_tables(diagnosis.tables, table_docs=JOB_TABLE_DOCS, sort=args.sort, limit=args.limit,
-                                 fmt=args.format)
-            if text is not None:
-                sys.stdout.write(text if text.endswith("\n") else text + "\n")
-            return 0
-
-        _read_target_ahead(args)
-    from advisor.diagnosis import command_tables
-    from advisor.importers import cache
-    from advisor.reports.summary import render_tables
-    from advisor.tables import TABLE_DOCS
-
-    session, exit_code = session_for(args, kept=kept)
-    tables = cache.tables(session, command_tables, args.table)
-    text = render_tables(tables, table_docs=TABLE_DOCS, sort=args.sort, limit=args.limit, fmt=args.format)
-    if text is not None:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        sys.stdout.flush()  # a failed write (a full disk) is this command's error, said as one
-    kept.done()
-    return exit_code if exit_code is not None else 0
-
-
 def _rules(args: argparse.Namespace) -> int:
     return rules_command(args)
-
-
-def _calibrate(args: argparse.Namespace) -> int:
-    from advisor.knowledge.calibrate import (
-        calibrate,
-        format_calibration,
-        save_calibration,
-    )
-
-    result = calibrate(args.device, seconds=args.seconds)
-    path = save_calibration(result)
-    print(format_calibration(result, path))
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -596,7 +344,7 @@ def _main(argv: list[str] | None) -> tuple[int, bool]:
         return 2, False
     if getattr(args, "no_cache", False):  # the environment carries it to worker processes too
         os.environ["ADVISOR_NO_CACHE"] = "1"
-    if _reads_only(args):  # no user code runs here: advisor's own arrays on plain pages
+    if reads_only(args):  # no user code runs here: advisor's own arrays on plain pages
         from advisor.importers.pages import plain_pages
 
         plain_pages()
@@ -604,21 +352,10 @@ def _main(argv: list[str] | None) -> tuple[int, bool]:
 
     kept = Kept()
     try:
-        return _command(parser, args, kept), _reads_only(args)
+        return _command(parser, args, kept), reads_only(args)
     finally:
         for ahead in getattr(args, "reads_ahead", []):  # a Session not taken (the command stopped first)
             ahead.stop()
-
-
-def _reads_only(args: argparse.Namespace) -> bool:
-    """Whether the command read profiles and ran no code of the user's in this process."""
-    if args.command == "compare":
-        return not any(_is_script(Path(t)) for t in (args.before, args.after))
-    if args.command not in ("diagnose", "summary", "timeline"):
-        return False
-    from advisor.job.launcher import is_launcher
-
-    return not _is_script(Path(args.target)) and not is_launcher(args.target, args.script_args or [])
 
 
 def _leave(code: int) -> None:
@@ -667,15 +404,15 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace, kept) ->
         if args.command in ("diagnose", "verify"):
             return _diagnose(args, kept)
         if args.command == "summary":
-            return _summary(args, kept)
+            return summary_command(args, kept)
         if args.command == "rules":
             return _rules(args)
         if args.command == "calibrate":
-            return _calibrate(args)
+            return calibrate_command(args)
         if args.command == "timeline":
-            return _timeline(args, kept)
+            return timeline_command(args, kept)
         if args.command == "compare":
-            return _compare(args)
+            return compare_command(args)
         if args.command == "doctor":
             return doctor_command(args)
         if args.command == "ledger":

@@ -203,8 +203,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _new(args: argparse.Namespace) -> int:
-    from advisor.rules.packs.catalog import builtin_pack
     from advisor.cli.scaffold import write_scaffold
+    from advisor.rules.packs.catalog import builtin_pack
 
     taken = {s.id for s in builtin_pack().rules}
     written = write_scaffold(args.rule_id, args.dir, taken=taken)
