@@ -76,6 +76,9 @@ def train(rank: int, args: argparse.Namespace, rendezvous: str, results) -> None
     timed = ends[-1] - ends[1] if len(ends) > 2 else float("nan")  # steps 2.. (two warm-up steps)
     results.put((rank, len(ends), timed / max(len(ends) - 2, 1), sum(waits[2:]) / timed, loss.item()))
     if args.gloo:
+        # Every rank done before any tears its connections down: gloo aborts a rank whose
+        # peer left first ("terminate called without an active exception").
+        dist.barrier()
         dist.destroy_process_group()
 
 
