@@ -68,23 +68,25 @@ class StepModel:
         return partition(self.facts, self.window)
 
     @cached_property
-    def graph(self) -> StepGraph:
-        """The step graph, its host at the job's own pace (``pace``)."""
+    def _paced_graph(self) -> tuple[StepGraph, Pace]:
+        # The graph and its pace are made together: the pace is measured on the graph's
+        # nodes, and the graph replays at that pace, so neither is ever seen without the other.
         from advisor.step.graph import StepGraph
 
         graph = StepGraph.build(self.facts, self.partition)
-        graph.pace_scale = self.pace_of(graph).scale
-        return graph
+        pace = job_pace(self, graph)
+        graph.pace_scale = pace.scale
+        return graph, pace
 
-    @cached_property
+    @property
+    def graph(self) -> StepGraph:
+        """The step graph, its host at the job's own pace (``pace``)."""
+        return self._paced_graph[0]
+
+    @property
     def pace(self) -> Pace:
         """What the profiler cost the host, per node of ``graph`` (advisor.step.pace)."""
-        return self.pace_of(self.graph)
-
-    def pace_of(self, graph: StepGraph) -> Pace:
-        if "_pace" not in self.__dict__:
-            self.__dict__["_pace"] = job_pace(self, graph)
-        return self.__dict__["_pace"]
+        return self._paced_graph[1]
 
     @cached_property
     def times(self) -> StepTimes:
