@@ -90,7 +90,6 @@ def _named_devices(session: Session) -> Session:
     named_session = Session(session.meta.model_copy(update={"devices": devices}), session.events,
                             window=session.window())
     named_session.step_model = getattr(session, "step_model", None)
-    named_session.cache_entry = getattr(session, "cache_entry", None)
     return named_session
 
 

@@ -109,16 +109,16 @@ def _split_merged(path: Path) -> Target | None:
 
 def open_profile(target: Target, *, gpu: str | None = None, ncu: Sequence[Path] = (),
                  progress: Callable[..., Any] | None = None, ahead: Any = None,
-                 processes: int | None = None, give_back: bool = False) -> Any:
+                 processes: int | None = None, give_back: bool = False, use_cache: bool = True) -> Any:
     """The Session of a ``trace`` or ``session`` target, read through the session cache
-    (``progress``, ``ahead``, ``processes`` and ``give_back`` as advisor.importers.load
-    takes them), judged against ``gpu`` and given its counters (``with_gpu``,
-    ``with_counters``)."""
+    where ``use_cache`` (``progress``, ``ahead``, ``processes``, ``give_back`` and
+    ``use_cache`` as advisor.importers.load takes them), judged against ``gpu`` and given
+    its counters (``with_gpu``, ``with_counters``)."""
     if target.kind not in ("trace", "session"):
         raise UsageError(f"{target.path} is a {target.kind}, not one profile")
     from advisor.importers import load
 
-    kwargs: dict[str, Any] = {"give_back": give_back}
+    kwargs: dict[str, Any] = {"give_back": give_back, "use_cache": use_cache}
     if progress is not None:
         kwargs["progress"] = progress
     if ahead is not None:

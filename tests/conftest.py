@@ -72,8 +72,7 @@ def shared_trace(name: str) -> Path:
 
 @pytest.fixture(autouse=True)
 def _cache_on(monkeypatch):
-    """Each test starts with the cache on: a command run in-process (advisor.cli.main) with
-    --no-cache sets ADVISOR_NO_CACHE for the processes it starts; undone after its test."""
+    """Each test starts with the cache on, whatever the environment the suite runs in."""
     monkeypatch.delenv("ADVISOR_NO_CACHE", raising=False)
 
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from builders import write_trace
 from conftest import REPO
 
@@ -44,8 +45,9 @@ def test_a_cached_session_names_the_path_it_was_reached_by(tmp_path, cache_dir, 
     trace = write_trace(tmp_path / "t.json", events(5))
     assert load(trace).meta.source == str(trace)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(loader, "load_kineto", lambda *a, **k: pytest.fail("the trace was read again"))
     again = load("t.json")  # the same file, spelled from here: served from the cache
-    assert again.cache_entry is not None and again.meta.source == "t.json"
+    assert again.meta.source == "t.json"
 
 
 def test_a_changed_trace_is_read_again(tmp_path, cache_dir):
@@ -67,9 +69,14 @@ def test_a_session_kept_by_another_reader_is_read_again(tmp_path, cache_dir, mon
 
 
 def test_no_cache_keeps_nothing(tmp_path, cache_dir, monkeypatch):
-    monkeypatch.setenv("ADVISOR_NO_CACHE", "1")
-    load(write_trace(tmp_path / "t.json", events(3)))
+    trace = write_trace(tmp_path / "t.json", events(3))
+    load(trace, use_cache=False)
     assert not cache_dir.exists()
+    # Below the doors nothing reads the environment: the choice is the caller's parameter.
+    monkeypatch.setenv("ADVISOR_NO_CACHE", "1")
+    assert not cache.wanted()
+    load(trace)
+    assert cache.holds(trace)
 
 
 def test_a_cache_that_cannot_be_written_or_read_is_passed_over(tmp_path, monkeypatch):
@@ -128,24 +135,24 @@ def _counting_compute(calls: list):
 def test_the_tables_of_a_cached_session_are_kept_beside_it(tmp_path, cache_dir):
     trace = write_trace(tmp_path / "t.json", events(6))
     calls: list = []
-    first = cache.tables(load(trace), _counting_compute(calls))
-    again = cache.tables(load(trace), _counting_compute(calls))
+    first = cache.tables(load(trace), _counting_compute(calls), read_from=trace)
+    again = cache.tables(load(trace), _counting_compute(calls), read_from=trace)
     assert calls == [None]  # computed once, then read
     assert set(again) == set(first) and all(again[n].equals(first[n]) for n in first)
     assert again["operator"].attrs == first["operator"].attrs  # the documentation and notes travel too
-    assert list(cache.tables(load(trace), _counting_compute(calls), ["model"])) == ["model"] and calls == [None]
+    assert list(cache.tables(load(trace), _counting_compute(calls), ["model"], read_from=trace)) == ["model"] and calls == [None]
     # What the command sees differently is another key: a --gpu target, a start-up step left out.
     retargeted = load(trace)
     retargeted.meta = retargeted.meta.model_copy(update={"target_gpu": "a100-sxm4-80gb"})
-    cache.tables(retargeted, _counting_compute(calls))
+    cache.tables(retargeted, _counting_compute(calls), read_from=trace)
     assert calls == [None, None]
     slow_start = write_trace(tmp_path / "s.json", [
         {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1, "ts": start,
          "dur": took} for n, (start, took) in enumerate([(0, 6000), (6000, 1000), (7000, 1000), (8000, 1000)], 1)])
     whole, steady = load(slow_start), steady_of(load(slow_start))
-    assert steady.window() != whole.window() and steady.cache_entry == whole.cache_entry is not None
+    assert steady.window() != whole.window()
     def steps(session) -> int:
-        return cache.tables(session, _counting_compute(calls))["model"].at["ProfileStep", "calls"]
+        return cache.tables(session, _counting_compute(calls), read_from=slow_start)["model"].at["ProfileStep", "calls"]
 
     # The tables are the steady window's whichever session they are asked of (compute_tables
     # applies the step model); the two sessions' metadata differ (the steady one says what it
@@ -157,16 +164,34 @@ def test_the_tables_of_a_cached_session_are_kept_beside_it(tmp_path, cache_dir):
     cache.tables(session, _counting_compute(calls))
     cache.tables(session, _counting_compute(calls))
     assert calls == [None] * 6
+    fresh = write_trace(tmp_path / "fresh.json", events(6))  # no entry: nowhere to keep them
+    cache.tables(load(fresh, use_cache=False), _counting_compute(calls), read_from=fresh)
+    cache.tables(load(fresh, use_cache=False), _counting_compute(calls), read_from=fresh)
+    assert calls == [None] * 8 and not cache.holds(fresh)
 
 
 def test_edited_code_or_knowledge_misses_and_a_damaged_tables_file_is_computed_again(tmp_path, cache_dir,
                                                                                      monkeypatch):
     trace = write_trace(tmp_path / "t.json", events(4))
     calls: list = []
-    cache.tables(load(trace), _counting_compute(calls))
+    cache.tables(load(trace), _counting_compute(calls), read_from=trace)
     monkeypatch.setattr(cache, "code_fingerprint", lambda: "another advisor")
-    cache.tables(load(trace), _counting_compute(calls))
+    cache.tables(load(trace), _counting_compute(calls), read_from=trace)
     assert calls == [None, None]
     for kept in cache_dir.glob("*/tables-*.json"):
         kept.write_bytes(kept.read_bytes()[:-20])  # cut short
-    assert len(cache.tables(load(trace), _counting_compute(calls))["model"]) > 0 and len(calls) == 3
+    assert len(cache.tables(load(trace), _counting_compute(calls), read_from=trace)["model"]) > 0 and len(calls) == 3
+
+
+def test_no_cache_reaches_a_jobs_worker_processes_as_a_parameter(tmp_path, cache_dir):
+    """--no-cache is read once by the command and passed to each rank's reader, in this
+    process or a pool's (no environment variable carries it)."""
+    from test_job import write_job
+
+    from advisor.cli import main
+
+    job = write_job(tmp_path / "job", 2, {})
+    assert main(["diagnose", str(job), "--workers", "2", "--no-cache", "-f", "json", "-o", str(tmp_path / "a.json")]) == 0
+    assert not cache_dir.exists() and "ADVISOR_NO_CACHE" not in os.environ
+    assert main(["diagnose", str(job), "--workers", "2", "-f", "json", "-o", str(tmp_path / "b.json")]) == 0
+    assert all(cache.holds(trace) for trace in job.glob("rank*.json"))

@@ -92,12 +92,11 @@ def test_a_users_process_is_never_forked(monkeypatch, tmp_path):
     monkeypatch.setenv("ADVISOR_PROCESSES", "1")
     assert processes_allowed() == 1
     monkeypatch.setenv("ADVISOR_PROCESSES", "4")
-    monkeypatch.setenv("ADVISOR_NO_CACHE", "1")
     monkeypatch.setattr(parts, "PART_MIN_BYTES", 1 << 10)
     forks = []
     monkeypatch.setattr(advisor.importers.forked.Forked, "start", classmethod(lambda cls, work: forks.append(1)))
     trace = synth_trace(tmp_path / "t.json", 2_000)
-    load(trace)
+    load(trace, use_cache=False)
     assert forks == []  # the default: this process alone, whatever the environment says
-    load(trace, processes=4)
+    load(trace, processes=4, use_cache=False)
     assert forks  # asked for: the parts after the first go to forked processes

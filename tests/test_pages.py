@@ -68,6 +68,5 @@ def test_freed_memory_is_given_back_where_the_caller_asks(monkeypatch, tmp_path)
     trace = synth_trace(tmp_path / "train.json", 2000)
     loader.load(trace)
     assert calls == []
-    monkeypatch.setenv("ADVISOR_NO_CACHE", "1")
-    loader.load(trace, give_back=True)
+    loader.load(trace, give_back=True, use_cache=False)
     assert calls == ["trim"]

@@ -53,11 +53,13 @@ def selection(rules: list[str] | None, said: list[str]) -> Any:
     return chosen
 
 
-def diagnose_target(target: str | Path, *, rules: list[str] | None = None, gpu: str | None = None) -> Diagnosed:
+def diagnose_target(target: str | Path, *, rules: list[str] | None = None, gpu: str | None = None,
+                    use_cache: bool | None = None) -> Diagnosed:
     """The diagnosis of the trace, saved session or job at ``target`` (see the module),
     classified and opened by the target stage (advisor.targets) as the command opens it:
-    a merged trace split into its ranks, a saved folder's counters attached, the tables
-    through the session cache."""
+    a merged trace split into its ranks, a saved folder's counters attached, the trace
+    and its tables through the session cache unless ``use_cache`` is False (None: as
+    ``ADVISOR_NO_CACHE`` says, as the command's own default)."""
     from advisor import targets
 
     if str(target).strip() and targets.is_script(target):
@@ -67,23 +69,28 @@ def diagnose_target(target: str | Path, *, rules: list[str] | None = None, gpu: 
     said: list[str] = list(found.said)
     chosen = selection(rules, said)
     target_gpu = targets.gpu_id(gpu)  # an unknown name is a UsageError
-    if found.is_job:
-        return _job(found.path, list(found.sources), chosen, target_gpu, said)
-    from advisor.diagnosis import command_tables, diagnose
     from advisor.importers import cache
 
-    session = targets.open_profile(found, gpu=target_gpu)
+    use_cache = cache.wanted() if use_cache is None else use_cache
+    if found.is_job:
+        return _job(found.path, list(found.sources), chosen, target_gpu, said, use_cache)
+    from advisor.diagnosis import command_tables, diagnose
+
+    session = targets.open_profile(found, gpu=target_gpu, use_cache=use_cache)
+    read_from = found.path if use_cache and found.kind == "trace" else None
     diagnosis = diagnose(session, specs=chosen.specs, disabled=chosen.disabled, enabled=chosen.enabled,
-                         preview=chosen.preview, tables=lambda steady, names: cache.tables(steady, command_tables))
+                         preview=chosen.preview,
+                         tables=lambda steady, names: cache.tables(steady, command_tables, read_from=read_from))
     said.extend(str(error) for error in diagnosis.result.errors)
     return Diagnosed(diagnosis.report, diagnosis.tables, said, diagnosis.session)
 
 
-def _job(path: Path, sources: list[Path], chosen: Any, gpu: str | None, said: list[str]) -> Diagnosed:
+def _job(path: Path, sources: list[Path], chosen: Any, gpu: str | None, said: list[str],
+         use_cache: bool) -> Diagnosed:
     from advisor.job import RuleChoice, diagnose_job, order_ranks, summarise_job
 
     choice = RuleChoice.of(chosen)
-    summaries = summarise_job(sources, choice=choice, gpu=gpu, say=lambda line: None)
+    summaries = summarise_job(sources, choice=choice, gpu=gpu, say=lambda line: None, use_cache=use_cache)
     job = order_ranks(summaries, source=str(path))
     diagnosis = diagnose_job(job, choice, sources_kept=True)
     said.extend(str(error) for error in diagnosis.errors)

@@ -45,7 +45,7 @@ from advisor.cli.ahead import imports_while_reading, read_target_ahead, reads_on
 from advisor.cli.doctor import doctor_command
 from advisor.cli.kernel_counters import with_kernel_counters
 from advisor.cli.ledger import ledger_command
-from advisor.cli.opening import collected, job_sources, judged, launch, say, session_for
+from advisor.cli.opening import collected, job_sources, judged, launch, read_from, say, session_for
 from advisor.cli.parser import FAIL_ON_EXIT, SEVERITIES, build_parser, options_after_target
 from advisor.cli.rules import rules_command, selection_for
 from advisor.cli.verify import check_verify, verified
@@ -140,7 +140,7 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
                 if (args.save / "session.json").is_file():
                     kept.saved(args.save)
             print(f"advisor: session saved to {args.save}", file=sys.stderr)
-        diagnosis = analyse(session, chosen, said)
+        diagnosis = analyse(session, chosen, said, read_from=read_from(args))
         # A rule that failed may not fail next time (a bug fixed, memory freed): its report is not kept.
         rules_failed = bool(diagnosis.result.errors)
         if getattr(args, "kernel_counters", None) is not None:
@@ -342,8 +342,10 @@ def _main(argv: list[str] | None) -> tuple[int, bool]:
     if args.command is None:
         parser.print_help()
         return 2, False
-    if getattr(args, "no_cache", False):  # the environment carries it to worker processes too
-        os.environ["ADVISOR_NO_CACHE"] = "1"
+    from advisor.importers.cache import wanted
+
+    # Read once here (the flag, or ADVISOR_NO_CACHE), and passed down as use_cache.
+    args.use_cache = not getattr(args, "no_cache", False) and wanted()
     if reads_only(args):  # no user code runs here: advisor's own arrays on plain pages
         from advisor.importers.pages import plain_pages
 

@@ -48,7 +48,7 @@ def read_ahead(args: argparse.Namespace, *targets: str, imports: bool = True) ->
         if _is_script(path) or not path.is_file() or special_file(path) is not None:
             started.append(None)
             continue
-        started.append(start(path, processes=processes_allowed()))
+        started.append(start(path, processes=processes_allowed(), use_cache=args.use_cache))
     args.reads_ahead = [*getattr(args, "reads_ahead", []), *(s for s in started if s is not None)]
     if imports:
         imports_while_reading(args)

@@ -51,7 +51,7 @@ def read_job(args: argparse.Namespace, sources: list[Path], chosen, *, say, laun
         gpu = gpu_profile(args.gpu).id
     choice = RuleChoice.of(chosen)
     summaries = summarise_job(sources, choice=choice, workers=args.workers, dask_address=args.dask,
-                              save_dir=copy_to, gpu=gpu, say=say)
+                              save_dir=copy_to, gpu=gpu, say=say, use_cache=args.use_cache)
     job = order_ranks(summaries, source=" ".join(launch.command) if launch is not None and launch.command
                       else str(target), launcher_ranks=launch.ranks if launch is not None and launch.ranks else None)
     if launch is not None:

@@ -38,6 +38,17 @@ def session_for(args: argparse.Namespace, *, steady: bool = True, kept=None):
     return (steady_session(judged(session, args, gpu)) if steady else judged(session, args, gpu)), exit_code
 
 
+def read_from(args: argparse.Namespace) -> Path | None:
+    """The trace file whose session cache entry keeps the tables of TARGET's session: the
+    target where it is one trace file read through the cache, without counters added
+    from elsewhere (``--ncu``); None for anything else (advisor.importers.cache.tables)."""
+    target = Path(args.target)
+    if (not getattr(args, "use_cache", False) or getattr(args, "ncu", None) or getattr(args, "script_args", None)
+            or _is_script(target) or not target.is_file()):
+        return None
+    return target
+
+
 def judged(session, args: argparse.Namespace, gpu: str | None = None):
     """The session judged against the chosen GPU and given its counters, as every door
     does it (advisor.targets.with_gpu, with_counters)."""
@@ -177,7 +188,7 @@ def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False, h
     with progress_bar(f"Reading {target.name}", unit="bytes") as update:
         # A large plain trace is read in parts, by as many processes as the command may use.
         return load(target, progress=update, ahead=getattr(args, "ahead", None), give_back=True,
-                    processes=processes_allowed()), None, None
+                    processes=processes_allowed(), use_cache=args.use_cache), None, None
 
 
 def _spawned(run, command: list[str]):

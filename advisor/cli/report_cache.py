@@ -37,7 +37,7 @@ from typing import Any
 __all__ = ["PLUGIN_GROUP", "ReportCache", "Reused", "rule_sources"]
 
 # Options that say where and how the report is written, not what it says.
-PRESENTATION = frozenset({"format", "output", "fail_on", "no_cache"})
+PRESENTATION = frozenset({"format", "output", "fail_on", "no_cache", "use_cache"})
 # What the command keeps beside its options while it runs: the trace's read ahead
 # (advisor.importers.ahead), started before the kept report is looked for.
 _RUNNING = frozenset({"ahead", "reads_ahead"})
@@ -74,7 +74,7 @@ class ReportCache:
         from advisor.paths import special_file
 
         target = Path(args.target)
-        if (not cache.enabled() or getattr(args, "save", None) or getattr(args, "script_args", None)
+        if (not getattr(args, "use_cache", True) or getattr(args, "save", None) or getattr(args, "script_args", None)
                 or getattr(args, "ncu", None) or getattr(args, "kernel_counters", None)  # files the key cannot see
                 or target.suffix == ".py" or not target.is_file() or special_file(target) is not None):
             return None  # (a file that is not one of data, /proc/kmsg, blocks the reading of its key)

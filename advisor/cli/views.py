@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from advisor.cli.ahead import read_ahead, read_target_ahead
-from advisor.cli.opening import job_sources, say, session_for, steady_session
+from advisor.cli.opening import job_sources, read_from, say, session_for, steady_session
 from advisor.cli.rules import selection_for
 from advisor.errors import UsageError
 from advisor.targets import is_script as _is_script
@@ -32,16 +32,19 @@ def check_output(path: Path) -> None:
         raise UsageError(f"-o {path}: cannot write there ({folder} is not a writable folder)")
 
 
-def analyse(session, chosen, said: list[str] | None = None):
+def analyse(session, chosen, said: list[str] | None = None, *, read_from: Path | None = None):
     """The diagnosis of ``session`` with the chosen rules (advisor.diagnosis: step model,
-    tables, rules, report); rule errors to stderr (and to ``said`` where given)."""
+    tables, rules, report); rule errors to stderr (and to ``said`` where given). Its tables
+    are kept in the session cache entry of the trace file ``read_from`` where one is given
+    (``opening.read_from``)."""
     from advisor.cli.progress import spinner
     from advisor.diagnosis import command_tables, diagnose
     from advisor.importers import cache
 
     with spinner("Computing the tables and running the rules"):
         diagnosis = diagnose(session, specs=chosen.specs, disabled=chosen.disabled, enabled=chosen.enabled,
-                             preview=chosen.preview, tables=lambda steady, names: cache.tables(steady, command_tables))
+                             preview=chosen.preview,
+                             tables=lambda steady, names: cache.tables(steady, command_tables, read_from=read_from))
     from advisor.units import shown_safely
 
     for error in diagnosis.result.errors:
@@ -68,7 +71,7 @@ def timeline_command(args: argparse.Namespace, kept) -> int:
         read_target_ahead(args)
     chosen, _ = selection_for(args, Path(args.target) if _is_script(Path(args.target)) else None)
     session, exit_code = session_for(args, kept=kept)
-    diagnosis = analyse(session, chosen)
+    diagnosis = analyse(session, chosen, read_from=read_from(args))
     with progress_bar("Writing the timeline", unit="events") as update:
         path = write_timeline(diagnosis.session, diagnosis.findings, args.output, progress=update)
     kept.done()
@@ -101,7 +104,7 @@ def compare_command(args: argparse.Namespace) -> int:
             sides.append(_job_side(one, job, chosen))
             continue
         session, _ = session_for(one)
-        diagnosis = analyse(session, chosen)
+        diagnosis = analyse(session, chosen, read_from=read_from(one))
         sides.append((diagnosis.session, diagnosis.tables, diagnosis.findings))
     render_comparison(compare(sides[0], sides[1], top=args.top), args.format, args.output)
     if args.output:
@@ -121,8 +124,10 @@ def _job_side(args: argparse.Namespace, sources: list[Path], chosen):
 
     for error in diagnosis.errors:
         print(f"advisor: {shown_safely(str(error))}", file=sys.stderr)
-    session = steady_session(load(job.ranks[0].summary.source))
-    return session, {**cache.tables(session, command_tables), **diagnosis.tables}, diagnosis.findings
+    first = Path(job.ranks[0].summary.source)
+    session = steady_session(load(first, use_cache=args.use_cache))
+    tables = cache.tables(session, command_tables, read_from=first if args.use_cache else None)
+    return session, {**tables, **diagnosis.tables}, diagnosis.findings
 
 
 def summary_command(args: argparse.Namespace, kept) -> int:
@@ -149,7 +154,7 @@ def summary_command(args: argparse.Namespace, kept) -> int:
     from advisor.tables import TABLE_DOCS
 
     session, exit_code = session_for(args, kept=kept)
-    tables = cache.tables(session, command_tables, args.table)
+    tables = cache.tables(session, command_tables, args.table, read_from=read_from(args))
     text = render_tables(tables, table_docs=TABLE_DOCS, sort=args.sort, limit=args.limit, fmt=args.format)
     if text is not None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

@@ -79,14 +79,15 @@ class Ahead:
         self._read.close()
 
 
-def start(path: Path, *, processes: int) -> Ahead | None:
-    """A forked read of the trace at ``path``, or None where one does not pay here or
-    ``processes`` (the command's allowance, this process included) is one."""
+def start(path: Path, *, processes: int, use_cache: bool = True) -> Ahead | None:
+    """A forked read of the trace at ``path``, or None where one does not pay here,
+    ``processes`` (the command's allowance, this process included) is one, or the session
+    cache (``use_cache``) already holds the trace."""
     if processes < 2 or not _small(path):
         return None
     from advisor.importers import cache
 
-    if cache.enabled() and cache.holds(path):
+    if use_cache and cache.holds(path):
         return None
     # Both processes need numpy: imported once, before the fork, rather than in each after
     # it. Each import also starts OpenBLAS's threads, which spin for a while and would

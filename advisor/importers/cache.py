@@ -25,7 +25,9 @@ never served.
 Where: ``$ADVISOR_CACHE_DIR``, else ``$XDG_CACHE_HOME/advisor``, else
 ``~/.cache/advisor``. At most ``$ADVISOR_CACHE_MAX_MB`` (default 4096) MiB are kept,
 least recently used first out. ``ADVISOR_NO_CACHE=1`` (or ``--no-cache``) reads the trace
-afresh and keeps nothing. A cache that cannot be written (a read-only or full disk) is
+afresh and keeps nothing: the doors (the command line, the Python API) read that choice
+once, ``wanted()``, and pass it down as ``use_cache``; nothing below them reads the
+environment. A cache that cannot be written (a read-only or full disk) is
 passed over: the command goes on with the Session it read.
 """
 
@@ -50,15 +52,17 @@ from advisor.session.layout import SESSION_FORMAT
 if TYPE_CHECKING:
     from advisor.session import Session
 
-__all__ = ["cache_dir", "cache_key", "cached", "code_fingerprint", "enabled", "holds", "read_record", "reading_fingerprint",
-           "root", "store", "tables", "write_record"]
+__all__ = ["cache_dir", "cache_key", "cached", "code_fingerprint", "holds", "read_record", "reading_fingerprint",
+           "root", "store", "tables", "wanted", "write_record"]
 
 EDGE_BYTES = 64 * 1024
 DEFAULT_MAX_MB = 4096
 CHECKSUMS = "checksums.json"  # an entry's manifest: each file of the Session it holds, hashed
 
 
-def enabled() -> bool:
+def wanted() -> bool:
+    """The user's standing choice: False where ``ADVISOR_NO_CACHE`` is set. Read by the
+    doors only, which pass it down as ``use_cache``."""
     return os.environ.get("ADVISOR_NO_CACHE", "").strip() not in ("1", "true", "yes")
 
 
@@ -153,7 +157,6 @@ def cached(path: Path) -> Session | None:
 
         session = Session.load(entry)
         os.utime(entry)  # recently used
-        session.cache_entry = entry
         return session
     except Exception:  # noqa: BLE001  (a damaged entry is a miss, never an error)
         return None
@@ -199,7 +202,6 @@ def store(path: Path, session: Session) -> None:
             return
         entry = folder / cache_key(path)
         if entry.exists():
-            session.cache_entry = entry if not_private(entry) is None else None
             return
         # Written aside and renamed into place, so a reader never sees half an entry and
         # two commands storing the same trace at once do not collide.
@@ -211,7 +213,6 @@ def store(path: Path, session: Session) -> None:
             shutil.rmtree(staging, ignore_errors=True)
             if not entry.exists():
                 return
-        session.cache_entry = entry
         _evict(folder)
     except Exception:  # noqa: BLE001  (a cache that cannot be written is passed over)
         return
@@ -264,17 +265,19 @@ def read_record(file: Path) -> str | None:
 
 
 def tables(session: Session, compute: Callable[[Session, list[str] | None], dict[str, Any]],
-           names: Iterable[str] | None = None) -> dict[str, Any]:
-    """``compute(session, names)``, the summary tables, taken from the cache where the
-    session came from it and its tables were kept, else computed (and kept when all were
-    asked for). A session from no cache entry, or a cache that cannot be read or written,
-    is computed as usual."""
+           names: Iterable[str] | None = None, *, read_from: Path | None = None) -> dict[str, Any]:
+    """``compute(session, names)``, the summary tables, kept in the cache entry of the trace
+    file ``read_from``: the caller says the session is (or was derived from) the one read
+    from that file through the cache, so its tables are kept beside it. Taken from the entry
+    where they were kept, else computed (and kept when all were asked for). No
+    ``read_from`` (a session built in memory, read with the cache off, collected from a
+    script), no entry for it, or a cache that cannot be read or written: computed as usual."""
     from advisor.importers import frames
 
-    wanted = list(names) if names is not None else None
-    entry = getattr(session, "cache_entry", None)
-    if entry is None or not enabled():
-        return compute(session, wanted)
+    asked = list(names) if names is not None else None
+    entry = _entry_of(read_from)
+    if entry is None:
+        return compute(session, asked)
     file = entry / f"tables-{_tables_key(session)}.json"
     text = read_record(file)
     if text is not None:
@@ -282,17 +285,32 @@ def tables(session: Session, compute: Callable[[Session, list[str] | None], dict
             kept = frames.loads(text)
         except (ValueError, KeyError, TypeError):  # a record of another shape: computed again
             kept = None
-        if kept is not None and wanted is None:
+        if kept is not None and asked is None:
             return kept
-        if kept is not None and set(wanted) <= set(kept):
-            return {name: kept[name] for name in wanted}
-    out = compute(session, wanted)
-    if wanted is None:
+        if kept is not None and set(asked) <= set(kept):
+            return {name: kept[name] for name in asked}
+    out = compute(session, asked)
+    if asked is None:
         try:
             write_record(file, frames.dumps(out))
         except frames.NotData:  # a table that JSON cannot hold exactly: computed each time
             pass
     return out
+
+
+def _entry_of(read_from: Path | None) -> Path | None:
+    """The cache entry kept for the trace file ``read_from``: None where there is none (or
+    it is not the user's own, or the file cannot be read)."""
+    if read_from is None:
+        return None
+    try:
+        folder = root()
+        if folder is None or not read_from.is_file():
+            return None
+        entry = folder / cache_key(read_from)
+    except OSError:
+        return None
+    return entry if entry.is_dir() and not_private(entry) is None else None
 
 
 def _tables_key(session: Session) -> str:

@@ -45,14 +45,17 @@ __all__ = ["load", "load_kineto", "read_kineto", "session_from"]
 
 
 def load(path: str | Path, *, progress: Callable[[int, int], None] | None = None,
-         ahead: Ahead | None = None, give_back: bool = False, processes: int = 1) -> Session:
+         ahead: Ahead | None = None, give_back: bool = False, processes: int = 1,
+         use_cache: bool = True) -> Session:
     """A saved session folder or a PyTorch profiler / Kineto trace, as a Session.
     ``progress(done, total)`` hears of the bytes of a trace read so far. ``ahead``: the
     read of this trace already started in a forked process (advisor.importers.ahead).
     ``give_back``: the memory the read freed is given back to the system (a command's
     own process, advisor.importers.pages), not held through the tables. ``processes``: how
     many processes a large plain trace may be read by, this one included (the command's
-    advisor.importers.forked.processes_allowed; 1: this one alone)."""
+    advisor.importers.forked.processes_allowed; 1: this one alone). ``use_cache``: a trace
+    is taken from the session cache where it was kept, and kept there once read
+    (advisor.importers.cache); False reads it afresh and keeps nothing."""
     target = Path(path)
     if not target.exists():
         raise TraceError(f"{target}: no such file or directory")
@@ -65,7 +68,7 @@ def load(path: str | Path, *, progress: Callable[[int, int], None] | None = None
 
             return Session.load(target)
         raise SessionError(f"{target} is a directory but not an advisor session (it has no session.json)")
-    if not cache.enabled():
+    if not use_cache:
         session = _read(target, progress, ahead, processes)
         if give_back:
             give_back_freed()

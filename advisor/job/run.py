@@ -72,16 +72,18 @@ def default_workers(n_ranks: int) -> int:
 
 def summarise_job(sources: list[Path], *, choice: RuleChoice | None = None, workers: int | None = None,
                   dask_address: str | None = None, save_dir: Path | None = None, gpu: str | None = None,
-                  say: Callable[[str], None] | None = None, always_pool: bool = False) -> list[RankSummary]:
+                  say: Callable[[str], None] | None = None, always_pool: bool = False,
+                  use_cache: bool = True) -> list[RankSummary]:
     """Each source's RankSummary, in the order given: in this process where one worker is
     asked for (unless ``always_pool``), in a pool of ``workers`` worker processes where
     more are; by default, in this process while the pool would not pay (``_pool_pays``),
-    and the ranks left in a pool of one per core once it would."""
+    and the ranks left in a pool of one per core once it would. ``use_cache``: each rank's
+    trace is read through the session cache (advisor.importers.cache)."""
     say = say or (lambda _line: None)
     texts = [str(s) for s in sources]
     saves: list[str | None] = [str(save_dir / f"rank-source-{i}") if save_dir else None for i in range(len(texts))]
     if dask_address:
-        return _on_dask(dask_address, texts, saves, choice, gpu, say)
+        return _on_dask(dask_address, texts, saves, choice, gpu, say, use_cache)
     n = workers or default_workers(len(texts))
     results: list[RankSummary | None] = [None] * len(texts)
     here = 0  # the ranks summarised in this process, the first ones
@@ -96,7 +98,8 @@ def summarise_job(sources: list[Path], *, choice: RuleChoice | None = None, work
             if not alone and here and _pool_pays((time.perf_counter() - started) / here, len(texts) - here, n):
                 break
             try:
-                results[here] = summarise_rank(texts[here], choice=choice, save_to=saves[here], gpu=gpu)
+                results[here] = summarise_rank(texts[here], choice=choice, save_to=saves[here], gpu=gpu,
+                                               use_cache=use_cache)
             except Exception as exc:  # noqa: BLE001  (as a worker's failure: the rank is lost, not the job)
                 results[here] = _lost(texts[here], "its summary failed", exc)
             here += 1
@@ -106,7 +109,8 @@ def summarise_job(sources: list[Path], *, choice: RuleChoice | None = None, work
     # spawn, not fork: a forked child would inherit the parent's threads' locks (pyarrow's,
     # the progress bar's) in whatever state they were.
     with ProcessPoolExecutor(max_workers=min(n, len(texts) - here), mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(summarise_rank, texts[i], choice=choice, save_to=saves[i], gpu=gpu): i
+        futures = {pool.submit(summarise_rank, texts[i], choice=choice, save_to=saves[i], gpu=gpu,
+                               use_cache=use_cache): i
                    for i in range(here, len(texts))}
         for done, future in enumerate(as_completed(futures), here + 1):
             i = futures[future]
@@ -143,7 +147,8 @@ def _pool_pays(per_rank_s: float, left: int, workers: int) -> bool:
     return parallel > 1 and left * per_rank_s > WORKER_START_S + left * per_rank_s / parallel
 
 
-def _on_dask(address: str, sources: list[str], saves: list[str | None], choice, gpu, say) -> list[RankSummary]:
+def _on_dask(address: str, sources: list[str], saves: list[str | None], choice, gpu, say,
+             use_cache: bool) -> list[RankSummary]:
     try:
         from distributed import Client, as_completed
     except ImportError:
@@ -154,7 +159,8 @@ def _on_dask(address: str, sources: list[str], saves: list[str | None], choice, 
         raise UsageError(f"--dask {address}: cannot reach the scheduler ({exc})") from None
     try:
         say(f"sending {len(sources)} ranks to the Dask cluster at {address}")
-        submitted = [client.submit(summarise_rank, source, choice=choice, save_to=save, gpu=gpu, pure=False)
+        submitted = [client.submit(summarise_rank, source, choice=choice, save_to=save, gpu=gpu,
+                                   use_cache=use_cache, pure=False)
                      for source, save in zip(sources, saves)]
         where = {future.key: i for i, future in enumerate(submitted)}
         results: list[RankSummary | None] = [None] * len(submitted)

@@ -57,10 +57,11 @@ class RankSummary:
 
 
 def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: str | None = None,
-                   gpu: str | None = None) -> RankSummary:
+                   gpu: str | None = None, use_cache: bool = True) -> RankSummary:
     """Read one rank (a trace file or saved session folder), compute its tables, run the
     rules, and return its summary; a rank that cannot be read comes back with ``error``
-    set instead of raising, so one bad rank does not take the job's report down."""
+    set instead of raising, so one bad rank does not take the job's report down. With
+    ``use_cache``, a trace is read through the session cache and its tables kept there."""
     from advisor.diagnosis import command_tables, diagnose
     from advisor.importers import cache, load
     from advisor.tables.job import collective_calls, rank_figures
@@ -68,11 +69,12 @@ def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: st
     choice = choice or RuleChoice()
     _register_plugin_checks(choice)
     try:
-        session = load(Path(source), give_back=True)  # a command's own process or worker
+        session = load(Path(source), give_back=True, use_cache=use_cache)  # a command's own process or worker
     except AdvisorError as exc:
         return RankSummary(source=source, error=str(exc))
     except (OSError, ValueError, MemoryError) as exc:
         return RankSummary(source=source, error=f"{source}: {type(exc).__name__}: {exc}")
+    read_from = Path(source) if use_cache and Path(source).is_file() else None  # a trace, not a session folder
     saved = None
     if save_to:
         session.save(save_to)
@@ -80,7 +82,8 @@ def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: st
     if gpu:
         session.meta = session.meta.model_copy(update={"target_gpu": gpu})
     diagnosis = diagnose(session, specs=choice.specs, disabled=choice.disabled, enabled=choice.enabled,
-                         preview=choice.preview, tables=lambda steady, names: cache.tables(steady, command_tables))
+                         preview=choice.preview,
+                         tables=lambda steady, names: cache.tables(steady, command_tables, read_from=read_from))
     session, tables, result, report = diagnosis.session, diagnosis.tables, diagnosis.result, diagnosis.report
     facts = diagnosis.model.facts
     info = session.meta.distributed

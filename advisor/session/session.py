@@ -389,10 +389,6 @@ class Session:
         self.steady_window = window
         # The step model (advisor.step) that made this session, where one did.
         self.step_model = None
-        # The session cache's entry this session was read from or kept in (set by
-        # advisor.importers.cache; carried by sessions derived from it, never saved): where
-        # its summary tables are kept too.
-        self.cache_entry: Path | None = None
 
     def __repr__(self) -> str:
         return f"Session(source={self.meta.source!r}, events={len(self.events)})"

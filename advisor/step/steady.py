@@ -50,11 +50,10 @@ def steady_session(session: Session, window: SteadyWindow) -> Session:
         collector = meta.collector
         meta = meta.model_copy(update={"collector": collector.model_copy(
             update={"notes": [*collector.notes, *(n for n in notes if n not in collector.notes)]})})
-    steady = Session(meta, events, window=(window.start_ns, window.end_ns))
-    # Derived from the cached session alone, so its tables can be kept in the same entry
-    # (their key holds the metadata, whose notes say what was set apart).
-    steady.cache_entry = session.cache_entry
-    return steady
+    # Derived from the session alone, so its tables can be kept in the session cache entry
+    # of the trace it was read from (their key holds the metadata, whose notes say what was
+    # set apart).
+    return Session(meta, events, window=(window.start_ns, window.end_ns))
 
 
 def _set_apart_step_numbers(window: SteadyWindow) -> np.ndarray:
