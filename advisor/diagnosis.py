@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ from advisor.step.steady import headline_for
 from advisor.tables import TABLE_DOCS, compute_tables
 from advisor.units import format_ns
 
-__all__ = ["Diagnosis", "command_tables", "diagnose", "report_steps", "report_window"]
+__all__ = ["Diagnosis", "cached_tables", "command_tables", "diagnose", "report_steps", "report_window"]
 
 
 @dataclass
@@ -56,13 +57,14 @@ class Diagnosis:
 
 def diagnose(session: Session, *, specs: list[Any] | None = None, disabled: Iterable[str] = (),
              enabled: Iterable[str] = (), preview: bool = False,
-             tables: Callable[[Session, list[str] | None], dict[str, pd.DataFrame]] | None = None) -> Diagnosis:
-    """Diagnose ``session``: the chosen rules (the built-in ones by default) over its step
-    model and tables. ``tables(session, None)`` computes the tables where given (the
-    session cache's, which keeps them); else they are computed here."""
+             tables: Callable[[StepModel, list[str] | None], dict[str, pd.DataFrame]] | None = None) -> Diagnosis:
+    """Diagnose ``session`` (as read or collected): the chosen rules (the built-in ones by
+    default) over its step model and tables. ``tables(model, None)`` gives the tables
+    where given (``cached_tables``: the session cache's, which keeps them); else they are
+    computed here."""
     model = build_step_model(session)
     steady = model.session
-    computed = (tables or compute_tables)(steady, None)
+    computed = tables(model, None) if tables is not None else compute_tables(steady, None, model=model)
     result = run_rules(steady, computed, specs, disabled=set(disabled), enabled=set(enabled), preview=preview,
                        model=model)
     _say_the_load(result.findings, busy_share(steady.meta.trace_metadata))
@@ -87,10 +89,7 @@ def _named_devices(session: Session) -> Session:
         devices.append(device)
     if not named:
         return session
-    named_session = Session(session.meta.model_copy(update={"devices": devices}), session.events,
-                            window=session.window())
-    named_session.step_model = getattr(session, "step_model", None)
-    return named_session
+    return Session(session.meta.model_copy(update={"devices": devices}), session.events, window=session.window())
 
 
 def _say_the_load(findings: list[Any], share: float | None) -> None:
@@ -104,13 +103,26 @@ def _say_the_load(findings: list[Any], share: float | None) -> None:
         _say_the_load(list(finding.explains), share)
 
 
-def command_tables(session: Session, names: list[str] | None = None) -> dict[str, pd.DataFrame]:
-    """The summary tables as advisor's own commands compute them: the memory each table's
-    work freed given back before the next, on a large session (advisor.importers.pages).
-    advisor.Profiler, inside the user's job, computes them without."""
+def command_tables(model: StepModel, names: list[str] | None = None) -> dict[str, pd.DataFrame]:
+    """The summary tables of ``model`` as advisor's own commands compute them: the memory
+    each table's work freed given back before the next, on a large session
+    (advisor.importers.pages). advisor.Profiler, inside the user's job, computes them without."""
     from advisor.importers.pages import give_back_freed
 
-    return compute_tables(session, names, between=give_back_freed)
+    return compute_tables(model.session, names, between=give_back_freed, model=model)
+
+
+def cached_tables(read_from: Path | None) -> Callable[[StepModel, list[str] | None], dict[str, pd.DataFrame]]:
+    """The tables as a command gets them (``command_tables``), kept in the session cache
+    entry of the trace file ``read_from`` where one is given: the door says the session was
+    read from that file through the cache (advisor.importers.cache.tables)."""
+    from advisor.importers import cache
+
+    def tables(model: StepModel, names: list[str] | None) -> dict[str, pd.DataFrame]:
+        return cache.tables(model.session, lambda _steady, wanted: command_tables(model, wanted), names,
+                            read_from=read_from)
+
+    return tables
 
 
 def report_window(model: StepModel) -> Window:

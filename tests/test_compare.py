@@ -19,14 +19,16 @@ from advisor.reports.compare_report import (
     comparison_text,
     render_comparison,
 )
-from advisor.tables.comparison import Comparison, compare
 from advisor.rules import run_rules
+from advisor.step import build_step_model
 from advisor.tables import compute_tables
+from advisor.tables.comparison import Comparison, compare
 
 
 def _parts(session):
-    tables = compute_tables(session)
-    return session, tables, run_rules(session, tables).findings
+    model = build_step_model(session)
+    tables = compute_tables(session, model=model)
+    return model, tables, run_rules(model.session, tables, model=model).findings
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +87,8 @@ def test_the_other_way_round_findings_appear():
 
 
 def test_a_profile_against_itself_moves_nothing():
-    parts = sample_parts()
+    session, tables, findings = sample_parts()
+    parts = (build_step_model(session), tables, findings)
     c = compare(parts, parts)
     assert c.rows == []
     assert all(f.status == "unchanged" for f in c.findings)
@@ -189,9 +192,9 @@ def test_the_job_s_own_pace_leads_where_both_runs_have_unrecorded_steps():
     import pandas as pd
 
     def with_own_pace(parts, own_ms):
-        session, tables, findings = parts
+        model, tables, findings = parts
         timing = pd.DataFrame({"unrecorded_avg_ns": [own_ms * MS]}, index=["ProfileStep"])
-        return session, {**tables, "step_timing": timing}, findings
+        return model, {**tables, "step_timing": timing}, findings
 
     # recorded: 100 -> 62 ms (-38%); unrecorded, the job's own pace: 60 -> 50 ms (-17%)
     c = compare(with_own_pace(_parts(sample_session(loader_ms=40)), 60),

@@ -238,7 +238,7 @@ def test_the_mean_step_is_one_fact_that_every_stage_reads(profile, monkeypatch):
     figures = rank_figures(d.session, d.tables, model.facts)
     assert figures["mean_step_ns"] == model.mean_step_ns
     assert figures["step_mean_ns"] == steps.mean_step_ns and figures["pace_ns"] == model.unrecorded_step_ns
-    parts = (d.session, d.tables, d.findings)
+    parts = (d.model, d.tables, d.findings)
     assert compare(parts, parts).before.mean_step_ns == steps.mean_step_ns
 
 

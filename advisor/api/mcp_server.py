@@ -351,9 +351,9 @@ def _compare(kept: _Diagnoses, before: str, after: str) -> dict[str, Any]:
     sides = []
     for target in (before, after):
         done = kept.get(target, None, None)
-        if done.session is None:
+        if done.model is None:
             raise UsageError(f"{target} is a job: compare jobs with `advisor compare` on the command line")
-        sides.append((done.session, done.tables, list(done.report.findings)))
+        sides.append((done.model, done.tables, list(done.report.findings)))
     return json.loads(compare(sides[0], sides[1]).model_dump_json())
 
 

@@ -28,7 +28,12 @@ class Diagnosed:
     report: Any  # advisor.reports.Report
     tables: dict[str, pd.DataFrame]
     said: list[str]  # what the rules said on the way (a pack's problems, a rule that failed)
-    session: Any = None  # the steady Session, where the target is one profile (None: a job)
+    model: Any = None  # the StepModel, where the target is one profile (None: a job)
+
+    @property
+    def session(self) -> Any:
+        """The steady Session every figure is of (None: a job)."""
+        return self.model.session if self.model is not None else None
 
 
 def selection(rules: list[str] | None, said: list[str]) -> Any:
@@ -74,15 +79,14 @@ def diagnose_target(target: str | Path, *, rules: list[str] | None = None, gpu: 
     use_cache = cache.wanted() if use_cache is None else use_cache
     if found.is_job:
         return _job(found.path, list(found.sources), chosen, target_gpu, said, use_cache)
-    from advisor.diagnosis import command_tables, diagnose
+    from advisor.diagnosis import cached_tables, diagnose
 
     session = targets.open_profile(found, gpu=target_gpu, use_cache=use_cache)
     read_from = found.path if use_cache and found.kind == "trace" else None
     diagnosis = diagnose(session, specs=chosen.specs, disabled=chosen.disabled, enabled=chosen.enabled,
-                         preview=chosen.preview,
-                         tables=lambda steady, names: cache.tables(steady, command_tables, read_from=read_from))
+                         preview=chosen.preview, tables=cached_tables(read_from))
     said.extend(str(error) for error in diagnosis.result.errors)
-    return Diagnosed(diagnosis.report, diagnosis.tables, said, diagnosis.session)
+    return Diagnosed(diagnosis.report, diagnosis.tables, said, diagnosis.model)
 
 
 def _job(path: Path, sources: list[Path], chosen: Any, gpu: str | None, said: list[str],

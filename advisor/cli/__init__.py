@@ -126,7 +126,7 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
         exit_code = launched.exit_code if launched is not None else None
     else:
         if session is None:
-            session, exit_code = session_for(args, steady=False)
+            session, exit_code = session_for(args)
         if args.save:  # as recorded: the start-up step is left out on every reading, not in the file
             from advisor.cli.keep import save_whole
 

@@ -23,11 +23,11 @@ def _is_script(target: Path) -> bool:
     return is_script(target)
 
 
-def session_for(args: argparse.Namespace, *, steady: bool = True, kept=None):
-    """The Session for TARGET, and the script's exit code where a script ran, judged
-    against --gpu where given; with ``steady``, as its step model judges it: the steady
-    window, start-up set apart (advisor.step). With ``kept``, a script's profile is kept on disk
-    until the command is done (advisor.cli.keep)."""
+def session_for(args: argparse.Namespace, *, kept=None):
+    """The Session for TARGET as read or collected, and the script's exit code where a
+    script ran, judged against --gpu where given (its step model, advisor.step, is built by
+    whatever judges it next: the diagnosis, the tables). With ``kept``, a script's profile
+    is kept on disk until the command is done (advisor.cli.keep)."""
     from advisor.targets import gpu_id
 
     gpu = gpu_id(args.gpu)  # an unknown name is a UsageError before anything runs
@@ -35,7 +35,7 @@ def session_for(args: argparse.Namespace, *, steady: bool = True, kept=None):
         session, exit_code, _ranks = collected(args, kept)
     else:
         session, exit_code, _ranks = _collect_or_load(args)
-    return (steady_session(judged(session, args, gpu)) if steady else judged(session, args, gpu)), exit_code
+    return judged(session, args, gpu), exit_code
 
 
 def read_from(args: argparse.Namespace) -> Path | None:
@@ -143,14 +143,6 @@ def _raise_held(signum: int | None) -> None:
     if signum is not None and signum != signal.SIGINT:
         raise Stopped(signum)
     raise KeyboardInterrupt
-
-
-def steady_session(session):
-    """The session as its step model judges it: the steady window, start-up set apart
-    (advisor.step)."""
-    from advisor.step import build_step_model
-
-    return build_step_model(session).session
 
 
 def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False, held=None):

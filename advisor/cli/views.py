@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from advisor.cli.ahead import read_ahead, read_target_ahead
-from advisor.cli.opening import job_sources, read_from, say, session_for, steady_session
+from advisor.cli.opening import job_sources, read_from, say, session_for
 from advisor.cli.rules import selection_for
 from advisor.errors import UsageError
 from advisor.targets import is_script as _is_script
@@ -38,13 +38,11 @@ def analyse(session, chosen, said: list[str] | None = None, *, read_from: Path |
     are kept in the session cache entry of the trace file ``read_from`` where one is given
     (``opening.read_from``)."""
     from advisor.cli.progress import spinner
-    from advisor.diagnosis import command_tables, diagnose
-    from advisor.importers import cache
+    from advisor.diagnosis import cached_tables, diagnose
 
     with spinner("Computing the tables and running the rules"):
         diagnosis = diagnose(session, specs=chosen.specs, disabled=chosen.disabled, enabled=chosen.enabled,
-                             preview=chosen.preview,
-                             tables=lambda steady, names: cache.tables(steady, command_tables, read_from=read_from))
+                             preview=chosen.preview, tables=cached_tables(read_from))
     from advisor.units import shown_safely
 
     for error in diagnosis.result.errors:
@@ -105,7 +103,7 @@ def compare_command(args: argparse.Namespace) -> int:
             continue
         session, _ = session_for(one)
         diagnosis = analyse(session, chosen, read_from=read_from(one))
-        sides.append((diagnosis.session, diagnosis.tables, diagnosis.findings))
+        sides.append((diagnosis.model, diagnosis.tables, diagnosis.findings))
     render_comparison(compare(sides[0], sides[1], top=args.top), args.format, args.output)
     if args.output:
         print(f"advisor: comparison written to {args.output}", file=sys.stderr)
@@ -116,8 +114,9 @@ def _job_side(args: argparse.Namespace, sources: list[Path], chosen):
     """One side of `compare` that is a job: the lowest rank's session and tables with the
     job's cross-rank tables, and the job's findings (merged across ranks)."""
     from advisor.cli.job import read_job
-    from advisor.diagnosis import command_tables
-    from advisor.importers import cache, load
+    from advisor.diagnosis import cached_tables
+    from advisor.importers import load
+    from advisor.step import build_step_model
 
     job, diagnosis = read_job(args, sources, chosen, say=say)
     from advisor.units import shown_safely
@@ -125,9 +124,9 @@ def _job_side(args: argparse.Namespace, sources: list[Path], chosen):
     for error in diagnosis.errors:
         print(f"advisor: {shown_safely(str(error))}", file=sys.stderr)
     first = Path(job.ranks[0].summary.source)
-    session = steady_session(load(first, use_cache=args.use_cache))
-    tables = cache.tables(session, command_tables, read_from=first if args.use_cache else None)
-    return session, {**tables, **diagnosis.tables}, diagnosis.findings
+    model = build_step_model(load(first, use_cache=args.use_cache))
+    tables = cached_tables(first if args.use_cache else None)(model, None)
+    return model, {**tables, **diagnosis.tables}, diagnosis.findings
 
 
 def summary_command(args: argparse.Namespace, kept) -> int:
@@ -148,13 +147,13 @@ def summary_command(args: argparse.Namespace, kept) -> int:
             return 0
 
         read_target_ahead(args)
-    from advisor.diagnosis import command_tables
-    from advisor.importers import cache
+    from advisor.diagnosis import cached_tables
     from advisor.reports.summary import render_tables
+    from advisor.step import build_step_model
     from advisor.tables import TABLE_DOCS
 
     session, exit_code = session_for(args, kept=kept)
-    tables = cache.tables(session, command_tables, args.table, read_from=read_from(args))
+    tables = cached_tables(read_from(args))(build_step_model(session), args.table)
     text = render_tables(tables, table_docs=TABLE_DOCS, sort=args.sort, limit=args.limit, fmt=args.format)
     if text is not None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

@@ -62,8 +62,8 @@ def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: st
     rules, and return its summary; a rank that cannot be read comes back with ``error``
     set instead of raising, so one bad rank does not take the job's report down. With
     ``use_cache``, a trace is read through the session cache and its tables kept there."""
-    from advisor.diagnosis import command_tables, diagnose
-    from advisor.importers import cache, load
+    from advisor.diagnosis import cached_tables, diagnose
+    from advisor.importers import load
     from advisor.tables.job import collective_calls, rank_figures
 
     choice = choice or RuleChoice()
@@ -82,8 +82,7 @@ def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: st
     if gpu:
         session.meta = session.meta.model_copy(update={"target_gpu": gpu})
     diagnosis = diagnose(session, specs=choice.specs, disabled=choice.disabled, enabled=choice.enabled,
-                         preview=choice.preview,
-                         tables=lambda steady, names: cache.tables(steady, command_tables, read_from=read_from))
+                         preview=choice.preview, tables=cached_tables(read_from))
     session, tables, result, report = diagnosis.session, diagnosis.tables, diagnosis.result, diagnosis.report
     facts = diagnosis.model.facts
     info = session.meta.distributed

@@ -387,7 +387,8 @@ class Session:
         # The steady window the step model chose (advisor.step), where it chose one: the
         # window every later stage judges. Derived, never saved.
         self.steady_window = window
-        # The step model (advisor.step) that made this session, where one did.
+        # The step model (advisor.step) that made this session, where one did: for a caller
+        # that holds only the steady session (advisor's own stages pass the model itself).
         self.step_model = None
 
     def __repr__(self) -> str:

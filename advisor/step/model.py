@@ -172,8 +172,11 @@ class StepModel:
 
 
 def build_step_model(session: Session) -> StepModel:
-    """The step model of ``session``; a session the step model made already is taken as
-    it is (its window is the steady one)."""
+    """The step model of ``session`` as read or collected. The stages of a diagnosis pass
+    the model they built to the next (advisor.diagnosis); a steady session asked of again
+    (``model.session``, in a notebook or a test) is taken as it is, its window the steady
+    one, through the model it keeps: choosing a window again in a session whose start-up is
+    already set apart would judge other steps."""
     made_by = getattr(session, "step_model", None)
     if made_by is not None:
         return made_by

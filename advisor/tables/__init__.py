@@ -67,7 +67,7 @@ import pandas as pd
 
 from advisor.errors import UsageError
 from advisor.session import Session
-from advisor.step import build_step_model
+from advisor.step import StepModel, build_step_model
 from advisor.tables import (  # noqa: F401  (importing a module registers its tables)
     autograd_anomaly,
     autograd_nodes,
@@ -152,16 +152,19 @@ _BETWEEN_MIN_EVENTS = 1_000_000  # below, giving memory back after each table co
 
 
 def compute_tables(session: Session, names: Iterable[str] | None = None, *,
-                   between: Callable[[], None] | None = None) -> dict[str, pd.DataFrame]:
+                   between: Callable[[], None] | None = None,
+                   model: StepModel | None = None) -> dict[str, pd.DataFrame]:
     """The named tables (all by default) for ``session`` as its step model sees it (the
-    steady window; advisor.step), sharing work between them. ``between()`` runs after each
-    table of a large session: the command's way to give back the memory a table's work
-    freed (advisor.importers.pages), which keeps a 1 GB trace's peak lower."""
+    steady window; advisor.step), sharing work between them: ``model``, the step model
+    already built for it (its ``.session`` is then the steady one), else built here from
+    ``session`` as read. ``between()`` runs after each table of a large session: the
+    command's way to give back the memory a table's work freed (advisor.importers.pages),
+    which keeps a 1 GB trace's peak lower."""
     wanted = table_names() if names is None else list(names)
     unknown = [n for n in wanted if n not in TABLES]
     if unknown:
         raise UsageError(f"unknown table {unknown[0]!r}; the tables are: {', '.join(TABLES)}")
-    step_model = build_step_model(session)
+    step_model = model if model is not None else build_step_model(session)
     steady, facts = step_model.session, step_model.facts
     large = between is not None and len(steady.events) >= _BETWEEN_MIN_EVENTS
     done = {}

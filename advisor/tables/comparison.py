@@ -1,6 +1,6 @@
 """`advisor compare`: what changed between two profiles of a job (before and after a fix).
 
-``compare(before, after)`` takes two (Session, tables, findings) triples, as the rest of
+``compare(before, after)`` takes two (StepModel, tables, findings) triples, as the rest of
 advisor produces them, and returns a :class:`Comparison`: the headline figures (step time,
 throughput, GPU utilisation, data-loader share, GPU idle per step), each phase of the Model
 Summary, the rows of the operator, kernel, memory, host-sync and GPU-idle tables that moved
@@ -24,8 +24,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.findings import Finding
-from advisor.session import Session
-from advisor.step import build_step_model
+from advisor.step import StepModel
 from advisor.units import format_ns
 
 __all__ = ["Change", "Comparison", "FindingChange", "Multiplied", "RowChange", "Side", "compare"]
@@ -139,7 +138,7 @@ class Comparison(_Model):
     notes: list[str] = Field(default_factory=list)
 
 
-Triple = tuple[Session, Mapping[str, pd.DataFrame], list[Finding]]
+Triple = tuple[StepModel, Mapping[str, pd.DataFrame], list[Finding]]
 
 
 def _value(frame: pd.DataFrame | None, key: str, column: str) -> float | None:
@@ -176,11 +175,11 @@ def _delta(before: float | None, after: float | None, better: str) -> dict[str, 
             "verdict": verdict}
 
 
-def _side(session: Session, findings: list[Finding]) -> Side:
+def _side(model: StepModel, findings: list[Finding]) -> Side:
+    session = model.session  # the steady session every figure of the side is of
     lo, hi = session.window()
     steps = session.steps()
     devices = [d.name or f"{d.kind} {d.id}" for d in session.meta.devices if d.kind == "gpu"]
-    model = build_step_model(session)  # the session's own where it is a steady session, as advisor's are
     return Side(
         source=session.meta.source,
         source_format=session.meta.source_format,
@@ -391,7 +390,7 @@ def _findings(before: list[Finding], after: list[Finding]) -> list[FindingChange
 
 
 def compare(before: Triple, after: Triple, *, top: int = TOP_ROWS) -> Comparison:
-    """Set two (Session, tables, findings) triples side by side (see the module docstring)."""
+    """Set two (StepModel, tables, findings) triples side by side (see the module docstring)."""
     sides = (_side(before[0], before[2]), _side(after[0], after[2]))
     per = "step" if sides[0].steps and sides[1].steps else "window"
     divisors = (float(sides[0].steps), float(sides[1].steps)) if per == "step" else (1.0, 1.0)
