@@ -162,19 +162,34 @@ def test_a_run_that_never_reaches_the_window_is_incomplete_and_fails_a_gate(tmp_
 
 
 def busy_python(seconds: float) -> int:
-    end = time.perf_counter() + seconds
+    # Seconds of this thread's CPU time, not of the clock: the sampler's signal counts CPU
+    # time, so the samples a test asks for come however busy the machine is.
+    end = time.thread_time() + seconds
     total = 0
-    while time.perf_counter() < end:
+    while time.thread_time() < end:
         total += sum(len(str(i)) for i in range(200))
     return total
+
+
+SAMPLES_WANTED = 20
+
+
+def until_sampled(sampler: StackSampler, work, guard_s: float = 60.0) -> None:
+    """Run ``work()``, a short stretch of CPU work, until the sampler holds SAMPLES_WANTED
+    samples. Its signal counts CPU time, and on a busy machine fewer of its ticks land (3
+    samples in 0.3 s of CPU time beside 8 spinning processes on 2 cores): the test waits
+    for samples, not for a time."""
+    end = time.monotonic() + guard_s
+    while len(sampler.samples.time_ns) < SAMPLES_WANTED and time.monotonic() < end:
+        work()
 
 
 def test_samples_land_where_python_spends_its_time():
     sampler = StackSampler(interval_s=0.005).start()
     assert sampler.way == "signal"
-    busy_python(0.3)
+    until_sampled(sampler, lambda: busy_python(0.05))
     samples = sampler.stop()
-    assert len(samples) >= 10
+    assert len(samples) >= SAMPLES_WANTED
     innermost = [samples.stacks[i].split(";")[0] for i in samples.stack_id]
     mine = sum(1 for frame in innermost if "busy_python" in frame or "<genexpr>" in frame)
     assert mine / len(innermost) > 0.8, innermost[:5]
@@ -182,9 +197,9 @@ def test_samples_land_where_python_spends_its_time():
 
 
 def decode_bytes(blob: bytes, seconds: float) -> int:
-    end = time.perf_counter() + seconds
+    end = time.thread_time() + seconds  # CPU seconds, as busy_python
     acc = 0
-    while time.perf_counter() < end:
+    while time.thread_time() < end:
         for b in blob:  # a pure-Python loop ending in an if: its jump back has no line of its own
             acc = (acc * 31 + b) & 0xFF
             if acc == 7:
@@ -194,7 +209,8 @@ def decode_bytes(blob: bytes, seconds: float) -> int:
 
 def test_samples_in_a_python_loop_name_the_loop_not_its_caller():
     sampler = StackSampler(interval_s=0.005).start()
-    decode_bytes(bytes(range(256)) * 16, 0.3)
+    blob = bytes(range(256)) * 16
+    until_sampled(sampler, lambda: decode_bytes(blob, 0.05))
     samples = sampler.stop()
     innermost = [samples.stacks[i].split(";")[0] for i in samples.stack_id]
     assert not [frame for frame in innermost if "(None)" in frame]
@@ -208,11 +224,10 @@ def _nothing() -> int:
     return 1
 
 
-def copy_then_call(seconds: float) -> int:
-    big = list(range(400_000))
-    end = time.perf_counter() + seconds
+def copy_then_call(big: list[int], seconds: float) -> int:
+    end = time.thread_time() + seconds  # CPU seconds, as busy_python
     count = 0
-    while time.perf_counter() < end:
+    while time.thread_time() < end:
         tripled = big * 3  # an operator's C code: no check for a signal until the next call
         count += _nothing() + len(tripled) * 0
     return count
@@ -221,13 +236,14 @@ def copy_then_call(seconds: float) -> int:
 def test_a_sample_that_waited_out_an_operator_names_the_operators_line_not_the_next_call():
     # The handler runs at the first check after the timer fired: here the entry of _nothing,
     # which has run nothing yet. The time was the caller's, in its operator's line.
+    big = list(range(400_000))
     sampler = StackSampler(interval_s=0.005).start()
-    copy_then_call(0.4)
+    until_sampled(sampler, lambda: copy_then_call(big, 0.05))
     samples = sampler.stop()
     innermost = [samples.stacks[i].split(";")[0] for i in samples.stack_id]
-    operator = copy_then_call.__code__.co_firstlineno + 5
+    operator = copy_then_call.__code__.co_firstlineno + 4
     mine = [frame for frame in innermost if "copy_then_call" in frame or "_nothing" in frame]
-    assert len(mine) >= 10
+    assert len(mine) >= SAMPLES_WANTED // 2
     assert not [frame for frame in mine if "_nothing" in frame], mine[:5]
     on_operator = [frame for frame in mine if f"({operator}): copy_then_call" in frame]
     assert len(on_operator) / len(mine) > 0.8, mine[:5]
