@@ -168,12 +168,12 @@ TERMINATED_AFTER = """
 import os, signal, sys
 import advisor.cli as cli
 import advisor.cli.opening as opening
-collect = opening._collect_or_load
+collect = opening._collect
 def collected_then_terminated(*args, **kwargs):
     out = collect(*args, **kwargs)
     os.kill(os.getpid(), signal.SIGTERM)
     return out
-opening._collect_or_load = collected_then_terminated
+opening._collect = collected_then_terminated
 sys.argv = ["advisor", "diagnose", sys.argv[1]]
 cli.console_main()
 """

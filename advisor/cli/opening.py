@@ -15,26 +15,24 @@ from pathlib import Path
 
 from advisor.cli.parser import options_hint
 from advisor.errors import UsageError
-
-
-def _is_script(target: Path) -> bool:
-    from advisor.targets import is_script
-
-    return is_script(target)
+from advisor.targets import is_script as _is_script
 
 
 def session_for(args: argparse.Namespace, *, kept=None):
     """The Session for TARGET as read or collected, and the script's exit code where a
     script ran, judged against --gpu where given (its step model, advisor.step, is built by
     whatever judges it next: the diagnosis, the tables). With ``kept``, a script's profile
-    is kept on disk until the command is done (advisor.cli.keep)."""
+    is kept on disk until the command is done (advisor.cli.keep). A trace or saved session
+    is opened by the target stage, as every door opens one (advisor.targets.open_profile)."""
     from advisor.targets import gpu_id
 
     gpu = gpu_id(args.gpu)  # an unknown name is a UsageError before anything runs
-    if kept is not None and _is_script(Path(args.target)):
+    if not _is_script(Path(args.target)):
+        return _read(args, gpu), None
+    if kept is not None:
         session, exit_code, _ranks = collected(args, kept)
     else:
-        session, exit_code, _ranks = _collect_or_load(args)
+        session, exit_code, _ranks = _collect(args)
     return judged(session, args, gpu), exit_code
 
 
@@ -102,7 +100,7 @@ def _ran_its_own_code(events) -> bool:
 
 
 def collected(args: argparse.Namespace, kept, *, spawned_ranks: bool = False):
-    """``_collect_or_load`` for a script, its profile then put on disk before anything
+    """``_collect`` for a script, its profile then put on disk before anything
     else runs (``kept``; --save where given and the run is stopped). A Ctrl-C from the
     script's end until then waits, then stops the run with the profile kept."""
     from advisor.cli.keep import save_whole
@@ -114,7 +112,7 @@ def collected(args: argparse.Namespace, kept, *, spawned_ranks: bool = False):
     held = HeldInterrupts()
     save = getattr(args, "save", None)
     try:
-        session, exit_code, launched = _collect_or_load(args, spawned_ranks=spawned_ranks, held=held)
+        session, exit_code, launched = _collect(args, spawned_ranks=spawned_ranks, held=held)
         if launched is None:
             _check_it_ran(session, exit_code, Path(args.target), list(args.script_args or []), args.command)
         if launched is None and not save:
@@ -145,30 +143,37 @@ def _raise_held(signum: int | None) -> None:
     raise KeyboardInterrupt
 
 
-def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False, held=None):
-    """(session, exit code or None, the launch of the ranks the script spawned or None);
-    with ``spawned_ranks``, ranks the script starts with torch.multiprocessing.spawn are
-    profiled and saved, each its own session (advisor.collect.spawned)."""
-    from advisor.importers import load
-    from advisor.importers.forked import processes_allowed
-    target = Path(args.target)
-    script_args = args.script_args
-    if _is_script(target):
-        from advisor.collect import collect_script
-        from advisor.collect.script import DEFAULT_EVENT_BUDGET
-        from advisor.collect.spawned import ProfiledRank
-        from advisor.collect.steps import StepWindow
+def _collect(args: argparse.Namespace, *, spawned_ranks: bool = False, held=None):
+    """The script TARGET run under the collectors: (session, exit code, the launch of the
+    ranks the script spawned or None); with ``spawned_ranks``, ranks the script starts with
+    torch.multiprocessing.spawn are profiled and saved, each its own session
+    (advisor.collect.spawned)."""
+    from advisor.collect import collect_script
+    from advisor.collect.script import DEFAULT_EVENT_BUDGET
+    from advisor.collect.spawned import ProfiledRank
+    from advisor.collect.steps import StepWindow
 
-        steps = StepWindow.parse(args.steps) if args.steps is not None else "default"
-        if args.event_budget is not None and args.event_budget < 1:
-            raise UsageError("--event-budget must be at least 1")
-        run = collect_script(target, script_args, gpu=args.collector == "auto", steps=steps,
-                             with_stack=args.with_stack, say=say,
-                             event_budget=args.event_budget or DEFAULT_EVENT_BUDGET,
-                             spawned_ranks=ProfiledRank if spawned_ranks else None, held=held,
-                             run_to_end=bool(getattr(args, "run_to_end", False)), stop_seconds=_stop_seconds(args))
-        say(f"{target.name} {_ended(run.run)}")
-        return run.session, run.exit_code, _spawned(run.run, [str(target), *script_args])
+    target, script_args = Path(args.target), args.script_args
+    steps = StepWindow.parse(args.steps) if args.steps is not None else "default"
+    if args.event_budget is not None and args.event_budget < 1:
+        raise UsageError("--event-budget must be at least 1")
+    run = collect_script(target, script_args, gpu=args.collector == "auto", steps=steps,
+                         with_stack=args.with_stack, say=say,
+                         event_budget=args.event_budget or DEFAULT_EVENT_BUDGET,
+                         spawned_ranks=ProfiledRank if spawned_ranks else None, held=held,
+                         run_to_end=bool(getattr(args, "run_to_end", False)), stop_seconds=_stop_seconds(args))
+    say(f"{target.name} {_ended(run.run)}")
+    return run.session, run.exit_code, _spawned(run.run, [str(target), *script_args])
+
+
+def _read(args: argparse.Namespace, gpu: str | None):
+    """The trace or saved session TARGET, opened by the target stage: read through the
+    session cache (in parts, by as many processes as the command may use, taken from the
+    read ahead where one was started), judged against ``gpu`` and given its counters."""
+    from advisor.importers.forked import processes_allowed
+    from advisor.targets import Target, open_profile
+
+    target, script_args = Path(args.target), args.script_args
     if (getattr(args, "steps", None) is not None or getattr(args, "event_budget", None) is not None
             or getattr(args, "with_stack", False)):
         raise UsageError("--steps, --event-budget and --with-stack choose what a script records; a trace or "
@@ -178,9 +183,9 @@ def _collect_or_load(args: argparse.Namespace, *, spawned_ranks: bool = False, h
     from advisor.cli.progress import progress_bar
 
     with progress_bar(f"Reading {target.name}", unit="bytes") as update:
-        # A large plain trace is read in parts, by as many processes as the command may use.
-        return load(target, progress=update, ahead=getattr(args, "ahead", None), give_back=True,
-                    processes=processes_allowed(), use_cache=args.use_cache), None, None
+        return open_profile(Target(target, "session" if target.is_dir() else "trace"), gpu=gpu or args.gpu,
+                            ncu=getattr(args, "ncu", None) or (), progress=update, ahead=getattr(args, "ahead", None),
+                            processes=processes_allowed(), give_back=True, use_cache=args.use_cache)
 
 
 def _spawned(run, command: list[str]):
