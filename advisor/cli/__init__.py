@@ -45,7 +45,7 @@ from advisor.cli.ahead import imports_while_reading, read_target_ahead, reads_on
 from advisor.cli.doctor import doctor_command
 from advisor.cli.kernel_counters import with_kernel_counters
 from advisor.cli.ledger import ledger_command
-from advisor.cli.opening import collected, job_sources, judged, launch, read_from, say, session_for
+from advisor.cli.opening import collected, judged, launch, read_from, say, session_for, target_of
 from advisor.cli.parser import FAIL_ON_EXIT, SEVERITIES, build_parser, options_after_target
 from advisor.cli.rules import rules_command, selection_for
 from advisor.cli.verify import check_verify, verified
@@ -103,9 +103,10 @@ def _diagnose(args: argparse.Namespace, kept) -> int:
 
         check_save_dir(args.save)
     launched = launch(args)
-    sources = launched.sources if launched is not None else job_sources(args)
+    found = target_of(args) if launched is None else None  # classified once (advisor.targets)
+    sources = launched.sources if found is None else list(found.sources) if found.is_job else None
     session = None
-    if sources is None and _is_script(Path(args.target)):
+    if found is not None and found.kind == "script":
         session, exit_code, launched = collected(args, kept, spawned_ranks=True)
         session = judged(session, args)
         if launched is not None:  # the script spawned its ranks: they are the job

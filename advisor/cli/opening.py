@@ -253,37 +253,28 @@ def launch(args: argparse.Namespace):
     return launch(args.target, args.script_args, options=options, save=args.save, say=say)
 
 
-def job_sources(args: argparse.Namespace) -> list[Path] | None:
-    """One source per rank where the target is a job (a folder of rank traces, a saved
-    job, several traces), else None."""
-    from advisor.job import job_sources
-
-    target = Path(args.target)
-    if _is_script(target):
-        return None
-    sources = job_sources([target, *(Path(a) for a in args.script_args)])
-    if sources is None and not args.script_args:
-        sources = _merged_ranks(target)
-    if sources is not None and (args.steps is not None or args.event_budget is not None or args.with_stack):
-        raise UsageError("--steps, --event-budget and --with-stack choose what a script records; a job's traces "
-                         "are read whole")
-    if sources is None and (args.workers is not None or args.dask):
-        raise UsageError("--workers and --dask are for a job of many ranks (a folder of rank traces, several "
-                         "traces, or torchrun)")
-    return sources
-
-
-def _merged_ranks(target: Path) -> list[Path] | None:
-    """A trace that merges a job's ranks into one file (TraceFusion and the like), split
-    back into one trace per rank in a temporary folder, read as a job (advisor.targets);
-    None for any other target."""
+def target_of(args: argparse.Namespace):
+    """TARGET classified once by the target stage (advisor.targets.classify): a script, a
+    job's rank sources (a folder of rank traces, a saved job, several traces, a trace that
+    merges ranks, split), a saved session or a trace. The options that do not fit it are
+    refused in one line."""
     from advisor.targets import classify
 
-    if target.is_dir() or not target.is_file():
-        return None
-    found = classify(target)
-    if found.kind != "merged":
-        return None
+    found = classify(args.target, args.script_args)
     for line in found.said:
         print(f"advisor: {line}", file=sys.stderr)
-    return list(found.sources)
+    if found.is_job and (args.steps is not None or args.event_budget is not None or args.with_stack):
+        raise UsageError("--steps, --event-budget and --with-stack choose what a script records; a job's traces "
+                         "are read whole")
+    if found.kind not in ("job", "merged", "script") and (args.workers is not None or args.dask):
+        raise UsageError("--workers and --dask are for a job of many ranks (a folder of rank traces, several "
+                         "traces, or torchrun)")
+    return found
+
+
+def job_sources(args: argparse.Namespace) -> list[Path] | None:
+    """One source per rank where the target is a job (``target_of``), else None."""
+    found = target_of(args)
+    return list(found.sources) if found.is_job else None
+
+
