@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pandas as pd
 
-from advisor.findings import Evidence, Finding
+from advisor.findings import Evidence, Finding, Saving
 from advisor.rules.checks.common import ms, pct, row_evidence, saving, severity_by_share
-from advisor.rules.registry import RuleContext, register
 from advisor.rules.copy_rates import pinned_rate
+from advisor.rules.registry import RuleContext, register
 from advisor.rules.savings import replayed
 from advisor.session import intervals as iv
 from advisor.step.waits import PAGEABLE_COPY
@@ -39,20 +40,66 @@ def _source_evidence(source: str, name: str, calls: int) -> Evidence | None:
 
 @register("sync-memcpy-stall")
 def check(ctx: RuleContext) -> list[Finding]:
+    measured = _measure(ctx)
+    if measured is None:
+        return []
+    in_loop, blocked_per_step, share = measured
+    steps = max(ctx.step_count, 1)
+    lines, evidence = _listed(in_loop, steps)
+    unrecorded = ctx.model.facts.unrecorded_launches if ctx.model is not None else 0
+    estimate, fix, ns, basis = _saving(ctx, in_loop, blocked_per_step, unrecorded, evidence)
+    advice = _advice(in_loop, steps)
+    recommendation = ("Remove the waits from the loop: " + "; ".join(advice) + "."
+                      if advice else "Remove the waits from the loop.")
+    title = ctx.spec.title
+    if not ctx.gpu_measured and not unrecorded:
+        # Nothing blocks on a CPU run: the title says what the calls are and where they
+        # would cost, and the advice is for the GPU run the script is written for.
+        title = CPU_TITLE
+        recommendation = ("Before running on a GPU, " + "; ".join(advice) + "."
+                          if advice else "Before running on a GPU, remove these reads from the loop.")
+    if estimate is None:
+        estimate = saving(ctx, ns, basis)
+    return [
+        Finding(
+            rule=ctx.spec.id,
+            title=title,
+            # Severity follows what a fix would save, not how long the host waited: a wait
+            # for work the GPU is busy with anyway costs little.
+            severity=severity_by_share(ctx, estimate.share_of_step),
+            confidence=0.8 if ctx.gpu_measured else 0.6,
+            saving=estimate,
+            message=_message(ctx, in_loop, blocked_per_step, share, lines, unrecorded),
+            recommendation=recommendation,
+            evidence=evidence,
+            metrics={"blocked_ns_per_step": blocked_per_step, "blocked_share": share},
+        ).with_fix(fix)
+    ]
+
+
+def _measure(ctx: RuleContext) -> tuple[pd.DataFrame, float, float] | None:
+    """The host-blocking calls made in the loop (often enough a step), costliest first, with
+    their time per step; their time per step and its share of the step. None below the
+    thresholds."""
     table = ctx.table("host_sync")
     if table is None or not len(table):
-        return []
+        return None
     steps = max(ctx.step_count, 1)
     in_loop = table[table["calls"] / steps >= ctx.threshold("min_calls_per_step")] if ctx.step_count else table
     if not len(in_loop):
-        return []
+        return None
     # Without steps the whole window is the one "step" every figure is per.
     in_loop = in_loop.assign(per_step_ns=in_loop["host_total_ns"] / steps)
     blocked_per_step = float(in_loop["per_step_ns"].sum())
     share = blocked_per_step / ctx.mean_step_ns if ctx.mean_step_ns else 0.0
     if share < ctx.threshold("min_share"):
-        return []
-    in_loop = in_loop.sort_values("per_step_ns", ascending=False)
+        return None
+    return in_loop.sort_values("per_step_ns", ascending=False), blocked_per_step, share
+
+
+def _listed(in_loop: pd.DataFrame, steps: int) -> tuple[list[str], list[Evidence]]:
+    """A line for each of the costliest calls, with its row and source line as evidence,
+    and the costliest one's events."""
     evidence: list[Evidence] = []
     lines = []
     for key, row in in_loop.head(8).iterrows():
@@ -64,14 +111,17 @@ def check(ctx: RuleContext) -> list[Finding]:
             evidence.append(src)
         where = f" at {row['source']}" if row.get("source") else ""
         lines.append(f"{row.get('name', key)} ({row.get('reason', '')}){where}: "
-                      f"{_per_step(row['calls'] / steps)} a step, {ms(row['per_step_ns'])} a step")
+                     f"{_per_step(row['calls'] / steps)} a step, {ms(row['per_step_ns'])} a step")
     for event_id in (in_loop.iloc[0].get("example_event_ids") or [])[:3]:
         evidence.append(Evidence(kind="event", event_id=int(event_id), name=str(in_loop.iloc[0].get("name", ""))))
+    return lines, evidence
 
-    gpu_idle = ctx.table("gpu_idle")
-    unrecorded = ctx.model.facts.unrecorded_launches if ctx.model is not None else 0
-    fix = None
-    estimate = None
+
+def _saving(ctx: RuleContext, in_loop: pd.DataFrame, blocked_per_step: float, unrecorded: int,
+            evidence: list[Evidence]) -> tuple[Saving | None, Fix | None, float, str]:
+    """What removing the waits saves: replayed on the step graph where the GPU was
+    measured (estimate and fix), else the figure and basis the saving is said from (the
+    host time in the calls, or none on a CPU run or where the GPU was not recorded)."""
     if ctx.gpu_measured and ctx.model is not None:
         # The waits of these calls dropped: the host goes on while the device works, and
         # the step shrinks by what the host waited for that nothing else needed.
@@ -92,44 +142,44 @@ def check(ctx: RuleContext) -> list[Finding]:
                                  + (", the copies at the pinned rate (pin once, or in the DataLoader's pin-memory "
                                     "thread, not in the loop)" if pinned else "")
                                  + "; where the value is needed on the host, one wait every N steps.")
-        if found is not None:
-            estimate = found[0]
-        ev = row_evidence("gpu_idle", gpu_idle, "blocking sync", "idle_ns", "GPU idle while the host is blocked")
+        ev = row_evidence("gpu_idle", ctx.table("gpu_idle"), "blocking sync", "idle_ns",
+                          "GPU idle while the host is blocked")
         if ev:
             evidence.append(ev)
-        ns, basis = 0.0, ""
-    elif ctx.gpu_measured:
-        ns = blocked_per_step
-        basis = "host time inside these calls, per step"
-    elif unrecorded:
-        # A GPU job whose trace left the GPU out: the calls waited for work nobody saw.
-        ns = 0.0
-        basis = ("unknown: the GPU's activity was not recorded, so how long each call waited for it is not known; "
-                 "each waits for all the work queued before it")
-    else:
-        # On a CPU run these calls wait for no device: removing them saves only their own
-        # small cost, which the host-bound rule counts with the rest of the loop's Python.
-        # The lines still matter for the GPU run the script is written for.
-        ns = 0.0
-        basis = ("none: on this CPU run the calls wait for no device; on a GPU each would wait for all the "
-                 "work queued before it")
-    message = (
-        f"{_count(int(in_loop['calls'].sum()), 'host-blocking call')} "
-        + (f"in {_count(ctx.step_count, 'step')} " if ctx.step_count else "in the window (no steps found) ")
-        + f"cost {ms(blocked_per_step)} per step ({pct(share)} of the step): " + "; ".join(lines) + "."
-    )
+        return (found[0] if found is not None else None), fix, 0.0, ""
+    if ctx.gpu_measured:
+        return None, None, blocked_per_step, "host time inside these calls, per step"
     if unrecorded:
-        message = (f"{_count(int(in_loop['calls'].sum()), 'host-blocking call')} "
-                   + (f"in {_count(ctx.step_count, 'step')} " if ctx.step_count else "in the window (no steps found) ")
-                   + f"took {ms(blocked_per_step)} per step on the host; the GPU's activity was not recorded, so "
-                   "what each waited for is not known, but each waits for the device to finish all the work "
-                   "queued before it: " + "; ".join(lines) + ".")
-    elif not ctx.gpu_measured:
-        message = (f"{_count(int(in_loop['calls'].sum()), 'call')} "
-                   + (f"in {_count(ctx.step_count, 'step')} " if ctx.step_count else "in the window (no steps found) ")
-                   + "read tensors back to Python; on this CPU run they wait for nothing (" + ms(blocked_per_step)
-                   + " per step in the calls themselves), but where the tensor is on a GPU each one waits for "
-                   "the device to finish all the work queued before it: " + "; ".join(lines) + ".")
+        # A GPU job whose trace left the GPU out: the calls waited for work nobody saw.
+        return None, None, 0.0, ("unknown: the GPU's activity was not recorded, so how long each call waited for it "
+                                 "is not known; each waits for all the work queued before it")
+    # On a CPU run these calls wait for no device: removing them saves only their own small
+    # cost, which the host-bound rule counts with the rest of the loop's Python. The lines
+    # still matter for the GPU run the script is written for.
+    return None, None, 0.0, ("none: on this CPU run the calls wait for no device; on a GPU each would wait for all "
+                             "the work queued before it")
+
+
+def _message(ctx: RuleContext, in_loop: pd.DataFrame, blocked_per_step: float, share: float, lines: list[str],
+             unrecorded: int) -> str:
+    where = f"in {_count(ctx.step_count, 'step')} " if ctx.step_count else "in the window (no steps found) "
+    listed = "; ".join(lines) + "."
+    if unrecorded:
+        return (f"{_count(int(in_loop['calls'].sum()), 'host-blocking call')} {where}"
+                f"took {ms(blocked_per_step)} per step on the host; the GPU's activity was not recorded, so "
+                "what each waited for is not known, but each waits for the device to finish all the work "
+                "queued before it: " + listed)
+    if not ctx.gpu_measured:
+        return (f"{_count(int(in_loop['calls'].sum()), 'call')} {where}"
+                "read tensors back to Python; on this CPU run they wait for nothing (" + ms(blocked_per_step)
+                + " per step in the calls themselves), but where the tensor is on a GPU each one waits for "
+                "the device to finish all the work queued before it: " + listed)
+    return (f"{_count(int(in_loop['calls'].sum()), 'host-blocking call')} {where}"
+            f"cost {ms(blocked_per_step)} per step ({pct(share)} of the step): " + listed)
+
+
+def _advice(in_loop: pd.DataFrame, steps: int) -> list[str]:
+    """How to remove the waits, for the reasons the calls wait."""
     reasons = set(in_loop.get("reason", []))
     advice = []
     # A line read back many times a step reads once per sample (a branch on a random draw,
@@ -153,33 +203,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     if any("synchronize" in str(r) for r in reasons):
         advice.append("drop explicit torch.cuda.synchronize() / event.synchronize() from the loop (keep them "
                       "only around timing code)")
-    recommendation = ("Remove the waits from the loop: " + "; ".join(advice) + "."
-                      if advice else "Remove the waits from the loop.")
-    title = ctx.spec.title
-    if not ctx.gpu_measured and not unrecorded:
-        # Nothing blocks on a CPU run: the title says what the calls are and where they
-        # would cost, and the advice is for the GPU run the script is written for.
-        title = CPU_TITLE
-        recommendation = ("Before running on a GPU, " + "; ".join(advice) + "."
-                          if advice else "Before running on a GPU, remove these reads from the loop.")
-    if estimate is None:
-        estimate = saving(ctx, ns, basis)
-    finding_fix = fix
-    return [
-        Finding(
-            rule=ctx.spec.id,
-            title=title,
-            # Severity follows what a fix would save, not how long the host waited: a wait
-            # for work the GPU is busy with anyway costs little.
-            severity=severity_by_share(ctx, estimate.share_of_step),
-            confidence=0.8 if ctx.gpu_measured else 0.6,
-            saving=estimate,
-            message=message,
-            recommendation=recommendation,
-            evidence=evidence,
-            metrics={"blocked_ns_per_step": blocked_per_step, "blocked_share": share},
-        ).with_fix(finding_fix)
-    ]
+    return advice
 
 
 def _pinned_copies(ctx: RuleContext, calls) -> tuple[dict[int, float], str]:

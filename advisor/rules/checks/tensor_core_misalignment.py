@@ -58,78 +58,90 @@ def check(ctx: RuleContext) -> list[Finding]:
     if target_id in ("", "cpu"):
         return []  # no tensor cores to miss; `--gpu NAME` judges a CPU run against a GPU
     profile = kb.gpu_profile(target_id)
-    general, matrix_units = kb.unit_names(profile)
-    matrix_unit = matrix_units[:-1].replace(" ", "-")  # as an adjective: "tensor-core peak"
-    steps = max(ctx.step_count, 1)
-    aligned_eff = ctx.threshold("aligned_efficiency")
-    misaligned_eff = ctx.threshold("misaligned_efficiency")
-    bandwidth = kb.memory_bandwidth(profile)
-
-    items: list[dict] = []
-    for key, row in matrix.iterrows():
-        measured_here = bool(row.get("measured_on_target")) and not pd.isna(row["measured_ns"])
-        dtype = str(row["dtype"])
-        # fp32 measured on its GPU: judged as it could run (TF32 / autocast). A run judged
-        # against another device (a CPU run with --gpu) is judged as it would run there
-        # under autocast: fp16.
-        judged = dtype if dtype in HALF else ("fp16" if not measured_here else "tf32")
-        if judged == "tf32" and kb.tensor_core_rule(profile, "tf32") is None:
-            judged = "fp16"  # no TF32 before Ampere (V100, T4): fp32 reaches tensor cores only under fp16 autocast
-        rule = kb.tensor_core_rule(profile, judged)
-        if rule is None or not row["flops"] or pd.isna(row["flops"]):
-            continue
-        dims = _dims(row)
-        # A size below the multiple (K = 1 of an outer product, 3 classes) would be mostly
-        # padding: never worth it, never reported.
-        missing = {name: value for name, value in dims.items()
-                   if value % rule.required_multiple and value > rule.required_multiple}
-        per_call_ns = float(row["measured_ns"]) / max(float(row["calls"]), 1.0) if measured_here else math.inf
-        if row.get("tensor_core_kernels") == "yes" and per_call_ns < ctx.threshold("min_call_us") * 1e3:
-            continue  # on tensor cores already, and too short for its shape to matter: launch-bound's
-        memory_ns = row["bytes"] / bandwidth * 1e9 if row["bytes"] and not pd.isna(row["bytes"]) else 0.0
-        peak = kb.peak_flops(profile, judged, True)
-        if not peak:
-            continue
-        compute_ns = row["flops"] / peak * 1e9
-        fp32_off_tensor_cores = measured_here and dtype == "fp32" and row.get("tensor_core_kernels") != "yes"
-        if not missing and not fp32_off_tensor_cores:
-            continue
-        factor = 1.0
-        for value in missing.values():
-            factor *= _pad(value, rule.required_multiple) / value
-        # Padding to a multiple of 8 or 16 never changes how many 64-, 128- or 256-wide
-        # output tiles a GEMM needs, so tile and wave quantisation are the same before and
-        # after: the padded shape costs its extra work, and the gain is the faster path.
-        fixed_ns = max(compute_ns * factor, memory_ns) / aligned_eff
-        if measured_here:
-            now_ns = float(row["measured_ns"])
-            basis = (f"measured time on {profile.id} against the padded shape at {aligned_eff:.0%} of the "
-                     f"{matrix_unit} peak")
-        else:
-            now_ns = max(compute_ns, memory_ns) / misaligned_eff
-            basis = (f"estimated on {profile.id} from the roofline: misaligned shapes at {misaligned_eff:.0%} "
-                     f"and padded ones at {aligned_eff:.0%} of the {judged} {matrix_unit} peak")
-        if not fp32_off_tensor_cores and now_ns - fixed_ns < ctx.threshold("min_shape_gain") * now_ns:
-            continue  # padding would not pay: the shape runs about as fast as its padded twin
-        items.append({
-            "key": key, "row": row, "missing": missing, "rule": rule, "judged": judged,
-            "fp32": fp32_off_tensor_cores, "saving_ns": max(now_ns - fixed_ns, 0.0), "basis": basis,
-        })
+    items = [item for key, row in matrix.iterrows() if (item := _measure(ctx, profile, key, row)) is not None]
     if not items:
         return []
     items.sort(key=lambda item: -item["saving_ns"])
-    gpu_time = sum(item["saving_ns"] for item in items) / steps
+    gpu_time = sum(item["saving_ns"] for item in items) / max(ctx.step_count, 1)
     if gpu_time < ctx.threshold("min_saving_ms") * 1e6:
         return []  # microseconds a step: not worth a reader's attention
     estimate, fix = faster_gpu(
-        ctx, [(str(i["row"]["name"]), str(i["row"]["input_dims"]),
-               max(1.0 - i["saving_ns"] / float(i["row"]["measured_ns"]), 0.0) if bool(i["row"].get("measured_on_target"))
-               and not pd.isna(i["row"]["measured_ns"]) and float(i["row"]["measured_ns"]) > 0 else 1.0) for i in items],
+        ctx, [(str(i["row"]["name"]), str(i["row"]["input_dims"]), _kept_share(i)) for i in items],
         gpu_time, items[0]["basis"])
-    share = estimate.share_of_step
-    capped = (f"The GPU would save {ms(gpu_time)} a step, of which the step loses {ms(estimate.ms_per_step * 1e6)}: "
-              "the rest becomes idle time where the host sets the pace." if fix is not None
-              and estimate.ms_per_step * 1e6 < 0.9 * gpu_time else "")
+    return [_word(ctx, profile, items, gpu_time, estimate, fix)]
+
+
+def _judged(profile: kb.GpuProfile, dtype: str, measured_here: bool) -> str:
+    """The dtype a matrix op is judged in: its own where it is half precision; fp32
+    measured on its GPU as it could run (TF32 / autocast); a run judged against another
+    device (a CPU run with --gpu) as it would run there under autocast, fp16."""
+    judged = dtype if dtype in HALF else ("fp16" if not measured_here else "tf32")
+    if judged == "tf32" and kb.tensor_core_rule(profile, "tf32") is None:
+        judged = "fp16"  # no TF32 before Ampere (V100, T4): fp32 reaches tensor cores only under fp16 autocast
+    return judged
+
+
+def _measure(ctx: RuleContext, profile: kb.GpuProfile, key: object, row: pd.Series) -> dict | None:
+    """One GEMM or convolution of the roofline table: the dimensions that miss the multiple,
+    whether it runs fp32 off the matrix units, and what padding (or TF32 / autocast) would
+    save; None where it would not pay."""
+    aligned_eff, misaligned_eff = ctx.threshold("aligned_efficiency"), ctx.threshold("misaligned_efficiency")
+    matrix_unit = kb.unit_names(profile)[1][:-1].replace(" ", "-")  # as an adjective: "tensor-core peak"
+    measured_here = bool(row.get("measured_on_target")) and not pd.isna(row["measured_ns"])
+    dtype = str(row["dtype"])
+    judged = _judged(profile, dtype, measured_here)
+    rule = kb.tensor_core_rule(profile, judged)
+    if rule is None or not row["flops"] or pd.isna(row["flops"]):
+        return None
+    # A size below the multiple (K = 1 of an outer product, 3 classes) would be mostly
+    # padding: never worth it, never reported.
+    missing = {name: value for name, value in _dims(row).items()
+               if value % rule.required_multiple and value > rule.required_multiple}
+    per_call_ns = float(row["measured_ns"]) / max(float(row["calls"]), 1.0) if measured_here else math.inf
+    if row.get("tensor_core_kernels") == "yes" and per_call_ns < ctx.threshold("min_call_us") * 1e3:
+        return None  # on tensor cores already, and too short for its shape to matter: launch-bound's
+    bandwidth = kb.memory_bandwidth(profile)
+    memory_ns = row["bytes"] / bandwidth * 1e9 if row["bytes"] and not pd.isna(row["bytes"]) else 0.0
+    peak = kb.peak_flops(profile, judged, True)
+    if not peak:
+        return None
+    compute_ns = row["flops"] / peak * 1e9
+    fp32_off_tensor_cores = measured_here and dtype == "fp32" and row.get("tensor_core_kernels") != "yes"
+    if not missing and not fp32_off_tensor_cores:
+        return None
+    factor = 1.0
+    for value in missing.values():
+        factor *= _pad(value, rule.required_multiple) / value
+    # Padding to a multiple of 8 or 16 never changes how many 64-, 128- or 256-wide output
+    # tiles a GEMM needs, so tile and wave quantisation are the same before and after: the
+    # padded shape costs its extra work, and the gain is the faster path.
+    fixed_ns = max(compute_ns * factor, memory_ns) / aligned_eff
+    if measured_here:
+        now_ns = float(row["measured_ns"])
+        basis = (f"measured time on {profile.id} against the padded shape at {aligned_eff:.0%} of the "
+                 f"{matrix_unit} peak")
+    else:
+        now_ns = max(compute_ns, memory_ns) / misaligned_eff
+        basis = (f"estimated on {profile.id} from the roofline: misaligned shapes at {misaligned_eff:.0%} "
+                 f"and padded ones at {aligned_eff:.0%} of the {judged} {matrix_unit} peak")
+    if not fp32_off_tensor_cores and now_ns - fixed_ns < ctx.threshold("min_shape_gain") * now_ns:
+        return None  # padding would not pay: the shape runs about as fast as its padded twin
+    return {"key": key, "row": row, "missing": missing, "rule": rule, "judged": judged,
+            "fp32": fp32_off_tensor_cores, "saving_ns": max(now_ns - fixed_ns, 0.0), "basis": basis}
+
+
+def _kept_share(item: dict) -> float:
+    """The share of its measured time an op keeps once fixed (1 where it was not measured
+    on its GPU: a run judged with --gpu)."""
+    row = item["row"]
+    if bool(row.get("measured_on_target")) and not pd.isna(row["measured_ns"]) and float(row["measured_ns"]) > 0:
+        return max(1.0 - item["saving_ns"] / float(row["measured_ns"]), 0.0)
+    return 1.0
+
+
+def _listed(ctx: RuleContext, items: list[dict], general: str) -> tuple[list[str], list[Evidence]]:
+    """A line and a piece of evidence for each op listed, the costliest first."""
+    steps = max(ctx.step_count, 1)
     lines, evidence = [], []
     for item in items[: int(ctx.threshold("max_listed"))]:
         row, rule = item["row"], item["rule"]
@@ -146,8 +158,10 @@ def check(ctx: RuleContext) -> list[Finding]:
                      f"step{measured}: " + "; ".join(parts))
         evidence.append(Evidence(kind="table_row", table="roofline", row=str(item["key"]), column="input_dims",
                                  value=str(row["input_dims"]), note="; ".join(parts)))
-    misaligned = [i for i in items if i["missing"]]
-    fp32 = [i for i in items if i["fp32"]]
+    return lines, evidence
+
+
+def _advice(misaligned: list[dict], fp32: list[dict], matrix_units: str) -> list[str]:
     advice = []
     if misaligned:
         advice.append("pad the listed feature / channel counts to the multiples shown (e.g. nn.Linear(1000, 1024) "
@@ -161,8 +175,22 @@ def check(ctx: RuleContext) -> list[Finding]:
     elif fp32:
         advice.append(f"let fp32 matrix work use {matrix_units}: torch.set_float32_matmul_precision('high') (TF32) "
                       "or torch.autocast(device_type='cuda', dtype=torch.bfloat16)")
-    where = f"on {profile.names[0]}" + ("" if all(bool(i["row"].get("measured_on_target")) for i in items)
-                                        else " (this run was judged against it with --gpu, not measured on it)")
+    return advice
+
+
+def _word(ctx: RuleContext, profile: kb.GpuProfile, items: list[dict], gpu_time: float, estimate, fix) -> Finding:
+    general, matrix_units = kb.unit_names(profile)
+    matrix_unit = matrix_units[:-1].replace(" ", "-")  # as an adjective: "tensor-core peak"
+    share = estimate.share_of_step
+    capped = (f"The GPU would save {ms(gpu_time)} a step, of which the step loses {ms(estimate.ms_per_step * 1e6)}: "
+              "the rest becomes idle time where the host sets the pace." if fix is not None
+              and estimate.ms_per_step * 1e6 < 0.9 * gpu_time else "")
+    lines, evidence = _listed(ctx, items, general)
+    misaligned = [i for i in items if i["missing"]]
+    fp32 = [i for i in items if i["fp32"]]
+    measured = all(bool(i["row"].get("measured_on_target")) for i in items)
+    where = f"on {profile.names[0]}" + ("" if measured else " (this run was judged against it with --gpu, not "
+                                                           "measured on it)")
     # Where Nsight Compute profiled the listed ops' kernels, their pipes say what runs them.
     counters = counters_for(ctx, {str(i["row"]["name"]) for i in items})
     said = ""
@@ -171,28 +199,26 @@ def check(ctx: RuleContext) -> list[Finding]:
             f"{row['op']} ({str(row['kernel'])[:60]}): {why(row, profile.sm_count)}"
             for _, row in counters.drop_duplicates("kernel").head(3).iterrows()) + "."
         evidence += evidence_for(counters)
-    return [
-        Finding(
-            rule=ctx.spec.id,
-            title=(f"fp32 matrix work runs without {matrix_units}" if fp32 and not misaligned
-                   else ctx.spec.title.replace("tensor cores", matrix_units)),
-            severity=severity_by_share(ctx, share) if share else Severity.low,
-            confidence=0.7 if all(bool(i["row"].get("measured_on_target")) for i in items) else 0.5,
-            saving=estimate,
-            message=(f"{where[0].upper()}{where[1:]}, " + " and ".join(part for part in (
-                         f"{len(misaligned)} GEMM/convolution shapes miss the {matrix_unit} multiples"
-                         if misaligned else "",
-                         f"{len(fp32)}{'' if misaligned else ' GEMM/convolution shapes'} run fp32 matrix work on "
-                         f"{'CUDA cores' if general == 'cuda cores' else general}, which "
-                         + (f"fp16 autocast would move to {matrix_units} (this GPU has no TF32)"
-                            if all(i["judged"] == "fp16" for i in fp32) else f"TF32 or bf16 autocast would move to "
-                                                                             f"{matrix_units}")
-                         if fp32 else "") if part)
-                     + f", costing an estimated {ms(gpu_time)} of GPU time per step: " + "; ".join(lines)
-                     + "." + (f" {capped}" if capped else "") + said),
-            recommendation=f"Give {matrix_units} the shapes they need: " + "; ".join(advice) + ".",
-            evidence=evidence,
-            metrics={"misaligned": [str(i["key"]) for i in misaligned], "fp32_off_tensor_cores": [str(i["key"]) for i in fp32],
-                     "target": profile.id, "gpu_time_ns_per_step": gpu_time},
-        ).with_fix(fix)
-    ]
+    on = "CUDA cores" if general == "cuda cores" else general
+    what = " and ".join(part for part in (
+        f"{len(misaligned)} GEMM/convolution shapes miss the {matrix_unit} multiples" if misaligned else "",
+        f"{len(fp32)}{'' if misaligned else ' GEMM/convolution shapes'} run fp32 matrix work on {on}, which "
+        + (f"fp16 autocast would move to {matrix_units} (this GPU has no TF32)"
+           if all(i["judged"] == "fp16" for i in fp32) else f"TF32 or bf16 autocast would move to {matrix_units}")
+        if fp32 else "") if part)
+    return Finding(
+        rule=ctx.spec.id,
+        title=(f"fp32 matrix work runs without {matrix_units}" if fp32 and not misaligned
+               else ctx.spec.title.replace("tensor cores", matrix_units)),
+        severity=severity_by_share(ctx, share) if share else Severity.low,
+        confidence=0.7 if measured else 0.5,
+        saving=estimate,
+        message=(f"{where[0].upper()}{where[1:]}, {what}, costing an estimated {ms(gpu_time)} of GPU time per step: "
+                 + "; ".join(lines) + "." + (f" {capped}" if capped else "") + said),
+        recommendation=f"Give {matrix_units} the shapes they need: "
+                       + "; ".join(_advice(misaligned, fp32, matrix_units)) + ".",
+        evidence=evidence,
+        metrics={"misaligned": [str(i["key"]) for i in misaligned],
+                 "fp32_off_tensor_cores": [str(i["key"]) for i in fp32], "target": profile.id,
+                 "gpu_time_ns_per_step": gpu_time},
+    ).with_fix(fix)
