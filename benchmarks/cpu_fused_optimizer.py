@@ -4,7 +4,7 @@ On a CPU, torch's optimizers default to the single-tensor implementation: a few 
 per parameter, each a full pass over the parameter's memory. ``fused=True`` (Adam, AdamW,
 SGD and Adagrad, torch 2.4 or later) updates each parameter in one pass. The rule
 optimizer-not-fused sizes its CPU saving from the share of the step's time the fused step
-keeps (rules/builtin.yaml, thresholds ``cpu_kept_*``); this command measures that share on
+keeps (rules/builtin/optimizer-not-fused.yaml, thresholds ``cpu_kept_*``); this command measures that share on
 this machine, for each optimizer and a few model shapes, so the figures can be checked
 where they are used.
 

@@ -118,7 +118,8 @@ def test_schema_is_valid_and_every_property_is_described():
             assert prop.get("description"), f"{definition.get('title')}.{name} has no description"
 
 
-@pytest.mark.parametrize("pack", ["builtin.yaml", "examples/team.yaml"])
+@pytest.mark.parametrize("pack", [*(f"builtin/{p.name}" for p in sorted((REPO / "rules" / "builtin").glob("*.yaml"))),
+                                  "examples/team.yaml"])
 def test_shipped_packs_validate_against_the_schema(pack):
     data = yaml.safe_load((REPO / "rules" / pack).read_text())
     jsonschema.Draft202012Validator(load_rulepack_schema()).validate(data)
@@ -796,9 +797,11 @@ def test_rules_show_gives_the_configured_thresholds(tmp_path, monkeypatch, capsy
     assert "dataloader_share = 0.25  (set in" in out and "the pack says 0.1)" in out
 
 
-def test_the_builtin_pack_validates_as_any_pack(capsys):
-    assert main(["rules", "validate", str(REPO / "rules" / "builtin.yaml")]) == 0
-    assert "rules/builtin.yaml: ok" in capsys.readouterr().out
+def test_the_builtin_rules_validate_as_any_pack(capsys):
+    assert main(["rules", "validate", str(REPO / "rules" / "builtin")]) == 0
+    out = capsys.readouterr().out
+    assert "rules/builtin/dataloader-starvation.yaml: ok, 1 rule (dataloader-starvation)" in out
+    assert out.count(": ok, 1 rule") == len(list((REPO / "rules" / "builtin").glob("*.yaml")))
 
 
 BOMB = "".join(f"{chr(97 + i)}: &{chr(97 + i)} [" + ", ".join([f"*{chr(96 + i)}" if i else '"lol"'] * 9) + "]\n"

@@ -30,7 +30,16 @@ def test_every_check_module_is_found_and_registers_its_rule():
 def test_every_built_in_rule_has_its_check_and_no_check_is_without_a_rule():
     ids = {spec.id for spec in builtin_specs()}
     assert ids == set(registered()), (f"specs without a check: {sorted(ids - set(registered()))}; checks without "
-                                      f"a spec in rules/builtin.yaml: {sorted(set(registered()) - ids)}")
+                                      f"a spec in rules/builtin/: {sorted(set(registered()) - ids)}")
+
+    from advisor.rules.packs.catalog import builtin_dir
+
+    for file in sorted(builtin_dir().glob("*.yaml")):
+        module = file.stem.replace("-", "_")
+        assert (REPO / "advisor" / "rules" / "checks" / f"{module}.py").is_file(), \
+            f"{file.name}: no advisor/rules/checks/{module}.py of its name"
+        assert [spec.id for spec in builtin_specs() if Path(spec.source.rsplit(":", 1)[0]).name == file.name] == [file.stem], \
+            f"{file.name} holds other rules than {file.stem}, its name"
 
 
 def test_docs_rules_has_a_row_for_every_rule_and_no_other():

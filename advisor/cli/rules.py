@@ -153,14 +153,8 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from advisor.paths import rules_dir
     from advisor.rules.engine import checks
-    from advisor.rules.packs.catalog import (
-        BUILTIN_PACK,
-        builtin_pack,
-        pack_files,
-        plugin_packs,
-    )
+    from advisor.rules.packs.catalog import builtin_pack, is_builtin_file, pack_files, plugin_packs
     from advisor.rules.packs.validate import PackError, validate_file
 
     builtin = builtin_pack()
@@ -172,7 +166,6 @@ def _validate(args: argparse.Namespace) -> int:
         taken.update({s.id: f"plugin {name}" for s in pack.rules})
     known = set(taken) | set(builtin.redirects)
     registered = set(checks())
-    builtin_file = (rules_dir() / BUILTIN_PACK).resolve()
     failed = 0
     for path in args.packs:
         files = pack_files(path)
@@ -181,7 +174,7 @@ def _validate(args: argparse.Namespace) -> int:
             failed += 1
         for file in files:
             pack, errors = validate_file(file, known_ids=known, registered=registered)
-            if pack is not None and file.resolve() != builtin_file:  # the built-in pack may be checked too
+            if pack is not None and not is_builtin_file(file):  # the built-in rules' files may be checked too
                 errors = [PackError(s._source, s._line, f"rule {s.id}: the id is already a {taken[s.id]} rule's")
                           for s in pack.rules if s.id in taken]
             for error in errors:

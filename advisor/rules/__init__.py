@@ -11,10 +11,10 @@
                 it is slow, or that it already runs at the hardware's limit
     checks/     the built-in Python checks, one module per rule, named after its id
     packs/      rules as data: the YAML pack format, its validation, data-rule
-                evaluation, the built-in pack (rules/builtin.yaml), plugins and config
+                evaluation, the built-in rules (rules/builtin/), plugins and config
 
-A new built-in rule is an entry in rules/builtin.yaml and, unless its condition is data,
-a check in checks/ registered under its id. Rules read tables and the step model (and the
+A new built-in rule is a file rules/builtin/<id>.yaml and, unless its condition is data,
+a check checks/<id>.py registered under its id. Rules read tables and the step model (and the
 knowledge base), never files, collectors or reports.
 
 A user's test of their own pack needs only::

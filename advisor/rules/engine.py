@@ -65,7 +65,7 @@ def checks() -> dict[str, Check]:
 
 
 def builtin_specs() -> list[RuleSpec]:
-    """The built-in rules (rules/builtin.yaml)."""
+    """The built-in rules (rules/builtin/, one file each)."""
     return list(builtin_pack().rules)
 
 

@@ -1,6 +1,6 @@
 """The fixes ``advisor verify`` can apply from outside a script, and how a rule names them.
 
-A rule declares its fixes in its pack (``verify:``, rules/builtin.yaml; a user's pack may
+A rule declares its fixes in its pack (``verify:``, rules/builtin/<id>.yaml; a user's pack may
 name the same fixes with its own settings). Only the fixes below exist: a pack names one
 and gives settings, data only, and nothing read from a pack runs as code. Settings may
 take a figure of the finding (``"{fix_num_workers}"``; ``"{fix_torch_threads?}"`` is left out

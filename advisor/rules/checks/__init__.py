@@ -2,7 +2,7 @@
 package registers them with the engine. Each check reads the tables and the step model
 through its RuleContext and returns findings, in three parts where the rule has them:
 measure (the figures), decide (whether it fires, and which fix holds) and word (the
-finding); thresholds come from the rule's spec in rules/builtin.yaml. ``common`` holds the
+finding); thresholds come from the rule's spec in rules/builtin/<id>.yaml. ``common`` holds the
 helpers they share."""
 
 import importlib

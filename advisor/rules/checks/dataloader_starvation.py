@@ -799,7 +799,7 @@ def _more_workers_advice(ctx: RuleContext, m: Measure, v: Verdict, said: _Said, 
 
 
 def _fix_settings(m: Measure, v: Verdict, metrics: dict[str, Any]) -> None:
-    """The settings of the fix, for `advisor verify` to apply (rules/builtin.yaml: verify)."""
+    """The settings of the fix, for `advisor verify` to apply (rules/builtin/dataloader-starvation.yaml: verify)."""
     if m.loader is not None and v.advice == "batched indexing":
         metrics["fix_batched_index"] = True
     elif m.loader is not None and (v.advice.startswith("num_workers=") or

@@ -37,6 +37,7 @@ from advisor.rules.packs.validate import (
     read_pack,
     validate_file,
 )
+from advisor.rules.packs.yamlsource import YamlSourceError, read_yaml
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -50,23 +51,58 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "advisor.rules"
-BUILTIN_PACK = "builtin.yaml"
+BUILTIN_PACK = "builtin"  # a folder: one file per rule, named by its id, as its check is
+
+
+def builtin_dir() -> Path:
+    """rules/builtin: the built-in rules, one file each (rules/builtin/<id>.yaml, beside
+    advisor/rules/checks/<id>.py in name)."""
+    return rules_dir() / BUILTIN_PACK
+
+
+def is_builtin_file(path: str | Path) -> bool:
+    """Whether ``path`` is one of the built-in rules' files."""
+    return Path(path).resolve().parent == builtin_dir().resolve()
 
 
 @functools.lru_cache(maxsize=4)
-def _builtin(path: str, mtime_ns: int) -> RulePack:
-    return read_pack(path)
+def _builtin(stamps: tuple[tuple[str, int], ...]) -> RulePack:
+    # Each file is its own pack named builtin; an id may be named (explains) in another file.
+    files = [Path(name) for name, _ in stamps]
+    known = _ids_in(files)
+    packs = [read_pack(f, known_ids=known) for f in files]
+    rules = [spec for pack in packs for spec in pack.rules]
+    redirects = {old: new for pack in packs for old, new in pack.redirects.items()}
+    pack = RulePack(pack="builtin", version=1, redirects=redirects, rules=rules)
+    pack._source = str(builtin_dir())
+    return pack
+
+
+def _ids_in(files: list[Path]) -> set[str]:
+    """The rule ids the files hold, read (as YAML data, nothing run) before the files are
+    validated, so that each may name the others' (``explains``); a file that is not a pack
+    gives none, and its own validation says why."""
+    ids: set[str] = set()
+    for file in files:
+        try:
+            data = read_yaml(file.read_text(encoding="utf-8")).data
+        except (OSError, UnicodeDecodeError, YamlSourceError):
+            continue
+        rules = data.get("rules") if isinstance(data, dict) else None
+        ids |= {str(r["id"]) for r in rules or [] if isinstance(r, dict) and "id" in r}
+    return ids
 
 
 def builtin_pack() -> RulePack:
-    """rules/builtin.yaml, validated (read again only when the file changes)."""
-    path = rules_dir() / BUILTIN_PACK
-    return _builtin(str(path), path.stat().st_mtime_ns)
+    """The built-in rules (rules/builtin/*.yaml) as one pack, validated (read again only
+    when a file changes)."""
+    files = pack_files(builtin_dir())
+    return _builtin(tuple((str(f), f.stat().st_mtime_ns) for f in files))
 
 
 def _registered() -> set[str]:
-    import advisor.rules.checks  # noqa: F401, PLC0415  (the built-in checks register on import)
-    from advisor.rules.registry import registered  # noqa: PLC0415
+    import advisor.rules.checks  # noqa: F401  (the built-in checks register on import)
+    from advisor.rules.registry import registered
 
     return set(registered())
 
@@ -80,7 +116,7 @@ def load_pack(path: str | Path) -> RulePack:
     pack = read_pack(path, known_ids=known, registered=_registered())
     clashes = [PackError(s._source, s._line, f"rule {s.id}: the id is already a built-in rule's")
                for s in pack.rules if s.id in known]
-    if clashes and Path(path).resolve() != (rules_dir() / BUILTIN_PACK).resolve():
+    if clashes and not is_builtin_file(path):
         raise PackInvalid(clashes)
     return pack
 
