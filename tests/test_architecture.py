@@ -57,6 +57,20 @@ def test_the_stages_import_only_downstream(capsys):
     assert "0 broken" in out and "BROKEN" not in out, out
 
 
+def test_no_module_imports_itself_back_not_even_for_type_hints():
+    """No import circle, those made by imports for type hints alone included (the layers
+    contract leaves those out): where two modules need each other's types, the one below
+    names what it reads of the other as a Protocol of its own."""
+    import grimp
+    import networkx as nx
+
+    graph = grimp.build_graph("advisor", exclude_type_checking_imports=False, cache_dir=None)
+    imports = nx.DiGraph((module, imported) for module in graph.modules
+                         for imported in graph.find_modules_directly_imported_by(module))
+    circles = [sorted(group) for group in nx.strongly_connected_components(imports) if len(group) > 1]
+    assert circles == [], circles
+
+
 def test_the_contracts_name_every_room():
     """A room the contracts do not mention could import anything."""
     import tomllib

@@ -12,7 +12,7 @@ import functools
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from advisor.errors import SessionError, TraceError
 from advisor.importers import cache
@@ -38,10 +38,20 @@ from advisor.units import valid_text
 if TYPE_CHECKING:
     import pandas as pd
 
-    from advisor.importers.ahead import Ahead
     from advisor.session import Session
 
 __all__ = ["load", "load_kineto", "read_kineto", "session_from"]
+
+
+class Ahead(Protocol):
+    """A read of a trace started ahead in a forked process (advisor.importers.ahead.Ahead,
+    which calls this module's readers: named here by what it offers)."""
+
+    path: Path
+
+    def session(self, progress: Callable[..., None] | None = None) -> Session | None: ...
+
+    def stop(self) -> None: ...
 
 
 def load(path: str | Path, *, progress: Callable[[int, int], None] | None = None,

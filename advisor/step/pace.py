@@ -29,7 +29,7 @@ baseline and every what-if replay apply it (advisor.step.graph, advisor.step.wha
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -38,9 +38,18 @@ from advisor.step.facts import MODEL_PHASES
 
 if TYPE_CHECKING:
     from advisor.step.graph import StepGraph
-    from advisor.step.model import StepModel
 
 __all__ = ["MAX_REMOVED_SHARE", "Pace", "job_pace"]
+
+
+class StepModel(Protocol):
+    """What the pace reads of the step model (advisor.step.model.StepModel, which makes the
+    pace of its graph: named here by what it offers, so neither module imports the other's)."""
+
+    session: Any
+    facts: Any
+    window: Any
+    times: Any
 
 # A host node keeps at least this share of its recorded time: the job's own work is in it.
 MAX_REMOVED_SHARE = 0.95

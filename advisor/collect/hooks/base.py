@@ -16,12 +16,32 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from advisor.collect.hooks.collection import HostCollection
-    from advisor.collect.torch_hooks import HostCollector
 
 # The folder of the hooks' own files: a frame or warning from here is advisor's, not the user's.
 HOOKS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
-ACTIVE: "HostCollector | None" = None
+class Collector(Protocol):
+    """What a hook reaches through the acting collector: its sibling concerns, its clock,
+    and whose thread and frame it is (advisor.collect.torch_hooks.HostCollector is the one;
+    named here by what it offers, so this module, which every hook imports, imports none of
+    them back)."""
+
+    clock: Any
+    recorder: Any
+    loaders: Any
+    steps: Any
+    syncs: Any
+    children: Any
+    on_gpu: bool
+
+    def ours(self) -> bool: ...
+
+    def hand_over(self, frame: Any) -> None: ...
+
+    def is_library_frame(self, frame: Any) -> bool: ...
+
+
+ACTIVE: Collector | None = None
 """The running collector, read by the wrappers' cheapest test (``ACTIVE is None``)."""
 _FORKED = False
 
@@ -49,7 +69,7 @@ def in_traced_code() -> bool:
     return _IN_TRACED_CODE()
 
 
-def activate(collector: "HostCollector", torch: Any) -> None:
+def activate(collector: Collector, torch: Any) -> None:
     """Make ``collector`` the one the hooks report to (RuntimeError if another runs)."""
     global ACTIVE, _IN_TRACED_CODE
     if ACTIVE is not None:
@@ -91,7 +111,7 @@ def hide_from_dynamo(*functions: Any) -> bool:
     return True
 
 
-def acting() -> "HostCollector | None":
+def acting() -> Collector | None:
     """The collector a hook should report to: none while torch.compile or torch.jit.trace
     traces the code the hook is in (the hook must stay invisible to them, or a
     ``fullgraph=True`` compile fails on it), on another thread or in a forked worker."""
