@@ -8,20 +8,23 @@ command line, the API, the target stage, the job's rooms) is counted module by m
 the rooms below it by package (``advisor.importers`` reading a trace, ``advisor.collect``
 running a script under the hooks, ``advisor.rules`` loading the packs: one stop each
 time the walk goes down into them); the leaves every room uses (advisor.units, paths,
-errors, the lazy imports) are passed through. It prints:
+errors, the lazy imports) are passed through, and so is the code modules run as they are
+imported (a check registering itself). It prints:
 
 - stops: the modules the walk stands in, one after another (a module left and entered
   again counts again);
 - files: the distinct modules among them;
 - climbs back up: moves from a module to one in a higher layer of the flow (the layers of
   pyproject.toml's import-linter contract: cli above api above targets ... above session);
-- entries into advisor.cli: moves into the command line's own package from elsewhere.
+- entries into advisor.cli: moves into the command line's package from elsewhere;
+- stays in cli/__init__.py: the stops in the command line's own module.
 
 Run it against another checkout to compare (``--repo``: its advisor package is imported
 instead of this one):
 
     python benchmarks/walk.py ../shared/traces/resnet50_v100_num_workers_0.pt.trace.json.gz
     python benchmarks/walk.py --repo /tmp/before TRACE
+    python benchmarks/walk.py -- examples/json_records.py --steps 12   # a script: its arguments after --
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import argparse
 import os
 import sys
 import tempfile
+from itertools import pairwise
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
@@ -63,6 +67,7 @@ def walk(target: list[str], package: Path) -> list[str]:
     root = str(package) + os.sep
     stops: list[str] = []
     done = False
+    importing = 0  # modules being imported: their code runs once, it is not the command's walk
 
     def module_of(frame) -> str | None:
         file = frame.f_code.co_filename
@@ -75,8 +80,13 @@ def walk(target: list[str], package: Path) -> list[str]:
         return ".".join(name.split(".")[:2])
 
     def profile(frame, event, arg):
-        nonlocal done
+        nonlocal done, importing
         if done or event not in ("call", "return"):
+            return
+        if frame.f_code.co_name == "<module>":
+            importing += 1 if event == "call" else -1
+            return
+        if importing:
             return
         where = frame if event == "call" else frame.f_back
         if where is None:
@@ -116,13 +126,14 @@ def main() -> int:
         raise SystemExit(f"walk: imported {package}, not the advisor of {repo}")
     layers = layers_of(repo)
     stops = walk(args.target, package)
-    climbs = sum(1 for a, b in zip(stops, stops[1:])
+    climbs = sum(1 for a, b in pairwise(stops)
                  if layer(a, layers) is not None and layer(b, layers) is not None and layer(b, layers) < layer(a, layers))
-    into_cli = sum(1 for a, b in zip(stops, stops[1:]) if b.startswith("advisor.cli") and not a.startswith("advisor.cli"))
+    into_cli = sum(1 for a, b in pairwise(stops) if b.startswith("advisor.cli") and not a.startswith("advisor.cli"))
     if args.show:
         print("\n".join(stops))
     print(f"{repo.name}: {len(stops)} stops, {len(set(stops))} files, {climbs} climbs back up, "
-          f"{into_cli} entries into advisor.cli (up to advisor.diagnosis.diagnose)")
+          f"{into_cli} entries into advisor.cli, {stops.count('advisor.cli')} stays in cli/__init__.py "
+          "(up to advisor.diagnosis.diagnose)")
     return 0
 
 
