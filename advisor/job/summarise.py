@@ -74,7 +74,7 @@ def summarise_rank(source: str, *, choice: RuleChoice | None = None, save_to: st
         return RankSummary(source=source, error=str(exc))
     except (OSError, ValueError, MemoryError) as exc:
         return RankSummary(source=source, error=f"{source}: {type(exc).__name__}: {exc}")
-    read_from = Path(source) if use_cache and Path(source).is_file() else None  # a trace, not a session folder
+    read_from = Path(source) if use_cache else None  # (a session folder has no cache entry: computed)
     saved = None
     if save_to:
         session.save(save_to)
