@@ -267,7 +267,13 @@ def test_a_script_that_exits_3(tmp_path, capsys):
     assert "Traceback" not in captured.err  # sys.exit(3) prints nothing, in Python as here
     report = json.loads(out.read_text())
     validate_report(report)
-    assert (report["session"]["exit_code"], report["session"]["steps"]["count"]) == (3, 2)
+    # Steps 0 and 1 ran whole before the script exited in step 2. The step model may judge
+    # step 0 start-up (on a busy machine it ran slower than step 1 and held the lazy set-up)
+    # and set it apart: each of the two is a steady step or a start-up step, none is lost.
+    apart = [s["what"] for s in report["session"]["window"]["set_apart"] if s["kind"] == "start-up step"]
+    assert all(what.startswith("step #0:") for what in apart), apart
+    assert (report["session"]["exit_code"], report["session"]["steps"]["count"] + len(apart)) == (3, 2)
+    assert report["session"]["steps"]["numbers"] == [0, 1][len(apart):]
 
 
 def test_a_script_that_exits_3_prints_its_report(tmp_path, capsys):
