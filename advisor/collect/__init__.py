@@ -30,6 +30,8 @@
     handoff         what handing a batch over from a DataLoader worker costs on this
                     machine, timed after the run for a loader that made its batches in
                     the main process
+    retime          the main thread's operator calls timed again at one thread after a
+                    run recorded on a busy machine: the work the load's waits hid
     assemble        from a run to a Session: events, samples, devices, what was not
                     measured (``collect_script``)
 

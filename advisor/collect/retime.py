@@ -1,0 +1,348 @@
+"""The job's own operators timed again at one thread, for a run recorded on a busy machine.
+
+Where other processes hold the cores, a recorded step is no longer the mix of work the job
+has on a machine of its own. Plain Python (a loader's items, autograd's bookkeeping) is
+slowed by the share of time its thread waits for a core, which the collector measures. An
+operator torch splits across its threads is slowed far more, and by an amount its own time
+no longer tells: each parallel region ends when its slowest thread has had a core, a round
+of the scheduler (tens of milliseconds at four runnable threads a core) however short the
+operator. Its wall time, and even its thread's CPU time (the thread spins at the region's
+end), are then the load's, not the operator's.
+
+So each of the recorded leaf operators that hold most of the main thread's operator time
+is called again after the run, with inputs of the recorded shapes and types and the
+recorded scalar arguments, with torch at one thread and timed on the calling thread's CPU
+clock: no parallel region, no wait for another thread, and the load's share of the time
+left out of the clock. That is the operator's work as one thread does it; the step model
+(advisor.step.load) reads it beside the Python time, so that a saving is a share of the
+step the job has on a quiet machine.
+
+Nothing here touches the job: fresh tensors from a generator of its own (the job's random
+state is left as it was), operators that draw random numbers or act on anything but their
+inputs left out, torch's thread count put back. Only names read from the trace are looked
+up among torch's own operators; scalar arguments are read as literals, never run.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["RETIME_CPU_BUDGET_NS", "retime_ops"]
+
+# What re-timing may cost the process, on its own CPU clock, and at most this many
+# distinct operators (by recorded time, most first): those that hold nearly all of it.
+RETIME_CPU_BUDGET_NS = 1_500_000_000
+MAX_OPERATORS = 400
+# Kinds of call below this share of the recorded operator time are not tried, and calls
+# nested deeper than MAX_DEPTH are not looked into.
+MIN_SHARE = 0.0002
+MAX_DEPTH = 8
+# One timing lasts at least this long on the CPU clock (a single short call is mostly the
+# clock's own granularity), and the fastest of ROUNDS timings is kept.
+TIMING_NS = 300_000
+ROUNDS = 3
+# An operator whose inputs together take more than this is not rebuilt.
+MAX_INPUT_BYTES = 256 * 2**20
+
+# Operators that draw random numbers (they would move a generator) or whose work is not
+# their inputs' (collectives, copies to devices, Python callbacks): never called.
+_LEFT_OUT = re.compile(r"rand|bernoulli|dropout|normal|uniform|multinomial|exponential|geometric|cauchy|"
+                       r"poisson|_local_scalar_dense|item|record_stream|set_|resize|storage|c10d|nccl|gloo|cuda|"
+                       r"cudnn|miopen|mps|xpu|print|profiler|record_function|empty|lift")
+
+_DTYPES = {
+    "float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
+    "long int": "int64", "int": "int32", "short int": "int16", "signed char": "int8", "unsigned char": "uint8",
+    "bool": "bool", "c10::complex<float>": "complex64", "c10::complex<double>": "complex128",
+}
+# c10::ScalarType's numbering, as a dtype argument is recorded (``6``: float32).
+_SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
+                 7: "float64", 9: "complex64", 10: "complex128", 11: "bool", 15: "bfloat16"}
+
+
+class _Unfit(Exception):
+    """An operator that cannot be rebuilt from what the trace recorded."""
+
+
+def retime_ops(torch: Any, ops: pd.DataFrame, *, budget_ns: int = RETIME_CPU_BUDGET_NS,
+               clock: Callable[[], int] = time.thread_time_ns) -> dict[str, Any]:
+    """Re-time the operator calls ``ops`` (one thread's: id, parent_op, name, start_ns,
+    end_ns, input_dims, input_types, concrete_inputs) at one thread.
+
+    Each outermost call that can be made again is timed whole (a linear layer with the
+    matrix multiply inside it); one that cannot (an autograd node, an optimizer's range)
+    gives way to the calls inside it. Calls alike (name, shapes, types and scalars) are
+    timed once, those that hold the most recorded time first. Returns ``{"threads": the
+    job's thread count, "ops": [{"name", "input_dims", "input_types", "concrete_inputs",
+    "one_thread_ns", and for calls of the Forward phase made with autograd, "no_grad_ns": the
+    same call without it}], "covered_share": the share of the outermost calls' recorded time
+    re-timed, "stack_frames": the Python frames above each timed call, "cost": what
+    re-timing took, wall and CPU ns}``."""
+    began_wall, began_cpu = time.perf_counter_ns(), clock()
+    frame = _keyed(ops)
+    top = frame[~frame["parent_op"].isin(frame["id"])]
+    total = float(top["wall"].sum())
+    threads = int(torch.get_num_threads())
+    generator = torch.Generator().manual_seed(0)
+    forward = frame[frame["forward"]].groupby(list(_KEYS), sort=False).size()
+    cut = _cut(frame, top, lambda key: _try(torch, generator, key, key in forward.index), total)
+    out: list[dict[str, Any]] = []
+    covered = 0.0
+    # The Python frames above each timed call (this function's callers, and _time, the
+    # lambdas and _graded below it): what a stack autograd's anomaly detection stores holds.
+    frames = _frames_here() + 4
+    spent_from = clock()
+    torch.set_num_threads(1)
+    try:
+        for key, (wall, call, reset, plain) in cut.items():
+            if len(out) >= MAX_OPERATORS or clock() - spent_from > budget_ns:
+                break
+            try:
+                row = {**dict(zip(_KEYS, key, strict=True)), "one_thread_ns": _time(call, reset, clock)}
+                if plain is not None:
+                    row["no_grad_ns"] = _time(plain, reset, clock)
+            except Exception:  # noqa: BLE001 - a call that fails when made again is left out, not fatal
+                continue
+            out.append(row)
+            covered += wall
+    finally:
+        torch.set_num_threads(threads)
+    return {"threads": threads, "ops": out, "covered_share": round(min(covered / total, 1.0), 4) if total else 0.0,
+            "stack_frames": frames, "cost": {"wall_ns": time.perf_counter_ns() - began_wall, "cpu_ns": clock() - began_cpu}}
+
+
+def _frames_here() -> int:
+    frame, count = sys._getframe(1), 0
+    while frame is not None:
+        count, frame = count + 1, frame.f_back
+    return count
+
+
+_KEYS = ("name", "input_dims", "input_types", "concrete_inputs")
+
+
+def _keyed(ops: pd.DataFrame) -> pd.DataFrame:
+    frame = pd.DataFrame({"id": ops["id"].to_numpy(), "parent_op": ops["parent_op"].to_numpy(),
+                          "wall": np.maximum(ops["end_ns"].to_numpy() - ops["start_ns"].to_numpy(), 0)})
+    for key in _KEYS:
+        frame[key] = ops[key].astype(str).to_numpy() if key in ops else ""
+    frame["forward"] = (ops["phase"].astype(str).to_numpy() == "Forward") if "phase" in ops else False
+    return frame
+
+
+def _try(torch: Any, generator: Any, key: tuple[str, ...], forward: bool) -> tuple[Any, ...] | None:
+    """The call made ready again, what puts its inputs back, and for a call of the Forward
+    phase, the same call without autograd (else None). A call of the Forward phase is made
+    with its floating inputs requiring grad, as a model's parameters do, so that its time
+    holds the autograd node it records (and whatever the job's autograd settings add to
+    that, anomaly detection's stack capture), where that works."""
+    for grad in ((True, False) if forward else (False,)):
+        try:
+            call, reset = _rebuilt(torch, generator, *key, grad=grad)
+            _graded(torch, grad, call)
+        except Exception:  # noqa: BLE001 - not every recorded call can be made again
+            continue
+        plain = (lambda call=call: _graded(torch, False, call)) if grad else None
+        return (lambda call=call, grad=grad: _graded(torch, grad, call)), reset, plain
+    return None
+
+
+def _graded(torch: Any, grad: bool, call: Callable[[], Any]) -> Any:
+    with torch.set_grad_enabled(grad):
+        return call()
+
+
+def _cut(frame: pd.DataFrame, top: pd.DataFrame, rebuild: Callable[[tuple[str, ...]], Any],
+         total: float) -> dict[tuple[str, ...], tuple[Any, ...]]:
+    """The calls to time: level by level from the outermost, kinds of call that can be
+    made again, by recorded time, most first; the calls inside the others come next. A
+    kind below MIN_SHARE of the time is not tried (building its inputs costs more than it
+    would tell)."""
+    found: dict[tuple[str, ...], tuple[Any, ...]] = {}
+    tried: dict[tuple[str, ...], Any] = {}
+    level = top
+    for _ in range(MAX_DEPTH):
+        if not len(level):
+            break
+        walls = level.groupby(list(_KEYS), sort=False)["wall"].sum().sort_values(ascending=False)
+        made_again: set[tuple[str, ...]] = set()
+        for key, wall in walls.items():
+            if total and wall < MIN_SHARE * total:
+                break
+            if key not in tried:
+                tried[key] = rebuild(key)
+            if tried[key] is not None:
+                made_again.add(key)
+                held = found.get(key)
+                found[key] = ((held[0] if held else 0.0) + float(wall), *tried[key])
+        keys = pd.MultiIndex.from_frame(level[list(_KEYS)])
+        rest = level[~keys.isin(list(made_again))] if made_again else level
+        level = frame[frame["parent_op"].isin(rest["id"])]
+    return dict(sorted(found.items(), key=lambda item: -item[1][0]))
+
+
+def _time(call: Callable[[], Any], reset: Callable[[], Any] | None, clock: Callable[[], int]) -> float:
+    """The call's fastest time on ``clock``, ns: ROUNDS timings of enough calls each. An
+    operator that changes its inputs gets them back before each timing, and fewer calls
+    in one: a scale below one applied a thousand times would leave denormal numbers, which
+    the CPU handles many times slower than the job's own."""
+    began = clock()
+    call()  # the first call warms caches and allocations up
+    once = max(clock() - began, 1)
+    calls = max(1, min(1000 if reset is None else 50, math.ceil(TIMING_NS / once)))
+    best = math.inf
+    for _ in range(ROUNDS):
+        if reset is not None:
+            reset()
+        began = clock()
+        for _ in range(calls):
+            call()
+        best = min(best, (clock() - began) / calls)
+    return float(best)
+
+
+def _rebuilt(torch: Any, generator: Any, name: str, dims: str, types: str,
+             concrete: str, *, grad: bool = False) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
+    """The recorded call, ready to make again with fresh inputs, and where it writes to its
+    inputs, what puts them back."""
+    namespace, _, short = name.partition("::")
+    if namespace != "aten" or not short or _LEFT_OUT.search(short):
+        raise _Unfit(name)
+    shapes, kinds = _json_list(dims), _json_list(types)
+    values = _json_list(concrete) if concrete else [""] * len(kinds)
+    if len(shapes) != len(kinds):
+        raise _Unfit(name)
+    values = (values + [""] * len(kinds))[: len(kinds)]
+    packet = getattr(torch.ops.aten, short)
+    for overload in packet.overloads():
+        op = getattr(packet, overload)
+        schema = op._schema
+        if any(a.alias_info is not None and a.alias_info.is_write and a.kwarg_only for a in schema.arguments):
+            continue  # an out= overload
+        if len(schema.arguments) != len(kinds):
+            continue
+        try:
+            args, kwargs = _arguments(torch, generator, schema.arguments, shapes, kinds, values, grad)
+        except _Unfit:
+            continue
+        written = [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+        inputs = [*args, *kwargs.values()]
+        pairs = [(inputs[i], inputs[i].clone()) for i in written if isinstance(inputs[i], torch.Tensor)]
+        reset = (lambda pairs=pairs: [target.copy_(source) for target, source in pairs]) if pairs else None
+        return (lambda op=op, args=args, kwargs=kwargs: op(*args, **kwargs)), reset
+    raise _Unfit(name)
+
+
+def _arguments(torch: Any, generator: Any, schema_args: list[Any], shapes: list[Any], kinds: list[Any],
+               values: list[Any], grad: bool) -> tuple[list[Any], dict[str, Any]]:
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    size = 0
+    for arg, shape, kind, value in zip(schema_args, shapes, kinds, values, strict=True):
+        typ = str(getattr(arg, "real_type", arg.type))
+        if kind in ("", None) and value in ("", None) and "Tensor" not in typ and arg.has_default_value():
+            built = arg.default_value  # not recorded (a string, a device): the schema's default
+        else:
+            built = _argument(torch, generator, typ, shape, kind, value, grad)
+        size += sum(t.numel() * t.element_size() for t in _tensors(built, torch))
+        if size > MAX_INPUT_BYTES:
+            raise _Unfit("inputs too large")
+        if arg.kwarg_only:
+            kwargs[arg.name] = built
+        else:
+            args.append(built)
+    return args, kwargs
+
+
+def _tensors(value: Any, torch: Any) -> list[Any]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, torch.Tensor)]
+    return []
+
+
+def _argument(torch: Any, generator: Any, typ: str, shape: Any, kind: Any, value: Any, grad: bool = False) -> Any:
+    """One argument of schema type ``typ`` (its real type as torch spells it: ``Tensor``,
+    ``Optional[ScalarType]``, ``List[int]``) from what the trace recorded of it."""
+    optional = typ.startswith("Optional[")
+    base = typ[len("Optional["):-1] if optional else typ
+    if base == "Tensor":
+        if kind in ("", None):
+            return None if optional else _unfit(typ)
+        return _tensor(torch, generator, shape, kind, grad)
+    if base in ("List[Tensor]", "List[Optional[Tensor]]"):
+        if kind != "TensorList":
+            raise _Unfit(typ)
+        # The list's element types are not recorded: its tensors take the default float type.
+        return [_tensor(torch, generator, s, "float", grad) for s in (shape or [])]
+    if kind in ("", None) or value in ("", None):
+        if optional or base in ("Layout", "Device", "MemoryFormat"):
+            return None
+        raise _Unfit(typ)
+    literal = _literal(value)
+    if base == "ScalarType":
+        dtype = _SCALAR_TYPES.get(literal) if isinstance(literal, int) else None
+        return getattr(torch, dtype) if dtype is not None else _unfit(typ)
+    if base in ("Layout", "Device", "MemoryFormat", "Generator"):
+        return None if optional else _unfit(typ)
+    if base == "bool":
+        return bool(literal)
+    if base in ("int", "SymInt"):
+        return int(literal)
+    if base == "float":
+        return float(literal)
+    if base == "number":
+        return literal if isinstance(literal, (int, float, bool)) else _unfit(typ)
+    item = {"List[int]": int, "List[SymInt]": int, "List[float]": float, "List[bool]": bool}.get(base)
+    if item is not None:
+        return [item(v) for v in (literal if isinstance(literal, (list, tuple)) else [literal])]
+    raise _Unfit(typ)
+
+
+def _unfit(why: str) -> Any:
+    raise _Unfit(why)
+
+
+def _tensor(torch: Any, generator: Any, shape: Any, kind: Any, grad: bool = False) -> Any:
+    dtype_name = _DTYPES.get(str(kind))
+    if dtype_name is None or not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise _Unfit(str(kind))
+    dtype = getattr(torch, dtype_name)
+    if dtype.is_floating_point or dtype.is_complex:
+        return torch.rand(shape, generator=generator, dtype=dtype).requires_grad_(grad)
+    # Integers and masks as zeros: an index of zero is in range wherever an index is.
+    return torch.zeros(shape, dtype=dtype)
+
+
+def _json_list(text: str) -> list[Any]:
+    try:
+        value = json.loads(text) if text else []
+    except ValueError as exc:
+        raise _Unfit(text) from exc
+    if not isinstance(value, list):
+        raise _Unfit(text)
+    return value
+
+
+def _literal(value: Any) -> Any:
+    """A recorded scalar (``"1"``, ``"0."``, ``"False"``, ``"[64, 1024]"``) as a Python value:
+    a literal only, never code."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError):
+        if value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise _Unfit(value) from None

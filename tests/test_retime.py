@@ -1,0 +1,89 @@
+"""Re-timing the job's operator calls at one thread (advisor.collect.retime), as the
+collector does after a run recorded on a busy machine: which calls are made again, from
+what the trace recorded of them, and that the job's own state is left as it was."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from advisor.collect import retime
+
+torch = pytest.importorskip("torch")
+
+MS = 1_000_000
+
+
+def ops(rows: list[tuple]) -> pd.DataFrame:
+    """Operator calls as a session holds them: (id, parent, name, dims, types, concrete,
+    start ms, end ms, phase)."""
+    return pd.DataFrame([{"id": i, "parent_op": parent, "name": name, "input_dims": dims, "input_types": types,
+                          "concrete_inputs": concrete, "start_ns": int(start * MS), "end_ns": int(end * MS),
+                          "phase": phase}
+                         for i, parent, name, dims, types, concrete, start, end, phase in rows])
+
+
+ROWS = [
+    # A linear layer in forward, whole: its addmm inside it is not timed apart.
+    (0, -1, "aten::linear", "[[64,512],[256,512],[256]]", '["float","float","float"]', "", 0, 10, "Forward"),
+    (1, 0, "aten::addmm", "[[256],[64,512],[512,256],[],[]]", '["float","float","float","Scalar","Scalar"]',
+     '["","","","1","1"]', 1, 9, "Forward"),
+    # gelu's approximate= argument is a string the trace leaves blank: the schema's default.
+    (2, -1, "aten::gelu", "[[64,256],[]]", '["float",""]', "", 10, 12, "Forward"),
+    # An autograd node is no operator: the calls inside it are timed.
+    (3, -1, "autograd::engine::evaluate_function: AddmmBackward0", "", "", "", 12, 20, "Backward"),
+    (4, 3, "aten::mm", "[[64,256],[256,512]]", '["float","float"]', "", 13, 19, "Backward"),
+    (5, -1, "aten::sum", "[[64,256],[],[],[]]", '["float","ScalarList","Scalar",""]', '["","[0]","True",""]',
+     20, 22, "Backward"),
+    # An optimizer's update: in place, with a scalar.
+    (6, -1, "aten::add_", "[[256,512],[256,512],[]]", '["float","float","Scalar"]', '["","","-0.01"]', 22, 25,
+     "Optimization"),
+    # Never made again: it draws random numbers.
+    (7, -1, "aten::dropout", "[[64,256],[],[]]", '["float","Scalar","Scalar"]', '["","0.1","True"]', 25, 27,
+     "Forward"),
+    # A name torch does not have.
+    (8, -1, "aten::no_such_operator", "[[4]]", '["float"]', "", 27, 28, "Forward"),
+]
+
+
+def test_each_outermost_call_that_can_be_made_again_is_timed_once_at_one_thread():
+    threads = torch.get_num_threads()
+    state = torch.get_rng_state()
+    found = retime.retime_ops(torch, ops(ROWS))
+    timed = {row["name"]: row for row in found["ops"]}
+    assert set(timed) == {"aten::linear", "aten::gelu", "aten::mm", "aten::sum", "aten::add_"}
+    assert all(row["one_thread_ns"] > 0 for row in timed.values())
+    # Forward calls are timed with autograd and without: a node each, recorded.
+    assert timed["aten::linear"]["no_grad_ns"] > 0 and "no_grad_ns" not in timed["aten::mm"]
+    # The outermost calls' time re-timed: linear 10, gelu 2, mm 6 of its node's 8, sum 2 and
+    # add_ 3 ms of 28 ms (not dropout's 2 ms, the unknown name's 1, the node's own 2).
+    assert found["covered_share"] == pytest.approx(23 / 28, abs=1e-3)
+    assert found["threads"] == threads and found["stack_frames"] > 5
+    # The job's state as it was: its thread count, its random numbers.
+    assert torch.get_num_threads() == threads
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_a_call_that_changes_its_inputs_gets_them_back_before_each_timing():
+    # A scale below one a thousand times over would leave denormal numbers, slow on a CPU.
+    rows = [(0, -1, "aten::mul_", "[[1024],[]]", '["float","Scalar"]', '["","0.5"]', 0, 1, "Optimization")]
+    call, reset = retime._rebuilt(torch, torch.Generator().manual_seed(0), *(rows[0][2:6]))
+    assert reset is not None
+    target = call.__defaults__[1][0]  # the tensor the call scales
+    before = target.clone()
+    for _ in range(200):
+        call()
+    reset()
+    assert torch.equal(target, before)
+
+
+@pytest.mark.parametrize("recorded", ["__import__('os').getcwd()", "open('x')", "lambda: 1"])
+def test_a_recorded_scalar_is_read_as_a_literal_never_run(recorded):
+    with pytest.raises(retime._Unfit):
+        retime._literal(recorded)
+    assert retime._literal("[64, 1024]") == [64, 1024] and retime._literal("0.") == 0.0
+
+
+def test_the_budget_bounds_what_is_timed():
+    found = retime.retime_ops(torch, ops(ROWS), budget_ns=0)
+    assert len(found["ops"]) <= 1 and torch.get_num_threads() >= 1
