@@ -21,6 +21,8 @@ on which fixes are replayed:
                 cross-stream waits, host waits on the device; its critical path
     pace        the job's own pace: what the profiler cost each host node, taken off every
                 replay (from the steps run unprofiled, or a calibrated per-op cost)
+    load        a run recorded on a busy machine weighed as on a quiet one: Python by the
+                share its thread ran, operator calls by their time at one thread
     whatif      fixes as changes to that graph, replayed: a saving is the replayed
                 step's reduction
 """

@@ -40,6 +40,8 @@ from advisor.step.waits import blocking_calls
 if TYPE_CHECKING:
     import networkx as nx
 
+    from advisor.step.load import Density
+
 __all__ = ["HOST_STATES", "LAUNCH_LATENCY_CAP_NS", "StepGraph"]
 
 # The host's states, first that covers a moment wins (as the idle partition's causes).
@@ -106,6 +108,9 @@ class StepGraph:
     # Per node: the share of its recorded duration the job spends unprofiled (advisor.step.pace:
     # the profiler's cost taken off the host). 1 where nothing is known or nothing changes.
     pace_scale: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # Where the run was busy, the host's time weighed as on a quiet machine (advisor.step.load):
+    # what share of a node a span holds.
+    density: Density | None = None
 
     def __len__(self) -> int:
         return len(self.kind)

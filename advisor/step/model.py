@@ -76,6 +76,7 @@ class StepModel:
         graph = StepGraph.build(self.facts, self.partition)
         pace = job_pace(self, graph)
         graph.pace_scale = pace.scale
+        graph.density = pace.density
         return graph, pace
 
     @property

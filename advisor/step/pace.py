@@ -35,6 +35,7 @@ import numpy as np
 
 from advisor.session import intervals as iv
 from advisor.step.facts import MODEL_PHASES
+from advisor.step.load import Density, QuietMix, quiet_mix
 
 if TYPE_CHECKING:
     from advisor.step.graph import StepGraph
@@ -64,8 +65,15 @@ class Pace:
 
     scale: np.ndarray  # per node: the share of its recorded duration the job spends (1: all)
     removed_ns: float  # per step: the host time taken off
-    source: str  # "timed steps", "calibrated per-op cost", or "" (the host as recorded)
+    source: str  # "timed steps", "calibrated per-op cost", "quiet mix", or "" (the host as recorded)
     says: str  # one line: what the host figures are
+    # Where the run was busy, the host's time weighed as the work it holds on a quiet
+    # machine (advisor.step.load): a fix's spans take their weighed share of a node.
+    mix: QuietMix | None = None
+
+    @property
+    def density(self) -> Density | None:
+        return self.mix.density if self.mix is not None else None
 
     @property
     def changes(self) -> bool:
@@ -73,7 +81,17 @@ class Pace:
 
 
 def job_pace(model: StepModel, graph: StepGraph) -> Pace:
-    """The pace of ``model``'s job for ``graph`` (see the module docstring)."""
+    """The pace of ``model``'s job for ``graph`` (see the module docstring), weighed as on a
+    quiet machine where the run was recorded on a busy one (advisor.step.load)."""
+    pace = _profiler_off(model, graph)
+    mix = quiet_mix(model, graph, pace.scale)
+    if mix is None:
+        return pace
+    return Pace(mix.scale, pace.removed_ns, "quiet mix", f"{mix.says}; {pace.says}", mix)
+
+
+def _profiler_off(model: StepModel, graph: StepGraph) -> Pace:
+    """The profiler's cost taken off the host nodes (see the module docstring)."""
     n = len(graph)
     none = Pace(np.ones(n), 0.0, "", _as_recorded(model))
     if not n or not graph.steps:

@@ -123,9 +123,9 @@ def scales(graph: StepGraph, fix: Fix) -> tuple[np.ndarray, np.ndarray]:
         spans = iv.union(spans)
         if not len(spans):
             continue
-        # A node partly inside the spans changes in proportion to the part inside.
-        inside = (iv.covered_before(spans, graph.end) - iv.covered_before(spans, graph.start)).astype(np.float64)
-        share = np.where(host & (graph.end > graph.start), inside / np.maximum(graph.end - graph.start, 1), 0.0)
+        # A node partly inside the spans changes in proportion to the part inside: its time,
+        # or where the run was busy, its time weighed as on a quiet machine.
+        share = _share_inside(graph, spans, host)
         partial = 1.0 - (1.0 - value) * share
         factor = np.minimum(factor, partial)
         touched |= share > 0
@@ -215,6 +215,19 @@ def reachable_idle(graph: StepGraph, fix: Fix) -> float | None:
         idle = _union(list(part.causes.values()))
         reach = _union([reach, iv.intersect(idle, _union(spans))])
     return reach.length / max(part.steps, 1)
+
+
+def _share_inside(graph: StepGraph, spans: iv.Intervals, host: np.ndarray) -> np.ndarray:
+    """Per node, the share of it inside ``spans`` (0 for GPU nodes)."""
+    density = graph.density
+    if density is None:
+        inside = (iv.covered_before(spans, graph.end) - iv.covered_before(spans, graph.start)).astype(np.float64)
+        whole = np.maximum(graph.end - graph.start, 1).astype(np.float64)
+    else:
+        inside = density.within(spans, graph.end) - density.within(spans, graph.start)
+        whole = density.before(graph.end) - density.before(graph.start)
+    ok = host & (graph.end > graph.start) & (whole > 0)
+    return np.where(ok, np.clip(inside / np.where(ok, whole, 1.0), 0.0, 1.0), 0.0)
 
 
 def _union(sets: list[iv.Intervals]) -> iv.Intervals:

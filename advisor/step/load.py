@@ -1,0 +1,244 @@
+"""The step's mix as on a quiet machine, for a run recorded while other processes held the cores.
+
+A busy machine does not slow every part of a step alike. Plain Python (a loader's items,
+autograd's bookkeeping, a loop over samples) runs on one thread, and the collector measures
+how long that thread waited for a core: the part it ran is the work (``1 - waited`` of its
+time). An operator torch splits across its threads waits, at the end of each parallel
+region, for its slowest thread to get a core: a round of the scheduler whatever the
+operator's size, so on a loaded two-core machine a 0.5 ms matrix multiply took 20 to 40 ms
+and the operators' share of the recorded step swelled many times over the Python's. A fix
+of the Python work then looked small though it saves as much of a quiet step as ever.
+
+So where the run was busy and the collector timed the job's operators again at one thread
+(advisor.collect.retime), each host node of a CPU run's step graph is weighed as the work
+it holds: the re-timed operator calls it covers (their one-thread time divided by the
+square root of the threads they ran on, where long enough to split: between the one-thread
+time and a perfect split, a factor of at most that root off either way), and the rest of
+its time as Python at the share it ran. The nodes are then scaled together so that the
+step keeps the job's own length at this run's load (the steps timed without the profiler,
+advisor.step.timing; else the graph's at the job's own pace, advisor.step.pace): a saving
+is a share of the step as a quiet machine would divide it, its milliseconds this run's.
+
+A GPU run keeps the recorded mix: its device work is not slowed by the host's load, and
+what the host's load changes there is another question.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from advisor.session import intervals as iv
+from advisor.session.busy import busy_share
+
+__all__ = ["PARALLEL_NS", "Density", "QuietMix", "quiet_mix"]
+
+# An operator call shorter than this at one thread is taken to run on one thread in the job
+# too: torch splits only work larger than its grain, and a short region gains nothing.
+PARALLEL_NS = 100_000
+_KEYS = ("name", "input_dims", "input_types", "concrete_inputs")
+
+
+@dataclass(frozen=True)
+class Density:
+    """The host's time weighed as the work it holds on a quiet machine: inside each counted
+    re-timed call (``starts``/``ends``, sorted and disjoint) its quiet time spread evenly
+    over its recorded span (``rates``, per ns), elsewhere ``base`` (the share of its time a
+    single thread ran). A fix that removes some spans of a node removes their weighed share
+    of it (advisor.step.whatif), not their share of the recorded time."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    rates: np.ndarray
+    base: float
+
+    def before(self, at: np.ndarray) -> np.ndarray:
+        """The weighed time up to each of ``at`` (from time 0)."""
+        at = np.asarray(at, dtype=np.int64)
+        return self.base * at.astype(np.float64) + _integral(self.starts, self.ends, self.rates - self.base, at)
+
+    def at(self, points: np.ndarray) -> np.ndarray:
+        """The weight of the moment at each of ``points``: a counted call's rate inside it,
+        ``base`` elsewhere (a stack sample taken then stands for that much work)."""
+        points = np.asarray(points, dtype=np.int64)
+        i = np.searchsorted(self.starts, points, side="right") - 1
+        inside = (i >= 0) & (points < self.ends[np.maximum(i, 0)]) if len(self.starts) else np.zeros(len(points), bool)
+        return np.where(inside, self.rates[np.maximum(i, 0)] if len(self.rates) else self.base, self.base)
+
+    def within(self, spans: iv.Intervals, at: np.ndarray) -> np.ndarray:
+        """The weighed time inside ``spans`` (normalised) up to each of ``at``."""
+        at = np.asarray(at, dtype=np.int64)
+        covered = self.base * iv.covered_before(spans, at).astype(np.float64)
+        pieces = iv.intersect(iv.Intervals(self.starts, self.ends), spans)
+        if not len(pieces):
+            return covered
+        # Each piece lies inside one call: the last one begun by the piece's start.
+        owner = np.searchsorted(self.starts, pieces.starts, side="right") - 1
+        return covered + _integral(pieces.starts, pieces.ends, self.rates[owner] - self.base, at)
+
+
+@dataclass(frozen=True)
+class QuietMix:
+    """Per graph node, the factor that weighs it as on a quiet machine (1 for GPU nodes),
+    the weighing itself, and what was used."""
+
+    scale: np.ndarray
+    density: Density
+    waited: float  # the share of its run the main thread waited for a core
+    retimed_share: float  # of the main thread's operator time in the window, the share re-timed
+    kinds: int  # kinds of operator call re-timed
+    # Per step, what recording autograd's graph costs the re-timed calls of the Forward
+    # phase (each timed with and without it: a node per call, and where anomaly detection
+    # is on, the Python stack it stores), ns; None where no such call was re-timed.
+    forward_autograd_ns: float | None = None
+    stack_frames: int | None = None  # the Python frames above each re-timed call
+
+    @property
+    def says(self) -> str:
+        return (f"the machine was busy (the main thread waited for a core {self.waited:.0%} of its run), which slows "
+                f"torch's multi-threaded operators far more than plain Python: the step's parts are weighed as on a "
+                f"quiet machine, its Python time by the share that ran and {self.retimed_share:.0%} of its operator "
+                f"time by {self.kinds} kinds of operator call timed again at one thread after the run")
+
+
+def quiet_mix(model: Any, graph: Any, pace: np.ndarray) -> QuietMix | None:
+    """The quiet machine's weights for ``graph``'s nodes on top of ``pace`` (the job's own
+    pace per node), or None where the run was not busy, is a GPU run, or has no re-timed
+    operators."""
+    meta = model.session.meta
+    waited = busy_share(meta.trace_metadata)
+    facts = meta.trace_metadata.get("advisor") if isinstance(meta.trace_metadata, dict) else None
+    retimed = facts.get("retimed_ops") if isinstance(facts, dict) else None
+    part = graph.partition
+    if (waited is None or not isinstance(retimed, dict) or not retimed.get("ops") or part is None or part.on_gpu
+            or meta.collector.gpu_measured or not len(graph)):
+        return None
+    ops = _window_ops(model)
+    if not len(ops):
+        return None
+    quiet_ns, counted, autograd_ns = _quiet_calls(ops, retimed)
+    if not counted.any():
+        return None
+    host = graph.kind == 0
+    start, end = graph.start[host].astype(np.int64), graph.end[host].astype(np.int64)
+    density = _density(ops, quiet_ns, counted, 1.0 - float(waited))
+    duration = (end - start).astype(np.float64)
+    weighed = np.maximum(density.before(end) - density.before(start), 0.0)
+    # The step keeps the job's own length at this run's load: the steps timed without the
+    # profiler where some ran (under load the recorded ones differ from them by more than
+    # recording costs), else the graph's at the job's pace.
+    target = float((duration * pace[host]).sum())
+    mean = _number(getattr(model.times, "mean_step_ns", None))
+    if mean is not None and graph.steps:
+        target = mean * graph.steps
+    if weighed.sum() <= 0 or target <= 0:
+        return None
+    scale = np.ones(len(graph))
+    factor = np.where(duration > 0, weighed * (target / weighed.sum()) / np.maximum(duration, 1.0), pace[host])
+    scale[host] = factor
+    spans = iv.union((ops["start_ns"].to_numpy()[ops["top"].to_numpy()], ops["end_ns"].to_numpy()[ops["top"].to_numpy()]))
+    counted_spans = iv.union((ops["start_ns"].to_numpy()[counted], ops["end_ns"].to_numpy()[counted]))
+    share = iv.intersect(counted_spans, spans).length / spans.length if spans.length else 0.0
+    forward = counted & (ops["phase"].to_numpy() == "Forward") & np.isfinite(autograd_ns)
+    per_step = float(autograd_ns[forward].sum()) / graph.steps if forward.any() and graph.steps else None
+    frames = _number(retimed.get("stack_frames"))
+    return QuietMix(scale, density, float(waited), min(share, 1.0), len(retimed["ops"]), per_step,
+                    int(frames) if frames else None)
+
+
+def _density(ops: pd.DataFrame, quiet_ns: np.ndarray, counted: np.ndarray, base: float) -> Density:
+    """The weighing: each counted call's quiet time over its span; the rest of the
+    operators' time (calls not re-timed, and the time of calls around counted ones outside
+    them) at the rate the counted calls had as a whole, or ``base`` where that is higher (a
+    call not re-timed may have been a parallel one, whose time the load swelled many times
+    over); the time outside every operator, Python, at ``base``."""
+    c_start, c_end = ops["start_ns"].to_numpy()[counted], ops["end_ns"].to_numpy()[counted]
+    order = np.argsort(c_start, kind="stable")
+    c_start, c_end, quiet = c_start[order], c_end[order], quiet_ns[counted][order]
+    wall = np.maximum(c_end - c_start, 1).astype(np.float64)
+    rate = min(float(quiet.sum() / wall.sum()), base) if wall.sum() > 0 else base
+    top = ops["top"].to_numpy()
+    rest = iv.subtract(iv.union((ops["start_ns"].to_numpy()[top], ops["end_ns"].to_numpy()[top])),
+                       iv.union((c_start, c_end)))
+    starts = np.concatenate([c_start, rest.starts]).astype(np.int64)
+    ends = np.concatenate([c_end, rest.ends]).astype(np.int64)
+    rates = np.concatenate([quiet / wall, np.full(len(rest), rate)])
+    order = np.argsort(starts, kind="stable")
+    return Density(starts[order], ends[order], rates[order], base)
+
+
+def _window_ops(model: Any) -> pd.DataFrame:
+    """The main thread's operator calls in the window, with ``top`` (no operator around it)."""
+    f = model.facts
+    thread = f.main_thread
+    ev = f.events
+    if thread is None:
+        return ev.iloc[0:0]
+    lo, hi = model.window.start_ns, model.window.end_ns
+    mine = ((ev["kind"].to_numpy() == "op") & (ev["pid"].to_numpy() == thread[0]) & (ev["tid"].to_numpy() == thread[1])
+            & (ev["end_ns"].to_numpy() > lo) & (ev["start_ns"].to_numpy() < hi))
+    columns = ["id", "parent_op", "start_ns", "end_ns", "phase", *(k for k in _KEYS if k in ev.columns)]
+    ops = ev.loc[mine, columns].copy()
+    for key in (*_KEYS, "phase"):
+        ops[key] = ops[key].astype(str) if key in ops else ""
+    ops["top"] = ~ops["parent_op"].isin(ops["id"]).to_numpy()
+    return ops
+
+
+def _quiet_calls(ops: pd.DataFrame, retimed: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per call, its quiet time (NaN where not re-timed), whether it counts (re-timed, and
+    no call around it was), and what autograd added to it (NaN where not timed without)."""
+    table = pd.DataFrame([{**{k: str(o.get(k, "")) for k in _KEYS}, "one_thread_ns": float(o["one_thread_ns"]),
+                           "no_grad_ns": _number(o.get("no_grad_ns")) or np.nan}
+                          for o in retimed["ops"] if isinstance(o, dict) and _number(o.get("one_thread_ns"))])
+    if not len(table):
+        nothing = np.full(len(ops), np.nan)
+        return nothing, np.zeros(len(ops), dtype=bool), nothing
+    table = table.drop_duplicates(list(_KEYS))
+    joined = ops[list(_KEYS)].merge(table, on=list(_KEYS), how="left")
+    one = joined["one_thread_ns"].to_numpy(dtype=np.float64)
+    autograd = np.maximum(one - joined["no_grad_ns"].to_numpy(dtype=np.float64), 0.0)
+    threads = max(float(retimed.get("threads") or 1), 1.0)
+    cores = _number(retimed.get("cores")) or threads
+    split = math.sqrt(max(min(threads, cores), 1.0))
+    # Autograd's recording is one thread's work; the operator's own may be split.
+    work = np.where(np.isfinite(autograd), one - np.nan_to_num(autograd), one)
+    quiet = np.where(work >= PARALLEL_NS, work / split, work) + np.nan_to_num(autograd)
+    hit = np.isfinite(quiet)
+    # A call inside a counted call is in its time already.
+    position = pd.Index(ops["id"].to_numpy())
+    parent = position.get_indexer(ops["parent_op"].to_numpy())
+    above = np.zeros(len(ops), dtype=bool)
+    for _ in range(32):
+        has = parent >= 0
+        nxt = np.zeros(len(ops), dtype=bool)
+        nxt[has] = hit[parent[has]] | above[parent[has]]
+        if (nxt == above).all():
+            break
+        above = nxt
+    return quiet, hit & ~above, autograd
+
+
+def _integral(starts: np.ndarray, ends: np.ndarray, rate: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """For each time in ``at``, the integral up to it of the sum of ``rate`` over the spans
+    (``starts``/``ends`` sorted and disjoint) that cover each moment."""
+    if not len(starts):
+        return np.zeros(len(at))
+    full = np.concatenate([[0.0], np.cumsum(rate * (ends - starts))])
+    i = np.searchsorted(starts, at, side="right")  # spans begun by then
+    before = full[np.maximum(i - 1, 0)]
+    last = np.maximum(i - 1, 0)
+    part = np.clip(at - starts[last], 0, ends[last] - starts[last]) * rate[last]
+    return np.where(i > 0, before + part, 0.0)
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) and number > 0 else None

@@ -1,0 +1,100 @@
+"""A run recorded on a busy machine, weighed as on a quiet one (advisor.step.load): Python
+time by the share its thread ran, operator calls by their time at one thread, so that a
+fix's share of the step is the quiet machine's. Hand-made sessions with known answers; the
+scripts under load are benchmarks/under_load.py's."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from builders import Trace
+
+from advisor.session import intervals as iv
+from advisor.step.model import build_step_model
+from advisor.step.whatif import Fix, what_if
+
+ADDMM = {"input_dims": "[[256],[64,512],[512,256],[],[]]", "input_types": '["float","float","float","Scalar","Scalar"]',
+         "concrete_inputs": '["","","","1","1"]'}
+WAITED = 0.8  # the main thread waited for a core 80 % of its run
+ONE_THREAD_MS = 2.0  # the addmm at one thread; on two threads, between 1 and 2 ms
+
+
+def session(*, busy: bool = True, retimed: bool = True, gpu_measured: bool = False):
+    """Four steps of 100 ms as a loaded machine recorded them: 20 ms of loading in Python,
+    then a Forward phase of one matrix multiply that waited 79 ms for its threads."""
+    t = Trace()
+    for number in range(1, 5):
+        base = 100.0 * (number - 1)
+        t.step(number, base, base + 100)
+        t.phase("Dataloader", base, base + 20)
+        t.phase("Forward", base + 20, base + 100)
+        t.op("aten::addmm", base + 20.5, base + 99.5, phase="Forward", **ADDMM)
+    advisor: dict = {}
+    if busy:
+        advisor["cpu_wait"] = {"wall_ns": 1_000_000_000, "run_delay_ns": int(WAITED * 1_000_000_000)}
+    if retimed:
+        advisor["retimed_ops"] = {"threads": 2, "cores": 2.0, "stack_frames": 12, "covered_share": 1.0,
+                                  "ops": [{"name": "aten::addmm", **ADDMM, "one_thread_ns": ONE_THREAD_MS * 1e6}]}
+    return t.session(gpu_measured=gpu_measured, advisor=advisor)
+
+
+def loading_share(model) -> float:
+    result = what_if(model.graph, Fix("loading gone", host_states={"loading": 0.0}))
+    return result.saved_ns / result.before_ns
+
+
+def test_on_a_busy_machine_the_python_work_weighs_what_ran_and_the_operator_its_one_thread_time():
+    model = build_step_model(session())
+    assert model.pace.source == "quiet mix" and model.pace.density is not None
+    python = 20.0 * (1 - WAITED)  # loading: the share of its 20 ms the thread ran
+    operator = ONE_THREAD_MS / math.sqrt(2)  # long enough to split across the job's two threads
+    rest = 1.0 * (1 - WAITED)  # the Forward phase's Python around the call
+    assert loading_share(model) == pytest.approx(python / (python + operator + rest), rel=1e-3)
+    # The step keeps its length at this run's load: only the mix changes.
+    assert model.graph.baseline == pytest.approx(100e6, rel=1e-3)
+    assert "waited for a core 80%" in model.pace.says and "timed again at one thread" in model.pace.says
+
+
+def test_a_fixs_spans_inside_a_node_take_their_weighed_share_of_it():
+    model = build_step_model(session())
+    f = model.facts
+    forward = f.phase_intervals("Forward")
+    calls = iv.Intervals(np.array([20_500_000 + k * 100_000_000 for k in range(4)], dtype=np.int64),
+                         np.array([99_500_000 + k * 100_000_000 for k in range(4)], dtype=np.int64))
+    # The multiply gone: its weighed time, not 79 % of the Forward phase's 80 ms.
+    gone = what_if(model.graph, Fix("multiply gone", host_spans=((calls, 0.0),)))
+    python, operator, rest = 4.0, ONE_THREAD_MS / math.sqrt(2), 0.2
+    assert gone.saved_ns / gone.before_ns == pytest.approx(operator / (python + operator + rest), rel=1e-3)
+    assert len(forward)
+
+
+@pytest.mark.parametrize("kind", ["quiet", "not re-timed", "gpu"])
+def test_the_recorded_mix_stands_where_the_machine_was_quiet_nothing_was_re_timed_or_the_gpu_ran_the_work(kind):
+    built = {"quiet": session(busy=False), "not re-timed": session(retimed=False),
+             "gpu": session(gpu_measured=True)}[kind]
+    model = build_step_model(built)
+    assert model.pace.source != "quiet mix" and model.pace.density is None
+    if kind != "gpu":
+        assert loading_share(model) == pytest.approx(0.2, rel=1e-3)
+
+
+def test_anomaly_modes_stack_capture_is_read_from_the_forward_calls_timed_with_and_without_autograd():
+    from advisor.tables.autograd_anomaly import _own_frames, _retimed_share
+
+    built = session()
+    # The multiply was made again with autograd (2 ms of it the node and its stored stack)
+    # and without (1 ms), from a stack of 12 frames; the job's own stacks hold 6.
+    built.meta.trace_metadata["advisor"]["retimed_ops"]["ops"][0].update(one_thread_ns=3e6, no_grad_ns=1e6)
+    model = build_step_model(built)
+    assert model.pace.mix.forward_autograd_ns == pytest.approx(2e6)
+    forward = 1.0 / math.sqrt(2) + 2.0 + 1.0 * (1 - WAITED)  # its own work split, autograd's not; Python around
+    capture = 2.0 * 6 / 12
+    assert _retimed_share(model.facts, 6.0) == pytest.approx(capture / forward, rel=1e-3)
+    # Innermost first: two frames of the capture, then the job's five frames to its <module>, then the launcher's.
+    stack = ";".join(["/lib/traceback.py(1): extract", "/lib/linecache.py(2): getline", "/torch/nn/linear.py(5): forward",
+                      "train.py(9): block", "train.py(20): forward", "train.py(30): main", "train.py(40): <module>",
+                      "<frozen runpy>(88): _run_code"])
+    assert _own_frames(stack) == 5
+    assert _retimed_share(build_step_model(session(busy=False)).facts, 6.0) is None
