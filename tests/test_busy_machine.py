@@ -101,6 +101,11 @@ def test_a_busy_run_with_operator_threads_says_which_way_its_shares_lean():
     assert "78%" in note and "4 threads" in note and "smaller here than on a quiet machine" in note
     assert "advisor verify" in note
     assert "threads" not in _busy_machine(wait, threads=1)  # one thread: nothing leans
+    # Where the operators were timed again at one thread, the step was weighed as on a quiet machine.
+    retimed = {"ops": [{"name": "aten::mm"}] * 12, "covered_share": 0.97}
+    note = _busy_machine(wait, threads=4, retimed=retimed)
+    assert "12 kinds of operator call (97%" in note and "weighed as on a quiet machine" in note
+    assert "smaller here" not in note
 
 
 # The loader's "file read": long beside what a busy machine adds to each item (the wait for

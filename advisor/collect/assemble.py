@@ -36,6 +36,7 @@ from advisor.session import (
     insert_unrelated,
     text,
 )
+from advisor.session.attribute import main_thread
 from advisor.session.busy import busy_share
 
 
@@ -140,6 +141,28 @@ def _with_handoff(facts: dict[str, Any], say: Callable[[str], None] | None) -> d
     return {**facts, "loaders": [timed if entry is chosen else entry for entry in loaders]}
 
 
+def _with_retimed_ops(facts: dict[str, Any], session: Session | None,
+                      say: Callable[[str], None] | None) -> dict[str, Any]:
+    """``facts`` with the main thread's operators timed again at one thread
+    (``retimed_ops``, advisor.collect.retime) where the machine was busy while the run was
+    recorded: what the step model weighs the recorded mix with."""
+    torch = sys.modules.get("torch")
+    if torch is None or session is None or busy_share({"advisor": facts}) is None:
+        return facts
+    thread = main_thread(session.events)
+    ev = session.events
+    if thread is None:
+        return facts
+    mine = (ev["kind"].to_numpy() == "op") & (ev["pid"].to_numpy() == thread[0]) & (ev["tid"].to_numpy() == thread[1])
+    if not mine.any():
+        return facts
+    from advisor.collect.retime import retime_ops  # noqa: PLC0415
+
+    if say is not None:
+        say("the machine is busy: timing the job's operators again at one thread")
+    return {**facts, "retimed_ops": {**retime_ops(torch, ev[mine]), "cores": usable_cores()}}
+
+
 def _with_autograd_cost(facts: dict[str, Any]) -> dict[str, Any]:
     """``facts`` with what one autograd node costs a forward on this CPU
     (``autograd_node_ns``, advisor.knowledge.cpu.probe_autograd_node), where the script ran
@@ -170,13 +193,15 @@ def _recording_stop_note(facts: dict[str, Any]) -> str:
             "what it recorded), between two steps: in no step's time, and not the job's")
 
 
-def _busy_machine(wait: dict[str, Any], threads: int | None = None) -> str:
+def _busy_machine(wait: dict[str, Any], threads: int | None = None, retimed: dict[str, Any] | None = None) -> str:
     """A note where the script's main thread waited for a core enough of its run to call the
     machine busy (advisor.session.busy). Where torch ran its operators on several threads,
-    it says which way the shares lean: a team of operator threads waits at each operator's
-    end for its slowest member to get a core, so other processes slow the operators many
-    times more than plain Python (at four runnable threads a core, tens of times against
-    four or five), and the recorded mix understates the Python work."""
+    it says which way the recorded shares lean: a team of operator threads waits at each
+    operator's end for its slowest member to get a core, so other processes slow the
+    operators many times more than plain Python (at four runnable threads a core, tens of
+    times against four or five), and the recorded mix understates the Python work; and
+    where the operators were timed again at one thread (``retimed``,
+    advisor.collect.retime), that the step model weighs the step as on a quiet machine."""
     share = busy_share({"advisor": {"cpu_wait": wait}})
     if share is None:
         return ""
@@ -184,12 +209,19 @@ def _busy_machine(wait: dict[str, Any], threads: int | None = None) -> str:
             "it ran, other processes holding the cores; its timings are slower than on a quiet machine, so "
             "savings are given as shares of the step, their milliseconds this run's (advice is sized from the "
             "cores the job may use, not from that load)")
-    if threads is not None and threads > 1:
-        said += (f". torch's operators ran on {threads} threads, which the load slows far more than plain Python "
-                 "(each operator waits for its slowest thread to get a core): the shares of Python work (a "
-                 "loader's items, loops over samples, autograd's bookkeeping) are likely smaller here than on a "
-                 "quiet machine; `advisor verify` measures a fix, or diagnose again when the machine is quiet")
-    return said
+    if threads is None or threads <= 1:
+        return said
+    said += (f". torch's operators ran on {threads} threads, which the load slows far more than plain Python "
+             "(each operator waits for its slowest thread to get a core)")
+    kinds = len(retimed.get("ops") or []) if isinstance(retimed, dict) else 0
+    if kinds:
+        return said + (f": {kinds} kinds of operator call ({float(retimed.get('covered_share') or 0):.0%} of the "
+                       "operators' recorded time) were timed again at one thread after the run, and the step's "
+                       "parts are weighed as on a quiet machine (Python by the share its thread ran), so a saving "
+                       "is a share of the quiet step; `advisor verify` measures a fix")
+    return said + (": the shares of Python work (a loader's items, loops over samples, autograd's bookkeeping) are "
+                   "likely smaller here than on a quiet machine; `advisor verify` measures a fix, or diagnose again "
+                   "when the machine is quiet")
 
 
 def _operator_threads() -> int | None:
@@ -315,6 +347,7 @@ def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace,
     if run.ending != INTERRUPT:  # a user who stopped the run waits for nothing more
         facts = _with_handoff(facts, say)
         facts = _with_autograd_cost(facts)
+        facts = _with_retimed_ops(facts, session if capture is None else None, say)
     if run.batch_size is not None:
         trace_metadata["batch_size"] = run.batch_size
     trace_metadata.update({"advisor": facts, "wall_time_s": run.wall_time_s,
@@ -328,7 +361,7 @@ def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace,
         notes.append(f"{run.error}: the window and the steps timed after it are what the diagnosis needs "
                      "(`advisor diagnose --run-to-end` runs the script whole; work that comes less often than "
                      "those steps, or after them, is not seen)")
-    busy = _busy_machine(facts.get("cpu_wait") or {}, _operator_threads())
+    busy = _busy_machine(facts.get("cpu_wait") or {}, _operator_threads(), facts.get("retimed_ops"))
     if busy:
         notes.append(busy)
     compiled = compile_note(facts.get("compiles") or [], capture.events if capture is not None
