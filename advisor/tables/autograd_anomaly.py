@@ -22,6 +22,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from advisor.session import intervals as iv
 from advisor.session import text
 from advisor.session.attribute import name_matches
 from advisor.step.facts import Facts, coded
@@ -35,7 +36,7 @@ ENGINE = re.compile(r"^autograd::engine::evaluate_function")
 # the standard library's traceback module, which reads source lines through linecache).
 CAPTURE_FRAMES = ("/traceback.py(", "/linecache.py(")
 COLUMNS = ["checks", "checks_per_step", "check_per_step_ns", "forward_per_step_ns", "forward_samples",
-           "capture_samples", "capture_share", "capture_per_step_ns", "capture_launcher_share"]
+           "capture_samples", "capture_share", "capture_per_step_ns", "capture_launcher_share", "capture_retimed"]
 
 
 @table(
@@ -58,11 +59,16 @@ COLUMNS = ["checks", "checks_per_step", "check_per_step_ns", "forward_per_step_n
         "forward_per_step_ns": "The Forward phase's time per step from the step clock, ns (NaN without phases).",
         "forward_samples": "Stack samples of the main thread in the Forward phase.",
         "capture_samples": "Of those, samples inside the stack capture (traceback and linecache frames).",
-        "capture_share": "capture_samples / forward_samples (NaN without samples).",
+        "capture_share": "capture_samples / forward_samples (NaN without samples); on a busy machine where the "
+                         "Forward phase's calls were timed again at one thread, the share of its work autograd's "
+                         "recording takes in them (capture_retimed).",
         "capture_per_step_ns": "capture_share x forward_per_step_ns: the stack capture's time per step, ns.",
         "capture_launcher_share": "Of the frames each capture formats (those outside it in the sampled stack), the "
                                   "mean share outside the script's own <module> frame: the launcher's (advisor's, "
-                                  "where it ran the script), which a run without it does not format.",
+                                  "where it ran the script), which a run without it does not format (0 where "
+                                  "capture_retimed: that share is the job's own already).",
+        "capture_retimed": "1 where capture_share comes from calls timed again at one thread (the run was recorded "
+                           "on a busy machine), scaled to the frames the job's own stacks hold; 0 from samples.",
     },
 )
 def autograd_anomaly_table(f: Facts) -> pd.DataFrame | None:
@@ -84,7 +90,7 @@ def autograd_anomaly_table(f: Facts) -> pd.DataFrame | None:
         check_ns = float((ev["end_ns"].to_numpy()[rows] - ev["start_ns"].to_numpy()[rows]).sum())
     samples, _ = samples_in_steps(f)
     forward = samples[(text(samples["phase"]) == "Forward")] if len(samples) else samples
-    capture, launcher = 0, np.nan
+    capture, launcher, share, retimed = 0, np.nan, np.nan, None
     if len(forward):
         codes, stacks = coded(forward["call_stack"])
         hit = np.array([any(frame in str(stack) for frame in CAPTURE_FRAMES) for stack in stacks], dtype=bool)
@@ -93,17 +99,57 @@ def autograd_anomaly_table(f: Facts) -> pd.DataFrame | None:
         if capture:
             outside = np.array([_launcher_share(str(stack)) if hit[i] else 0.0 for i, stack in enumerate(stacks)])
             launcher = float(outside[captured].mean())
+        share = capture / len(forward)
+        if capture:
+            own = np.array([_own_frames(str(stack)) for stack in stacks], dtype=np.float64)[captured]
+            retimed = _retimed_share(f, float(own.mean()))
+            if retimed is not None:
+                share, launcher = retimed, 0.0
     if not checks and not capture:
         return empty
     forward_ns = phase_ns(f).get("Forward", np.nan)
-    share = capture / len(forward) if len(forward) else np.nan
     row = {
         "checks": checks, "checks_per_step": checks / steps if steps else np.nan,
         "check_per_step_ns": check_ns / steps if steps else np.nan, "forward_per_step_ns": forward_ns,
         "forward_samples": len(forward), "capture_samples": capture, "capture_share": share,
         "capture_per_step_ns": share * forward_ns, "capture_launcher_share": launcher,
+        "capture_retimed": float(retimed is not None),
     }
     return pd.DataFrame([row], index=pd.Index(["anomaly detection"], name="key"))[COLUMNS]
+
+
+def _retimed_share(f: Facts, own_frames: float) -> float | None:
+    """On a busy machine, the share of the Forward phase's work that is autograd's recording
+    (its stack capture, with anomaly detection on), from the Forward phase's calls timed
+    again at one thread with and without autograd (advisor.step.load): the stack samples
+    of a loaded run catch the capture far less often than its share of the work (the
+    sampler waits for a core, then for Python's lock, which the main thread gives up
+    between operators). A capture formats every frame of the stack: the re-timed calls'
+    stacks held ``stack_frames``, the job's own ``own_frames`` (the script's, advisor's
+    launcher left out). None where the run was quiet or no such call was timed."""
+    model = f.model
+    mix = getattr(getattr(model, "pace", None), "mix", None)
+    if mix is None or not mix.forward_autograd_ns or not model.steps or not mix.stack_frames or not own_frames > 0:
+        return None
+    lo, hi = model.window.start_ns, model.window.end_ns
+    spans = iv.intersect(iv.union(f.phase_intervals("Forward")),
+                         iv.Intervals(np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64)))
+    if not len(spans):
+        return None
+    edges = np.array([lo, hi], dtype=np.int64)
+    inside = mix.density.within(spans, edges)
+    forward = float(inside[1] - inside[0]) / model.steps
+    capture = mix.forward_autograd_ns * own_frames / mix.stack_frames
+    return min(capture / forward, 1.0) if forward > 0 else None
+
+
+def _own_frames(stack: str) -> float:
+    """Of a sampled stack in the capture (innermost first, ';'-separated), the frames from
+    the capture's caller to the script's <module> frame: those the job alone would hold."""
+    frames = stack.split(";")
+    module = next((i for i, frame in enumerate(frames) if frame.endswith(": <module>")), len(frames) - 1)
+    first = next((i for i, frame in enumerate(frames) if not any(c in frame for c in CAPTURE_FRAMES)), 0)
+    return float(max(module - first + 1, 1))
 
 
 def _launcher_share(stack: str) -> float:

@@ -66,9 +66,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     message = (f"Autograd's anomaly detection is on: backward checks the outputs of each of its {per_step:.0f} "
                f"functions a step for NaN ({ms(check_ns)} per step"
                + (f", {pct(check_ns / step)} of the step" if step else "") + ")"
-               + (f", and forward stores the Python stack of every autograd node it creates ({pct(share)} of the "
-                  f"Forward phase's samples, about {ms(capture_ns * (1 - launcher))} per step run alone; "
-                  f"{ms(capture_ns)} under advisor, whose frames each stack also holds)" if share > 0 else "")
+               + (f", and forward stores the Python stack of every autograd node it creates ({_capture(row, share, launcher)})"
+                  if share > 0 else "")
                + (". On a GPU each check also reads its answer back to the host, a wait per function."
                   if ctx.gpu_measured else "."))
     return [Finding(
@@ -92,3 +91,13 @@ def check(ctx: RuleContext) -> list[Finding]:
         metrics={"checks_per_step": per_step, "check_per_step_ns": check_ns, "capture_share": share,
                  "capture_per_step_ns": capture_ns * (1 - launcher) if share > 0 else 0.0},
     ).with_fix(fix)]
+
+
+def _capture(row, share: float, launcher: float) -> str:
+    """What the stack capture takes of the Forward phase, and by what measure."""
+    capture_ns = float(row["capture_per_step_ns"])
+    if float(row.get("capture_retimed", 0.0) or 0.0) > 0:
+        return (f"{pct(share)} of the Forward phase's work, its calls timed again at one thread with and without "
+                f"autograd after the run, as the machine was busy: about {ms(capture_ns)} per step at this run's load")
+    return (f"{pct(share)} of the Forward phase's samples, about {ms(capture_ns * (1 - launcher))} per step run "
+            f"alone; {ms(capture_ns)} under advisor, whose frames each stack also holds")
