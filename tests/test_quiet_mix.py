@@ -98,3 +98,15 @@ def test_anomaly_modes_stack_capture_is_read_from_the_forward_calls_timed_with_a
                       "<frozen runpy>(88): _run_code"])
     assert _own_frames(stack) == 5
     assert _retimed_share(build_step_model(session(busy=False)).facts, 6.0) is None
+
+
+def test_the_loaders_share_in_its_finding_is_the_quiet_machines():
+    from advisor.rules import run_rules
+    from advisor.tables import compute_tables
+
+    python, operator, rest = 4.0, ONE_THREAD_MS / math.sqrt(2), 0.2
+    for busy, said in ((True, f"{python / (python + operator + rest):.1%} of each step"), (False, "20.0% of each step")):
+        built = session(busy=busy)
+        finding = {f.rule: f for f in run_rules(built, compute_tables(built)).findings}["dataloader-starvation"]
+        assert finding.message.startswith(f"The data loader takes {said}")
+        assert ("weighed as on a quiet machine" in finding.message) == busy

@@ -35,7 +35,7 @@ import pandas as pd
 from advisor.session import intervals as iv
 from advisor.session.busy import busy_share
 
-__all__ = ["PARALLEL_NS", "Density", "QuietMix", "quiet_mix"]
+__all__ = ["PARALLEL_NS", "Density", "QuietMix", "quiet_mix", "weighed_per_step"]
 
 # An operator call shorter than this at one thread is taken to run on one thread in the job
 # too: torch splits only work larger than its grain, and a short region gains nothing.
@@ -148,6 +148,22 @@ def quiet_mix(model: Any, graph: Any, pace: np.ndarray) -> QuietMix | None:
     frames = _number(retimed.get("stack_frames"))
     return QuietMix(scale, density, float(waited), min(share, 1.0), len(retimed["ops"]), per_step,
                     int(frames) if frames else None)
+
+
+def weighed_per_step(model: Any, spans: iv.Intervals | None = None) -> float | None:
+    """Per step, the host's time in the window inside ``spans`` (all of it where None),
+    weighed as on a quiet machine, ns; None where the model does not weigh its run (the run
+    was quiet, or nothing was re-timed). A rule that sizes a fix from a part's time divides
+    it by this, not by the part's time as the load stretched it."""
+    mix = getattr(getattr(model, "pace", None), "mix", None)
+    if mix is None or not model.steps:
+        return None
+    lo, hi = int(model.window.start_ns), int(model.window.end_ns)
+    window = iv.Intervals(np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64))
+    inside = iv.intersect(iv.union(spans), window) if spans is not None else window
+    edges = np.array([lo, hi], dtype=np.int64)
+    weighed = mix.density.within(inside, edges)
+    return float(weighed[1] - weighed[0]) / model.steps
 
 
 def _density(ops: pd.DataFrame, quiet_ns: np.ndarray, counted: np.ndarray, base: float) -> Density:

@@ -22,10 +22,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from advisor.session import intervals as iv
 from advisor.session import text
 from advisor.session.attribute import name_matches
 from advisor.step.facts import Facts, coded
+from advisor.step.load import weighed_per_step
 from advisor.tables._registry import table
 from advisor.tables.python_hotspots import phase_ns, samples_in_steps
 
@@ -129,18 +129,13 @@ def _retimed_share(f: Facts, own_frames: float) -> float | None:
     launcher left out). None where the run was quiet or no such call was timed."""
     model = f.model
     mix = getattr(getattr(model, "pace", None), "mix", None)
-    if mix is None or not mix.forward_autograd_ns or not model.steps or not mix.stack_frames or not own_frames > 0:
+    if mix is None or not mix.forward_autograd_ns or not mix.stack_frames or not own_frames > 0:
         return None
-    lo, hi = model.window.start_ns, model.window.end_ns
-    spans = iv.intersect(iv.union(f.phase_intervals("Forward")),
-                         iv.Intervals(np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64)))
-    if not len(spans):
+    forward = weighed_per_step(model, f.phase_intervals("Forward"))
+    if not forward:
         return None
-    edges = np.array([lo, hi], dtype=np.int64)
-    inside = mix.density.within(spans, edges)
-    forward = float(inside[1] - inside[0]) / model.steps
     capture = mix.forward_autograd_ns * own_frames / mix.stack_frames
-    return min(capture / forward, 1.0) if forward > 0 else None
+    return min(capture / forward, 1.0)
 
 
 def _own_frames(stack: str) -> float:

@@ -17,6 +17,7 @@ from advisor.rules.checks.common import ms, pct, row_evidence, severity_by_share
 from advisor.rules.registry import RuleContext, register
 from advisor.rules.savings import replayed
 from advisor.session import intervals as iv
+from advisor.step.load import weighed_per_step
 from advisor.step.whatif import Fix
 
 ROW = "anomaly detection"
@@ -64,8 +65,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         return []
     check_ns, capture_ns = float(row["check_per_step_ns"]), float(row["capture_per_step_ns"])
     message = (f"Autograd's anomaly detection is on: backward checks the outputs of each of its {per_step:.0f} "
-               f"functions a step for NaN ({ms(check_ns)} per step"
-               + (f", {pct(check_ns / step)} of the step" if step else "") + ")"
+               f"functions a step for NaN ({ms(check_ns)} per step" + _check_share(ctx, checks, check_ns, step) + ")"
                + (f", and forward stores the Python stack of every autograd node it creates ({_capture(row, share, launcher)})"
                   if share > 0 else "")
                + (". On a GPU each check also reads its answer back to the host, a wait per function."
@@ -91,6 +91,16 @@ def check(ctx: RuleContext) -> list[Finding]:
         metrics={"checks_per_step": per_step, "check_per_step_ns": check_ns, "capture_share": share,
                  "capture_per_step_ns": capture_ns * (1 - launcher) if share > 0 else 0.0},
     ).with_fix(fix)]
+
+
+def _check_share(ctx: RuleContext, checks: iv.Intervals, check_ns: float, step: float) -> str:
+    """The checks' share of the step: as a quiet machine divides it where the run was busy
+    (advisor.step.load), the checks' Python against operators the load stretched far more."""
+    weighed = weighed_per_step(ctx.model, checks)
+    whole = weighed_per_step(ctx.model) if weighed is not None else None
+    if weighed is not None and whole:
+        return f" at this run's load, {pct(weighed / whole)} of the step weighed as on a quiet machine"
+    return f", {pct(check_ns / step)} of the step" if step else ""
 
 
 def _capture(row, share: float, launcher: float) -> str:

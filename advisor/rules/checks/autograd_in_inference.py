@@ -19,6 +19,7 @@ from advisor.rules.checks.common import ms, pct, row_evidence, severity_by_share
 from advisor.rules.registry import RuleContext, register
 from advisor.rules.savings import replayed
 from advisor.session import intervals as iv
+from advisor.step.load import weighed_per_step
 from advisor.step.whatif import Fix
 
 TABLE = "inference_autograd"
@@ -48,6 +49,9 @@ def _measure(ctx: RuleContext) -> dict | None:
         forward_ns = float(row["graded_per_step_ns"])
     if not len(spans) or forward_ns <= 0:
         return None
+    # On a busy machine the forwards' time is weighed as on a quiet one (advisor.step.load),
+    # as the probe's node cost is: the load stretched the recorded forwards, not the nodes.
+    forward_ns = weighed_per_step(ctx.model, spans) or forward_ns
     return {"table": table, "nodes": nodes, "node_ns": node_ns, "probed": not math.isnan(probed),
             "forward_ns": forward_ns, "spans": spans, "cost_ns": min(nodes * node_ns, forward_ns)}
 

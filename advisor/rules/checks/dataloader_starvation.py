@@ -47,6 +47,7 @@ from advisor.findings import Evidence, Finding, Saving
 from advisor.rules.checks.common import ms, pct, row_evidence, severity_by_share, value
 from advisor.rules.registry import RuleContext, register
 from advisor.rules.savings import StepFigures, best_workers, replayed, rest_slowdown, step_after, worker_floor
+from advisor.step.load import weighed_per_step
 from advisor.step.whatif import Fix
 
 # -- measure ---------------------------------------------------------------------------------------
@@ -108,6 +109,13 @@ def measure(ctx: RuleContext) -> Measure | None:
         return None
     share, per_step, over, evidence = found
     step = per_step / share if share > 0 else per_step
+    # On a busy machine the loading's share is the quiet machine's (advisor.step.load): the
+    # load stretched the model's operators many times more than the loader's Python.
+    weighed = weighed_per_step(ctx.model, ctx.model.facts.phase_intervals("Dataloader")) if ctx.model else None
+    whole = weighed_per_step(ctx.model) if weighed else None
+    if weighed and whole:
+        share = min(weighed / whole, 1.0)
+        per_step, over = share * step, f"{over}, weighed as on a quiet machine"
     loaders = ctx.table("dataloaders")
     loader = loaders.iloc[0] if loaders is not None and len(loaders) else None
     cores, usable = _cores(ctx)
