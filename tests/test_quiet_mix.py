@@ -9,9 +9,10 @@ import math
 
 import numpy as np
 import pytest
-from builders import Trace
+from builders import REPO, Trace
 
 from advisor.session import intervals as iv
+from advisor.step.load import weighed_per_step
 from advisor.step.model import build_step_model
 from advisor.step.whatif import Fix, what_if
 
@@ -110,3 +111,27 @@ def test_the_loaders_share_in_its_finding_is_the_quiet_machines():
         finding = {f.rule: f for f in run_rules(built, compute_tables(built)).findings}["dataloader-starvation"]
         assert finding.message.startswith(f"The data loader takes {said}")
         assert ("weighed as on a quiet machine" in finding.message) == busy
+
+
+CASES = REPO / "cases"
+
+
+@pytest.mark.parametrize("case", ["cpu_json_records", "cpu_anomaly_left_on"])
+def test_a_recorded_runs_operators_are_timed_again_and_weigh_its_step(case):
+    """The collector's step on a recorded case as if its run had been busy: its calls are
+    made again (most of the operators' time), and the step model weighs the step with them."""
+    from advisor.collect.assemble import _with_retimed_ops
+    from advisor.importers.loader import load
+
+    pytest.importorskip("torch")  # the script's: re-timing runs in the process that ran it
+    recorded = load(CASES / case / "session", use_cache=False)
+    busy = {"cpu_wait": {"wall_ns": 10_000_000_000, "run_delay_ns": 8_000_000_000}}
+    facts = _with_retimed_ops(busy, recorded, None, gpu=False)
+    retimed = facts["retimed_ops"]
+    assert retimed["covered_share"] > 0.5 and len(retimed["ops"]) >= 5
+    assert _with_retimed_ops(busy, recorded, None, gpu=True) is busy  # a GPU's operators are not timed here
+    assert _with_retimed_ops({}, recorded, None, gpu=False) == {}  # nor a quiet run's
+    recorded.meta.trace_metadata["advisor"] = {**recorded.meta.trace_metadata.get("advisor", {}), **facts}
+    model = build_step_model(recorded)
+    assert model.pace.source == "quiet mix"
+    assert 0 < weighed_per_step(model) and weighed_per_step(model, model.facts.phase_intervals("Forward")) > 0

@@ -87,3 +87,10 @@ def test_a_recorded_scalar_is_read_as_a_literal_never_run(recorded):
 def test_the_budget_bounds_what_is_timed():
     found = retime.retime_ops(torch, ops(ROWS), budget_ns=0)
     assert len(found["ops"]) <= 1 and torch.get_num_threads() >= 1
+
+
+@pytest.mark.parametrize("name", ["aten::__class__", "aten::_ops", "aten::linear.default", "aten::", "prim::abs",
+                                  "aten::__init__"])
+def test_a_name_from_the_trace_is_only_looked_up_among_torchs_operators(name):
+    with pytest.raises(retime._Unfit):
+        retime._rebuilt(torch, torch.Generator(), name, "[[4]]", '["float"]', "")

@@ -141,14 +141,14 @@ def _with_handoff(facts: dict[str, Any], say: Callable[[str], None] | None) -> d
     return {**facts, "loaders": [timed if entry is chosen else entry for entry in loaders]}
 
 
-def _with_retimed_ops(facts: dict[str, Any], session: Session | None,
-                      say: Callable[[str], None] | None) -> dict[str, Any]:
+def _with_retimed_ops(facts: dict[str, Any], session: Session | None, say: Callable[[str], None] | None,
+                      *, gpu: bool) -> dict[str, Any]:
     """``facts`` with the main thread's operators timed again at one thread
     (``retimed_ops``, advisor.collect.retime) where the machine was busy while the run was
     recorded: what the step model weighs the recorded mix with."""
     torch = sys.modules.get("torch")
-    if torch is None or session is None or busy_share({"advisor": facts}) is None:
-        return facts
+    if torch is None or session is None or gpu or busy_share({"advisor": facts}) is None:
+        return facts  # a GPU's operators are not the host's to time again
     thread = main_thread(session.events)
     ev = session.events
     if thread is None:
@@ -347,7 +347,7 @@ def _collect(script: Path, args: list[str], held: HeldInterrupts, *, keep_trace,
     if run.ending != INTERRUPT:  # a user who stopped the run waits for nothing more
         facts = _with_handoff(facts, say)
         facts = _with_autograd_cost(facts)
-        facts = _with_retimed_ops(facts, session if capture is None else None, say)
+        facts = _with_retimed_ops(facts, session if capture is None else None, say, gpu=run.gpu_available)
     if run.batch_size is not None:
         trace_metadata["batch_size"] = run.batch_size
     trace_metadata.update({"advisor": facts, "wall_time_s": run.wall_time_s,
