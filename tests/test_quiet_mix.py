@@ -135,3 +135,26 @@ def test_a_recorded_runs_operators_are_timed_again_and_weigh_its_step(case):
     model = build_step_model(recorded)
     assert model.pace.source == "quiet mix"
     assert 0 < weighed_per_step(model) and weighed_per_step(model, model.facts.phase_intervals("Forward")) > 0
+
+
+def test_a_span_across_several_pieces_of_the_weighing_takes_each_at_its_own_rate():
+    from advisor.step.load import Density
+
+    # A call not re-timed over 0-100 at 0.5, with a re-timed call inside it, 10-90 at 0.1.
+    density = Density(np.array([0, 10, 90]), np.array([10, 90, 100]), np.array([0.5, 0.1, 0.5]), 0.5)
+    edges = np.array([0, 100])
+    whole = density.within(iv.Intervals(np.array([0]), np.array([100])), edges)
+    assert whole[1] - whole[0] == pytest.approx(18.0)
+    part = density.within(iv.Intervals(np.array([5]), np.array([95])), edges)
+    assert part[1] - part[0] == pytest.approx(2.5 + 8.0 + 2.5)
+    assert density.before(np.array([100]))[0] == pytest.approx(18.0)
+
+
+def test_a_call_of_no_length_leaves_the_weighing_rising():
+    import pandas as pd
+
+    from advisor.step.load import _density
+
+    ops = pd.DataFrame({"start_ns": [50, 100], "end_ns": [200, 100], "top": [True, False]})
+    density = _density(ops, np.array([np.nan, 5.0]), np.array([False, True]), 1.0)
+    assert np.all(np.diff(density.before(np.array([0, 50, 100, 150, 200, 250]))) >= 0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from builders import REPO
 
 from advisor.collect import retime
 
@@ -94,3 +95,55 @@ def test_the_budget_bounds_what_is_timed():
 def test_a_name_from_the_trace_is_only_looked_up_among_torchs_operators(name):
     with pytest.raises(retime._Unfit):
         retime._rebuilt(torch, torch.Generator(), name, "[[4]]", '["float"]', "")
+
+
+def test_an_operator_that_draws_random_numbers_from_a_scalar_leaves_the_jobs_generator_alone():
+    # Attention with dropout asked for by its scalar: not a name the filter knows.
+    rows = [(0, -1, "aten::scaled_dot_product_attention", "[[2,4,8,16],[2,4,8,16],[2,4,8,16],[],[],[],[],[]]",
+             '["float","float","float","","Scalar","Scalar","",""]', '["","","","","0.1","False","",""]', 0, 5,
+             "Forward")]
+    state = torch.get_rng_state()
+    found = retime.retime_ops(torch, ops(rows))
+    assert torch.equal(torch.get_rng_state(), state)
+    assert [row["name"] for row in found["ops"]] == ["aten::scaled_dot_product_attention"]
+
+
+def test_inputs_are_sized_from_their_recorded_shapes_before_any_is_made():
+    # An expand's recorded shape: 40 GB were it made.
+    with pytest.raises(retime._Unfit, match="too large"):
+        retime._arguments(torch, torch.Generator(), torch.ops.aten.relu.default._schema.arguments,
+                          [[100_000, 100_000]], ["float"], [""], False)
+
+
+def test_an_optimizers_foreach_update_gets_each_tensor_of_its_list_back():
+    call, reset = retime._rebuilt(torch, torch.Generator().manual_seed(0), "aten::_foreach_mul_",
+                                  "[[[64],[32]],[]]", '["TensorList","Scalar"]', '["","0.5"]')
+    assert reset is not None
+    tensors = call.__defaults__[1][0]
+    before = [t.clone() for t in tensors]
+    call()
+    reset()
+    assert all(torch.equal(a, b) for a, b in zip(tensors, before, strict=True))
+
+
+def test_a_forward_under_no_grad_is_not_made_with_autograd():
+    # The trace records sequence numbers: a Forward call without one ran under no_grad.
+    rows = ops(ROWS[:3]).assign(sequence=[5, -1, -1])
+    frame = retime._keyed(rows)
+    assert frame["forward"].tolist() == [True, False, False]
+    # Where the trace records none at all, the Forward phase's calls are taken as graded.
+    assert retime._keyed(ops(ROWS[:3]))["forward"].tolist() == [True, True, True]
+
+
+def test_re_timing_that_fails_leaves_the_runs_facts_as_they_were(monkeypatch):
+    from advisor.collect import assemble
+    from advisor.importers.loader import load
+
+    recorded = load(REPO / "cases" / "cpu_json_records" / "session", use_cache=False)
+    busy = {"cpu_wait": {"wall_ns": 10, "run_delay_ns": 8}}
+
+    def broken(*args, **kwargs):
+        raise KeyError("parent_op")
+
+    monkeypatch.setattr(retime, "retime_ops", broken)
+    assert assemble._with_retimed_ops(busy, recorded, None, gpu=False) is busy

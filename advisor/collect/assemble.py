@@ -160,7 +160,11 @@ def _with_retimed_ops(facts: dict[str, Any], session: Session | None, say: Calla
 
     if say is not None:
         say("the machine is busy: timing the job's operators again at one thread")
-    return {**facts, "retimed_ops": {**retime_ops(torch, ev[mine]), "cores": usable_cores()}}
+    try:
+        retimed = retime_ops(torch, ev[mine])
+    except Exception:  # noqa: BLE001 - the run's own figures stand without it: the recorded mix
+        return facts
+    return {**facts, "retimed_ops": {**retimed, "cores": usable_cores()}}
 
 
 def _with_autograd_cost(facts: dict[str, Any]) -> dict[str, Any]:

@@ -67,6 +67,8 @@ _DTYPES = {
     "long int": "int64", "int": "int32", "short int": "int16", "signed char": "int8", "unsigned char": "uint8",
     "bool": "bool", "c10::complex<float>": "complex64", "c10::complex<double>": "complex128",
 }
+_ITEM_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
+               "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16}
 # c10::ScalarType's numbering, as a dtype argument is recorded (``6``: float32).
 _SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
                  7: "float64", 9: "complex64", 10: "complex128", 11: "bool", 15: "bfloat16"}
@@ -95,30 +97,33 @@ def retime_ops(torch: Any, ops: pd.DataFrame, *, budget_ns: int = RETIME_CPU_BUD
     top = frame[~frame["parent_op"].isin(frame["id"])]
     total = float(top["wall"].sum())
     threads = int(torch.get_num_threads())
-    generator = torch.Generator().manual_seed(0)
-    forward = frame[frame["forward"]].groupby(list(_KEYS), sort=False).size()
-    cut = _cut(frame, top, lambda key: _try(torch, generator, key, key in forward.index), total)
     out: list[dict[str, Any]] = []
     covered = 0.0
     # The Python frames above each timed call (this function's callers, and _time, the
     # lambdas and _graded below it): what a stack autograd's anomaly detection stores holds.
     frames = _frames_here() + 4
-    spent_from = clock()
-    torch.set_num_threads(1)
-    try:
-        for key, (wall, call, reset, plain) in cut.items():
-            if len(out) >= MAX_OPERATORS or clock() - spent_from > budget_ns:
-                break
-            try:
-                row = {**dict(zip(_KEYS, key, strict=True)), "one_thread_ns": _time(call, reset, clock)}
-                if plain is not None:
-                    row["no_grad_ns"] = _time(plain, reset, clock)
-            except Exception:  # noqa: BLE001 - a call that fails when made again is left out, not fatal
-                continue
-            out.append(row)
-            covered += wall
-    finally:
-        torch.set_num_threads(threads)
+    # Whatever a call draws from torch's generator (a scalar may ask an operator for
+    # dropout), the job's random state is put back; and its thread count.
+    with torch.random.fork_rng(devices=[]):
+        torch.set_num_threads(1)
+        try:
+            generator = torch.Generator().manual_seed(0)
+            forward = frame[frame["forward"]].groupby(list(_KEYS), sort=False).size()
+            spent = lambda: clock() - began_cpu > budget_ns  # noqa: E731
+            cut = _cut(frame, top, lambda key: _try(torch, generator, key, key in forward.index), total, spent)
+            for key, (wall, call, reset, plain) in cut.items():
+                if len(out) >= MAX_OPERATORS or spent():
+                    break
+                try:
+                    row = {**dict(zip(_KEYS, key, strict=True)), "one_thread_ns": _time(call, reset, clock)}
+                    if plain is not None:
+                        row["no_grad_ns"] = _time(plain, reset, clock)
+                except Exception:  # noqa: BLE001 - a call that fails when made again is left out, not fatal
+                    continue
+                out.append(row)
+                covered += wall
+        finally:
+            torch.set_num_threads(threads)
     return {"threads": threads, "ops": out, "covered_share": round(min(covered / total, 1.0), 4) if total else 0.0,
             "stack_frames": frames, "cost": {"wall_ns": time.perf_counter_ns() - began_wall, "cpu_ns": clock() - began_cpu}}
 
@@ -138,7 +143,11 @@ def _keyed(ops: pd.DataFrame) -> pd.DataFrame:
                           "wall": np.maximum(ops["end_ns"].to_numpy() - ops["start_ns"].to_numpy(), 0)})
     for key in _KEYS:
         frame[key] = ops[key].astype(str).to_numpy() if key in ops else ""
-    frame["forward"] = (ops["phase"].astype(str).to_numpy() == "Forward") if "phase" in ops else False
+    # Made with autograd: the Forward phase's calls, with a sequence number where the trace
+    # records them (a forward under no_grad records none).
+    forward = (ops["phase"].astype(str).to_numpy() == "Forward") if "phase" in ops else np.zeros(len(ops), bool)
+    sequence = ops["sequence"].to_numpy() if "sequence" in ops else np.full(len(ops), -1)
+    frame["forward"] = forward & ((sequence >= 0) | ~(sequence >= 0).any())
     return frame
 
 
@@ -165,11 +174,11 @@ def _graded(torch: Any, grad: bool, call: Callable[[], Any]) -> Any:
 
 
 def _cut(frame: pd.DataFrame, top: pd.DataFrame, rebuild: Callable[[tuple[str, ...]], Any],
-         total: float) -> dict[tuple[str, ...], tuple[Any, ...]]:
+         total: float, spent: Callable[[], bool]) -> dict[tuple[str, ...], tuple[Any, ...]]:
     """The calls to time: level by level from the outermost, kinds of call that can be
     made again, by recorded time, most first; the calls inside the others come next. A
     kind below MIN_SHARE of the time is not tried (building its inputs costs more than it
-    would tell)."""
+    would tell), nor any once the budget is ``spent()``."""
     found: dict[tuple[str, ...], tuple[Any, ...]] = {}
     tried: dict[tuple[str, ...], Any] = {}
     level = top
@@ -179,7 +188,7 @@ def _cut(frame: pd.DataFrame, top: pd.DataFrame, rebuild: Callable[[tuple[str, .
         walls = level.groupby(list(_KEYS), sort=False)["wall"].sum().sort_values(ascending=False)
         made_again: set[tuple[str, ...]] = set()
         for key, wall in walls.items():
-            if total and wall < MIN_SHARE * total:
+            if (total and wall < MIN_SHARE * total) or spent():
                 break
             if key not in tried:
                 tried[key] = rebuild(key)
@@ -244,8 +253,10 @@ def _rebuilt(torch: Any, generator: Any, name: str, dims: str, types: str,
             continue
         written = [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
         inputs = [*args, *kwargs.values()]
-        pairs = [(inputs[i], inputs[i].clone()) for i in written if isinstance(inputs[i], torch.Tensor)]
-        reset = (lambda pairs=pairs: [target.copy_(source) for target, source in pairs]) if pairs else None
+        # An optimizer's _foreach_ call writes to each tensor of a list.
+        targets = [t for i in written for t in _tensors(inputs[i], torch)]
+        pairs = [(t, t.detach().clone()) for t in targets]
+        reset = (lambda pairs=pairs: _put_back(torch, pairs)) if pairs else None
         return (lambda op=op, args=args, kwargs=kwargs: op(*args, **kwargs)), reset
     raise _Unfit(name)
 
@@ -254,21 +265,40 @@ def _arguments(torch: Any, generator: Any, schema_args: list[Any], shapes: list[
                values: list[Any], grad: bool) -> tuple[list[Any], dict[str, Any]]:
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
-    size = 0
+    # The inputs' size from their recorded shapes, before any is made: a view's recorded
+    # shape (an expand) can be far larger than the memory the job held.
+    if _planned_bytes(shapes, kinds) > MAX_INPUT_BYTES:
+        raise _Unfit("inputs too large")
     for arg, shape, kind, value in zip(schema_args, shapes, kinds, values, strict=True):
         typ = str(getattr(arg, "real_type", arg.type))
         if kind in ("", None) and value in ("", None) and "Tensor" not in typ and arg.has_default_value():
             built = arg.default_value  # not recorded (a string, a device): the schema's default
         else:
             built = _argument(torch, generator, typ, shape, kind, value, grad)
-        size += sum(t.numel() * t.element_size() for t in _tensors(built, torch))
-        if size > MAX_INPUT_BYTES:
-            raise _Unfit("inputs too large")
         if arg.kwarg_only:
             kwargs[arg.name] = built
         else:
             args.append(built)
     return args, kwargs
+
+
+def _put_back(torch: Any, pairs: list[tuple[Any, Any]]) -> None:
+    with torch.no_grad():
+        for target, source in pairs:
+            target.copy_(source)
+
+
+def _planned_bytes(shapes: list[Any], kinds: list[Any]) -> int:
+    """The bytes the tensors of a call's inputs take, from the shapes and types recorded
+    (a list's tensors at four bytes an element)."""
+    total = 0
+    for shape, kind in zip(shapes, kinds, strict=False):
+        lists = shape if kind == "TensorList" and isinstance(shape, list) else [shape] if kind in _DTYPES else []
+        size = 4 if kind == "TensorList" else _ITEM_BYTES.get(_DTYPES.get(str(kind), ""), 8)
+        for one in lists:
+            if isinstance(one, list) and all(isinstance(d, int) and d >= 0 for d in one):
+                total += math.prod(one) * size
+    return total
 
 
 def _tensors(value: Any, torch: Any) -> list[Any]:

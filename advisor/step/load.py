@@ -40,6 +40,7 @@ __all__ = ["PARALLEL_NS", "Density", "QuietMix", "quiet_mix", "weighed_per_step"
 # An operator call shorter than this at one thread is taken to run on one thread in the job
 # too: torch splits only work larger than its grain, and a short region gains nothing.
 PARALLEL_NS = 100_000
+MIN_BASE = 0.02
 _KEYS = ("name", "input_dims", "input_types", "concrete_inputs")
 
 
@@ -70,15 +71,17 @@ class Density:
         return np.where(inside, self.rates[np.maximum(i, 0)] if len(self.rates) else self.base, self.base)
 
     def within(self, spans: iv.Intervals, at: np.ndarray) -> np.ndarray:
-        """The weighed time inside ``spans`` (normalised) up to each of ``at``."""
+        """The weighed time inside ``spans`` (normalised: sorted, disjoint) up to each of
+        ``at``: each span's weighed time, from ``before``, summed up to the span ``at`` is in."""
         at = np.asarray(at, dtype=np.int64)
-        covered = self.base * iv.covered_before(spans, at).astype(np.float64)
-        pieces = iv.intersect(iv.Intervals(self.starts, self.ends), spans)
-        if not len(pieces):
-            return covered
-        # Each piece lies inside one call: the last one begun by the piece's start.
-        owner = np.searchsorted(self.starts, pieces.starts, side="right") - 1
-        return covered + _integral(pieces.starts, pieces.ends, self.rates[owner] - self.base, at)
+        if not len(spans):
+            return np.zeros(len(at))
+        starts, ends = spans.starts.astype(np.int64), spans.ends.astype(np.int64)
+        full = np.concatenate([[0.0], np.cumsum(self.before(ends) - self.before(starts))])
+        i = np.searchsorted(starts, at, side="right") - 1
+        j = np.maximum(i, 0)
+        part = self.before(np.minimum(ends[j], at)) - self.before(starts[j])
+        return np.where(i >= 0, full[j] + part, 0.0)
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,8 @@ def quiet_mix(model: Any, graph: Any, pace: np.ndarray) -> QuietMix | None:
     facts = meta.trace_metadata.get("advisor") if isinstance(meta.trace_metadata, dict) else None
     retimed = facts.get("retimed_ops") if isinstance(facts, dict) else None
     part = graph.partition
-    if (waited is None or not isinstance(retimed, dict) or not retimed.get("ops") or part is None or part.on_gpu
+    if (waited is None or not isinstance(retimed, dict) or not isinstance(retimed.get("ops"), list)
+            or not retimed["ops"] or part is None or part.on_gpu
             or meta.collector.gpu_measured or not len(graph)):
         return None
     ops = _window_ops(model)
@@ -125,7 +129,8 @@ def quiet_mix(model: Any, graph: Any, pace: np.ndarray) -> QuietMix | None:
         return None
     host = graph.kind == 0
     start, end = graph.start[host].astype(np.int64), graph.end[host].astype(np.int64)
-    density = _density(ops, quiet_ns, counted, 1.0 - float(waited))
+    # A thread that waited all of a run still ran some of it: the floor keeps Python weighing.
+    density = _density(ops, quiet_ns, counted, max(1.0 - float(waited), MIN_BASE))
     duration = (end - start).astype(np.float64)
     weighed = np.maximum(density.before(end) - density.before(start), 0.0)
     # The step keeps the job's own length at this run's load: the steps timed without the
@@ -143,7 +148,7 @@ def quiet_mix(model: Any, graph: Any, pace: np.ndarray) -> QuietMix | None:
     spans = iv.union((ops["start_ns"].to_numpy()[ops["top"].to_numpy()], ops["end_ns"].to_numpy()[ops["top"].to_numpy()]))
     counted_spans = iv.union((ops["start_ns"].to_numpy()[counted], ops["end_ns"].to_numpy()[counted]))
     share = iv.intersect(counted_spans, spans).length / spans.length if spans.length else 0.0
-    forward = counted & (ops["phase"].to_numpy() == "Forward") & np.isfinite(autograd_ns)
+    forward = counted & ops["graded"].to_numpy() & np.isfinite(autograd_ns)
     per_step = float(autograd_ns[forward].sum()) / graph.steps if forward.any() and graph.steps else None
     frames = _number(retimed.get("stack_frames"))
     return QuietMix(scale, density, float(waited), min(share, 1.0), len(retimed["ops"]), per_step,
@@ -172,6 +177,8 @@ def _density(ops: pd.DataFrame, quiet_ns: np.ndarray, counted: np.ndarray, base:
     them) at the rate the counted calls had as a whole, or ``base`` where that is higher (a
     call not re-timed may have been a parallel one, whose time the load swelled many times
     over); the time outside every operator, Python, at ``base``."""
+    # A call of no length weighs nothing, and would sit inside the rest's pieces.
+    counted = counted & (ops["end_ns"].to_numpy() > ops["start_ns"].to_numpy())
     c_start, c_end = ops["start_ns"].to_numpy()[counted], ops["end_ns"].to_numpy()[counted]
     order = np.argsort(c_start, kind="stable")
     c_start, c_end, quiet = c_start[order], c_end[order], quiet_ns[counted][order]
@@ -184,7 +191,11 @@ def _density(ops: pd.DataFrame, quiet_ns: np.ndarray, counted: np.ndarray, base:
     ends = np.concatenate([c_end, rest.ends]).astype(np.int64)
     rates = np.concatenate([quiet / wall, np.full(len(rest), rate)])
     order = np.argsort(starts, kind="stable")
-    return Density(starts[order], ends[order], rates[order], base)
+    starts, ends, rates = starts[order], ends[order], rates[order]
+    # Disjoint, as the integrals need: a call whose link to the call around it was lost
+    # ends where the next begins.
+    ends[:-1] = np.minimum(ends[:-1], starts[1:])
+    return Density(starts, ends, rates, base)
 
 
 def _window_ops(model: Any) -> pd.DataFrame:
@@ -197,10 +208,14 @@ def _window_ops(model: Any) -> pd.DataFrame:
     lo, hi = model.window.start_ns, model.window.end_ns
     mine = ((ev["kind"].to_numpy() == "op") & (ev["pid"].to_numpy() == thread[0]) & (ev["tid"].to_numpy() == thread[1])
             & (ev["end_ns"].to_numpy() > lo) & (ev["start_ns"].to_numpy() < hi))
-    columns = ["id", "parent_op", "start_ns", "end_ns", "phase", *(k for k in _KEYS if k in ev.columns)]
+    columns = ["id", "parent_op", "start_ns", "end_ns", "phase", *(k for k in (*_KEYS, "sequence") if k in ev.columns)]
     ops = ev.loc[mine, columns].copy()
     for key in (*_KEYS, "phase"):
         ops[key] = ops[key].astype(str) if key in ops else ""
+    # A call made with autograd on: the Forward phase's, with a sequence number where the
+    # trace records them (a forward under no_grad records none).
+    sequence = ops["sequence"].to_numpy() if "sequence" in ops else np.full(len(ops), -1)
+    ops["graded"] = (ops["phase"].to_numpy() == "Forward") & ((sequence >= 0) | ~(sequence >= 0).any())
     ops["top"] = ~ops["parent_op"].isin(ops["id"]).to_numpy()
     return ops
 
@@ -218,11 +233,13 @@ def _quiet_calls(ops: pd.DataFrame, retimed: dict[str, Any]) -> tuple[np.ndarray
     joined = ops[list(_KEYS)].merge(table, on=list(_KEYS), how="left")
     one = joined["one_thread_ns"].to_numpy(dtype=np.float64)
     autograd = np.maximum(one - joined["no_grad_ns"].to_numpy(dtype=np.float64), 0.0)
-    threads = max(float(retimed.get("threads") or 1), 1.0)
+    threads = max(_number(retimed.get("threads")) or 1.0, 1.0)
     cores = _number(retimed.get("cores")) or threads
     split = math.sqrt(max(min(threads, cores), 1.0))
-    # Autograd's recording is one thread's work; the operator's own may be split.
+    # Autograd's recording is one thread's work, and only the graded calls': the operator's
+    # own may be split.
     work = np.where(np.isfinite(autograd), one - np.nan_to_num(autograd), one)
+    autograd = np.where(ops["graded"].to_numpy(), autograd, np.nan)
     quiet = np.where(work >= PARALLEL_NS, work / split, work) + np.nan_to_num(autograd)
     hit = np.isfinite(quiet)
     # A call inside a counted call is in its time already.
