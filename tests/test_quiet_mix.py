@@ -22,9 +22,10 @@ WAITED = 0.8  # the main thread waited for a core 80 % of its run
 ONE_THREAD_MS = 2.0  # the addmm at one thread; on two threads, between 1 and 2 ms
 
 
-def session(*, busy: bool = True, retimed: bool = True, gpu_measured: bool = False):
+def session(*, busy: bool = True, retimed: bool = True, gpu_measured: bool = False, samples: str = ""):
     """Four steps of 100 ms as a loaded machine recorded them: 20 ms of loading in Python,
-    then a Forward phase of one matrix multiply that waited 79 ms for its threads."""
+    then a Forward phase of one matrix multiply that waited 79 ms for its threads (and where
+    ``samples`` is a stack, the main thread sampled there three times a step)."""
     t = Trace()
     for number in range(1, 5):
         base = 100.0 * (number - 1)
@@ -32,6 +33,8 @@ def session(*, busy: bool = True, retimed: bool = True, gpu_measured: bool = Fal
         t.phase("Dataloader", base, base + 20)
         t.phase("Forward", base + 20, base + 100)
         t.op("aten::addmm", base + 20.5, base + 99.5, phase="Forward", **ADDMM)
+        for k in range(3 if samples else 0):
+            t.add("stack sample", "stack", base + 30 + 20 * k, base + 31 + 20 * k, phase="Forward", call_stack=samples)
     advisor: dict = {}
     if busy:
         advisor["cpu_wait"] = {"wall_ns": 1_000_000_000, "run_delay_ns": int(WAITED * 1_000_000_000)}
@@ -82,35 +85,32 @@ def test_the_recorded_mix_stands_where_the_machine_was_quiet_nothing_was_re_time
 
 
 def test_anomaly_modes_stack_capture_is_read_from_the_forward_calls_timed_with_and_without_autograd():
-    from advisor.tables.autograd_anomaly import _own_frames, _retimed_share
+    from advisor.step.load import own_frames
+    from advisor.tables.autograd_anomaly import _retimed_share
 
-    built = session()
-    # The multiply was made again with autograd (2 ms of it the node and its stored stack)
-    # and without (1 ms), from a stack of 12 frames; the job's own stacks hold 6.
-    built.meta.trace_metadata["advisor"]["retimed_ops"]["ops"][0].update(one_thread_ns=3e6, no_grad_ns=1e6)
-    model = build_step_model(built)
-    assert model.pace.mix.forward_autograd_ns == pytest.approx(2e6)
-    forward = 1.0 / math.sqrt(2) + 2.0 + 1.0 * (1 - WAITED)  # its own work split, autograd's not; Python around
-    capture = 2.0 * 6 / 12
-    assert _retimed_share(model.facts, 6.0) == pytest.approx(capture / forward, rel=1e-3)
-    # Innermost first: two frames of the capture, then the job's five frames to its <module>, then the launcher's.
+    # Innermost first: two frames of the capture, the job's five frames to its <module>, the launcher's.
     stack = ";".join(["/lib/traceback.py(1): extract", "/lib/linecache.py(2): getline", "/torch/nn/linear.py(5): forward",
                       "train.py(9): block", "train.py(20): forward", "train.py(30): main", "train.py(40): <module>",
                       "<frozen runpy>(88): _run_code"])
-    assert _own_frames(stack) == 5
-    assert _retimed_share(build_step_model(session(busy=False)).facts, 6.0) is None
-
-
-def test_the_loaders_share_in_its_finding_is_the_quiet_machines():
-    from advisor.rules import run_rules
-    from advisor.tables import compute_tables
-
-    python, operator, rest = 4.0, ONE_THREAD_MS / math.sqrt(2), 0.2
-    for busy, said in ((True, f"{python / (python + operator + rest):.1%} of each step"), (False, "20.0% of each step")):
-        built = session(busy=busy)
-        finding = {f.rule: f for f in run_rules(built, compute_tables(built)).findings}["dataloader-starvation"]
-        assert finding.message.startswith(f"The data loader takes {said}")
-        assert ("weighed as on a quiet machine" in finding.message) == busy
+    assert own_frames(stack) == 5
+    built = session()
+    # The multiply made again with autograd (2 ms of it the node and its stored stack) and
+    # without (1 ms), from 12 frames down; from 22 frames further down, 1.1 ms more: 0.05 ms a frame.
+    retimed = built.meta.trace_metadata["advisor"]["retimed_ops"]
+    retimed.update(stack_frames=12, deeper_frames=22)
+    retimed["ops"][0].update(one_thread_ns=3e6, no_grad_ns=1e6, deeper_ns=4.1e6)
+    model = build_step_model(built)
+    assert model.pace.mix.job_frames is None  # no samples in a hand-made session: taken at 12 frames
+    assert model.pace.mix.forward_autograd_ns == pytest.approx(2e6)
+    forward = 1.0 / math.sqrt(2) + 2.0 + 1.0 * (1 - WAITED)  # its own work split, autograd's not; Python around
+    assert _retimed_share(model.facts) == pytest.approx(2.0 / forward, rel=1e-3)
+    # With the job's own stacks sampled, five frames deep: 2 ms less 7 frames at 0.05 ms.
+    sampled = session(samples=stack)
+    sampled.meta.trace_metadata["advisor"]["retimed_ops"] = retimed
+    model = build_step_model(sampled)
+    assert model.pace.mix.job_frames == 5
+    assert model.pace.mix.forward_autograd_ns == pytest.approx(2e6 - 7 * 0.05e6)
+    assert _retimed_share(build_step_model(session(busy=False)).facts) is None
 
 
 CASES = REPO / "cases"

@@ -52,6 +52,9 @@ MAX_DEPTH = 8
 TIMING_NS = 300_000
 ROUNDS = 3
 LONG_CALL_NS = 50_000_000
+# A Forward call made with autograd is timed again this many frames further down the stack
+# (DEEPER + 2 with the lambda and the first _nested that carry it there).
+DEEPER = 20
 # An operator whose inputs together take more than this is not rebuilt.
 MAX_INPUT_BYTES = 256 * 2**20
 
@@ -89,7 +92,8 @@ def retime_ops(torch: Any, ops: pd.DataFrame, *, budget_ns: int = RETIME_CPU_BUD
     timed once, those that hold the most recorded time first. Returns ``{"threads": the
     job's thread count, "ops": [{"name", "input_dims", "input_types", "concrete_inputs",
     "one_thread_ns", and for calls of the Forward phase made with autograd, "no_grad_ns": the
-    same call without it}], "covered_share": the share of the outermost calls' recorded time
+    same call without it, and "deeper_ns": with it, "deeper_frames" further down the stack}],
+    "covered_share": the share of the outermost calls' recorded time
     re-timed, "stack_frames": the Python frames above each timed call, "cost": what
     re-timing took, wall and CPU ns}``."""
     began_wall, began_cpu = time.perf_counter_ns(), clock()
@@ -118,6 +122,9 @@ def retime_ops(torch: Any, ops: pd.DataFrame, *, budget_ns: int = RETIME_CPU_BUD
                     row = {**dict(zip(_KEYS, key, strict=True)), "one_thread_ns": _time(call, reset, clock)}
                     if plain is not None:
                         row["no_grad_ns"] = _time(plain, reset, clock)
+                        # From DEEPER frames further down: what each frame of the stack adds
+                        # (anomaly detection stores the whole stack at every node).
+                        row["deeper_ns"] = _time(lambda call=call: _nested(DEEPER, call), reset, clock)
                 except Exception:  # noqa: BLE001 - a call that fails when made again is left out, not fatal
                     continue
                 out.append(row)
@@ -125,7 +132,12 @@ def retime_ops(torch: Any, ops: pd.DataFrame, *, budget_ns: int = RETIME_CPU_BUD
         finally:
             torch.set_num_threads(threads)
     return {"threads": threads, "ops": out, "covered_share": round(min(covered / total, 1.0), 4) if total else 0.0,
-            "stack_frames": frames, "cost": {"wall_ns": time.perf_counter_ns() - began_wall, "cpu_ns": clock() - began_cpu}}
+            "stack_frames": frames, "deeper_frames": DEEPER + 2, "cost": {"wall_ns": time.perf_counter_ns() - began_wall, "cpu_ns": clock() - began_cpu}}
+
+
+def _nested(depth: int, call: Callable[[], Any]) -> Any:
+    """``call()`` made ``depth`` Python frames further down the stack."""
+    return call() if depth <= 0 else _nested(depth - 1, call)
 
 
 def _frames_here() -> int:

@@ -35,12 +35,16 @@ import pandas as pd
 from advisor.session import intervals as iv
 from advisor.session.busy import busy_share
 
-__all__ = ["PARALLEL_NS", "Density", "QuietMix", "quiet_mix", "weighed_per_step"]
+__all__ = ["PARALLEL_NS", "STACK_CAPTURE_FRAMES", "Density", "QuietMix", "own_frames", "quiet_mix", "weighed_per_step"]
 
 # An operator call shorter than this at one thread is taken to run on one thread in the job
 # too: torch splits only work larger than its grain, and a short region gains nothing.
 PARALLEL_NS = 100_000
 MIN_BASE = 0.02
+# Frames of the stack autograd's anomaly detection stores for each node it creates (torch
+# formats it with the standard library's traceback module, which reads source lines
+# through linecache): a sampled stack inside them is the capture's, not the job's.
+STACK_CAPTURE_FRAMES = ("/traceback.py(", "/linecache.py(")
 _KEYS = ("name", "input_dims", "input_types", "concrete_inputs")
 
 
@@ -98,7 +102,9 @@ class QuietMix:
     # phase (each timed with and without it: a node per call, and where anomaly detection
     # is on, the Python stack it stores), ns; None where no such call was re-timed.
     forward_autograd_ns: float | None = None
-    stack_frames: int | None = None  # the Python frames above each re-timed call
+    # The Python frames above the job's own operator calls in its Forward phase (from the
+    # stack samples; advisor's launcher left out), which the autograd time is taken at.
+    job_frames: float | None = None
 
     @property
     def says(self) -> str:
@@ -124,7 +130,8 @@ def quiet_mix(model: Any, graph: Any, pace: np.ndarray) -> QuietMix | None:
     ops = _window_ops(model)
     if not len(ops):
         return None
-    quiet_ns, counted, autograd_ns = _quiet_calls(ops, retimed)
+    frames = _job_frames(model)
+    quiet_ns, counted, autograd_ns = _quiet_calls(ops, retimed, frames)
     if not counted.any():
         return None
     host = graph.kind == 0
@@ -150,9 +157,7 @@ def quiet_mix(model: Any, graph: Any, pace: np.ndarray) -> QuietMix | None:
     share = iv.intersect(counted_spans, spans).length / spans.length if spans.length else 0.0
     forward = counted & ops["graded"].to_numpy() & np.isfinite(autograd_ns)
     per_step = float(autograd_ns[forward].sum()) / graph.steps if forward.any() and graph.steps else None
-    frames = _number(retimed.get("stack_frames"))
-    return QuietMix(scale, density, float(waited), min(share, 1.0), len(retimed["ops"]), per_step,
-                    int(frames) if frames else None)
+    return QuietMix(scale, density, float(waited), min(share, 1.0), len(retimed["ops"]), per_step, frames)
 
 
 def weighed_per_step(model: Any, spans: iv.Intervals | None = None) -> float | None:
@@ -220,11 +225,14 @@ def _window_ops(model: Any) -> pd.DataFrame:
     return ops
 
 
-def _quiet_calls(ops: pd.DataFrame, retimed: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _quiet_calls(ops: pd.DataFrame, retimed: dict[str, Any],
+                 job_frames: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per call, its quiet time (NaN where not re-timed), whether it counts (re-timed, and
-    no call around it was), and what autograd added to it (NaN where not timed without)."""
+    no call around it was), and what autograd added to it (NaN where not timed without),
+    taken at ``job_frames`` where the calls were timed at two depths of the stack."""
     table = pd.DataFrame([{**{k: str(o.get(k, "")) for k in _KEYS}, "one_thread_ns": float(o["one_thread_ns"]),
-                           "no_grad_ns": _number(o.get("no_grad_ns")) or np.nan}
+                           "no_grad_ns": _number(o.get("no_grad_ns")) or np.nan,
+                           "deeper_ns": _number(o.get("deeper_ns")) or np.nan}
                           for o in retimed["ops"] if isinstance(o, dict) and _number(o.get("one_thread_ns"))])
     if not len(table):
         nothing = np.full(len(ops), np.nan)
@@ -233,12 +241,19 @@ def _quiet_calls(ops: pd.DataFrame, retimed: dict[str, Any]) -> tuple[np.ndarray
     joined = ops[list(_KEYS)].merge(table, on=list(_KEYS), how="left")
     one = joined["one_thread_ns"].to_numpy(dtype=np.float64)
     autograd = np.maximum(one - joined["no_grad_ns"].to_numpy(dtype=np.float64), 0.0)
+    # What each frame of the stack adds to a node (anomaly detection stores the stack), from
+    # the same call timed further down: the job's stacks are not the re-timing's.
+    timed_at, deeper = _number(retimed.get("stack_frames")), _number(retimed.get("deeper_frames"))
+    if job_frames and timed_at and deeper:
+        per_frame = np.maximum(joined["deeper_ns"].to_numpy(dtype=np.float64) - one, 0.0) / deeper
+        at_job = np.maximum(autograd + np.nan_to_num(per_frame) * (job_frames - timed_at), 0.0)
+        autograd = np.where(np.isfinite(autograd), at_job, autograd)
     threads = max(_number(retimed.get("threads")) or 1.0, 1.0)
     cores = _number(retimed.get("cores")) or threads
     split = math.sqrt(max(min(threads, cores), 1.0))
     # Autograd's recording is one thread's work, and only the graded calls': the operator's
     # own may be split.
-    work = np.where(np.isfinite(autograd), one - np.nan_to_num(autograd), one)
+    work = np.where(np.isfinite(autograd), np.minimum(joined["no_grad_ns"].to_numpy(dtype=np.float64), one), one)
     autograd = np.where(ops["graded"].to_numpy(), autograd, np.nan)
     quiet = np.where(work >= PARALLEL_NS, work / split, work) + np.nan_to_num(autograd)
     hit = np.isfinite(quiet)
@@ -254,6 +269,33 @@ def _quiet_calls(ops: pd.DataFrame, retimed: dict[str, Any]) -> tuple[np.ndarray
             break
         above = nxt
     return quiet, hit & ~above, autograd
+
+
+def _job_frames(model: Any) -> float | None:
+    """The median count of Python frames above the job's own operator calls in its Forward
+    phase: the main thread's stack samples there, each from the first frame outside a stack
+    capture to the script's <module> frame (None where no sample was taken)."""
+    f = model.facts
+    ev = f.events
+    if f.main_thread is None or "call_stack" not in ev:
+        return None
+    lo, hi = model.window.start_ns, model.window.end_ns
+    mine = ((ev["kind"].to_numpy() == "stack") & (ev["pid"].to_numpy() == f.main_thread[0])
+            & (ev["start_ns"].to_numpy() >= lo) & (ev["start_ns"].to_numpy() < hi)
+            & (ev["phase"].astype(str).to_numpy() == "Forward"))
+    stacks = ev["call_stack"].to_numpy()[mine]
+    counts = [own_frames(str(stack)) for stack in stacks[:2000] if stack]
+    return float(np.median(counts)) if counts else None
+
+
+def own_frames(stack: str) -> float:
+    """Of a sampled stack (innermost first, ';'-separated), the frames from the first one
+    outside a stack capture to the script's <module> frame: those the job alone holds (the
+    frames of whatever ran the script, advisor's launcher, lie beyond it)."""
+    frames = stack.split(";")
+    module = next((i for i, frame in enumerate(frames) if frame.endswith(": <module>")), len(frames) - 1)
+    first = next((i for i, frame in enumerate(frames) if not any(c in frame for c in STACK_CAPTURE_FRAMES)), 0)
+    return float(max(module - first + 1, 1))
 
 
 def _integral(starts: np.ndarray, ends: np.ndarray, rate: np.ndarray, at: np.ndarray) -> np.ndarray:

@@ -25,7 +25,7 @@ import pandas as pd
 from advisor.session import text
 from advisor.session.attribute import name_matches
 from advisor.step.facts import Facts, coded
-from advisor.step.load import weighed_per_step
+from advisor.step.load import STACK_CAPTURE_FRAMES, weighed_per_step
 from advisor.tables._registry import table
 from advisor.tables.python_hotspots import phase_ns, samples_in_steps
 
@@ -34,7 +34,7 @@ CHECK_OPS = ("aten::isnan", "aten::_is_any_true")
 ENGINE = re.compile(r"^autograd::engine::evaluate_function")
 # Frames of the stack anomaly mode stores for each node it creates (torch formats it with
 # the standard library's traceback module, which reads source lines through linecache).
-CAPTURE_FRAMES = ("/traceback.py(", "/linecache.py(")
+CAPTURE_FRAMES = STACK_CAPTURE_FRAMES
 COLUMNS = ["checks", "checks_per_step", "check_per_step_ns", "forward_per_step_ns", "forward_samples",
            "capture_samples", "capture_share", "capture_per_step_ns", "capture_launcher_share", "capture_retimed"]
 
@@ -68,7 +68,7 @@ COLUMNS = ["checks", "checks_per_step", "check_per_step_ns", "forward_per_step_n
                                   "where it ran the script), which a run without it does not format (0 where "
                                   "capture_retimed: that share is the job's own already).",
         "capture_retimed": "1 where capture_share comes from calls timed again at one thread (the run was recorded "
-                           "on a busy machine), scaled to the frames the job's own stacks hold; 0 from samples.",
+                           "on a busy machine), at the depth of the job's own stacks; 0 from samples.",
     },
 )
 def autograd_anomaly_table(f: Facts) -> pd.DataFrame | None:
@@ -101,8 +101,7 @@ def autograd_anomaly_table(f: Facts) -> pd.DataFrame | None:
             launcher = float(outside[captured].mean())
         share = capture / len(forward)
         if capture:
-            own = np.array([_own_frames(str(stack)) for stack in stacks], dtype=np.float64)[captured]
-            retimed = _retimed_share(f, float(own.mean()))
+            retimed = _retimed_share(f)
             if retimed is not None:
                 share, launcher = retimed, 0.0
     if not checks and not capture:
@@ -118,33 +117,19 @@ def autograd_anomaly_table(f: Facts) -> pd.DataFrame | None:
     return pd.DataFrame([row], index=pd.Index(["anomaly detection"], name="key"))[COLUMNS]
 
 
-def _retimed_share(f: Facts, own_frames: float) -> float | None:
+def _retimed_share(f: Facts) -> float | None:
     """On a busy machine, the share of the Forward phase's work that is autograd's recording
     (its stack capture, with anomaly detection on), from the Forward phase's calls timed
-    again at one thread with and without autograd (advisor.step.load): the stack samples
-    of a loaded run catch the capture far less often than its share of the work (the
-    sampler waits for a core, then for Python's lock, which the main thread gives up
-    between operators). A capture formats every frame of the stack: the re-timed calls'
-    stacks held ``stack_frames``, the job's own ``own_frames`` (the script's, advisor's
-    launcher left out). None where the run was quiet or no such call was timed."""
-    model = f.model
-    mix = getattr(getattr(model, "pace", None), "mix", None)
-    if mix is None or not mix.forward_autograd_ns or not mix.stack_frames or not own_frames > 0:
+    again at one thread with and without autograd, at the depth of the job's own stacks
+    (advisor.step.load): the stack samples of a loaded run catch the capture far less often
+    than its share of the work (the sampler waits for a core, then for Python's lock, which
+    the main thread gives up between operators). None where the run was quiet or no such
+    call was timed."""
+    mix = getattr(getattr(f.model, "pace", None), "mix", None)
+    if mix is None or not mix.forward_autograd_ns:
         return None
-    forward = weighed_per_step(model, f.phase_intervals("Forward"))
-    if not forward:
-        return None
-    capture = mix.forward_autograd_ns * own_frames / mix.stack_frames
-    return min(capture / forward, 1.0)
-
-
-def _own_frames(stack: str) -> float:
-    """Of a sampled stack in the capture (innermost first, ';'-separated), the frames from
-    the capture's caller to the script's <module> frame: those the job alone would hold."""
-    frames = stack.split(";")
-    module = next((i for i, frame in enumerate(frames) if frame.endswith(": <module>")), len(frames) - 1)
-    first = next((i for i, frame in enumerate(frames) if not any(c in frame for c in CAPTURE_FRAMES)), 0)
-    return float(max(module - first + 1, 1))
+    forward = weighed_per_step(f.model, f.phase_intervals("Forward"))
+    return min(mix.forward_autograd_ns / forward, 1.0) if forward else None
 
 
 def _launcher_share(stack: str) -> float:
