@@ -22,7 +22,8 @@ WAITED = 0.8  # the main thread waited for a core 80 % of its run
 ONE_THREAD_MS = 2.0  # the addmm at one thread; on two threads, between 1 and 2 ms
 
 
-def session(*, busy: bool = True, retimed: bool = True, gpu_measured: bool = False, samples: str = ""):
+def session(*, busy: bool = True, retimed: bool = True, gpu_measured: bool = False, samples: str = "",
+            allreduce: bool = False):
     """Four steps of 100 ms as a loaded machine recorded them: 20 ms of loading in Python,
     then a Forward phase of one matrix multiply that waited 79 ms for its threads (and where
     ``samples`` is a stack, the main thread sampled there three times a step)."""
@@ -33,6 +34,8 @@ def session(*, busy: bool = True, retimed: bool = True, gpu_measured: bool = Fal
         t.phase("Dataloader", base, base + 20)
         t.phase("Forward", base + 20, base + 100)
         t.op("aten::addmm", base + 20.5, base + 99.5, phase="Forward", **ADDMM)
+        if allreduce:  # a rank of a job, waiting on the others
+            t.op("c10d::allreduce_", base + 99.6, base + 99.9, phase="Forward")
         for k in range(3 if samples else 0):
             t.add("stack sample", "stack", base + 30 + 20 * k, base + 31 + 20 * k, phase="Forward", call_stack=samples)
     advisor: dict = {}
@@ -74,10 +77,10 @@ def test_a_fixs_spans_inside_a_node_take_their_weighed_share_of_it():
     assert len(forward)
 
 
-@pytest.mark.parametrize("kind", ["quiet", "not re-timed", "gpu"])
+@pytest.mark.parametrize("kind", ["quiet", "not re-timed", "gpu", "a rank of a job"])
 def test_the_recorded_mix_stands_where_the_machine_was_quiet_nothing_was_re_timed_or_the_gpu_ran_the_work(kind):
     built = {"quiet": session(busy=False), "not re-timed": session(retimed=False),
-             "gpu": session(gpu_measured=True)}[kind]
+             "gpu": session(gpu_measured=True), "a rank of a job": session(allreduce=True)}[kind]
     model = build_step_model(built)
     assert model.pace.source != "quiet mix" and model.pace.density is None
     if kind != "gpu":

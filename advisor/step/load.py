@@ -20,7 +20,9 @@ advisor.step.timing; else the graph's at the job's own pace, advisor.step.pace):
 is a share of the step as a quiet machine would divide it, its milliseconds this run's.
 
 A GPU run keeps the recorded mix: its device work is not slowed by the host's load, and
-what the host's load changes there is another question.
+what the host's load changes there is another question. So does a rank of a distributed
+job: its wait on the other ranks is no work, and a straggler's extra work is what the
+ranks' comparison reads.
 """
 
 from __future__ import annotations
@@ -125,7 +127,8 @@ def quiet_mix(model: Any, graph: Any, pace: np.ndarray) -> QuietMix | None:
     part = graph.partition
     if (waited is None or not isinstance(retimed, dict) or not isinstance(retimed.get("ops"), list)
             or not retimed["ops"] or part is None or part.on_gpu
-            or meta.collector.gpu_measured or not len(graph)):
+            or meta.collector.gpu_measured or not len(graph) or graph.host_nodes("comm").any()):
+        # A rank's wait on the others is no work the load swelled: a job keeps its recorded mix.
         return None
     ops = _window_ops(model)
     if not len(ops):
