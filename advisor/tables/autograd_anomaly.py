@@ -96,11 +96,10 @@ def autograd_anomaly_table(f: Facts) -> pd.DataFrame | None:
         hit = np.array([any(frame in str(stack) for frame in CAPTURE_FRAMES) for stack in stacks], dtype=bool)
         captured = codes[codes >= 0][hit[codes[codes >= 0]]]
         capture = len(captured)
+        share = capture / len(forward)
         if capture:
             outside = np.array([_launcher_share(str(stack)) if hit[i] else 0.0 for i, stack in enumerate(stacks)])
             launcher = float(outside[captured].mean())
-        share = capture / len(forward)
-        if capture:
             retimed = _retimed_share(f)
             if retimed is not None:
                 share, launcher = retimed, 0.0
