@@ -68,14 +68,6 @@ class Density:
         at = np.asarray(at, dtype=np.int64)
         return self.base * at.astype(np.float64) + _integral(self.starts, self.ends, self.rates - self.base, at)
 
-    def at(self, points: np.ndarray) -> np.ndarray:
-        """The weight of the moment at each of ``points``: a counted call's rate inside it,
-        ``base`` elsewhere (a stack sample taken then stands for that much work)."""
-        points = np.asarray(points, dtype=np.int64)
-        i = np.searchsorted(self.starts, points, side="right") - 1
-        inside = (i >= 0) & (points < self.ends[np.maximum(i, 0)]) if len(self.starts) else np.zeros(len(points), bool)
-        return np.where(inside, self.rates[np.maximum(i, 0)] if len(self.rates) else self.base, self.base)
-
     def within(self, spans: iv.Intervals, at: np.ndarray) -> np.ndarray:
         """The weighed time inside ``spans`` (normalised: sorted, disjoint) up to each of
         ``at``: each span's weighed time, from ``before``, summed up to the span ``at`` is in."""
