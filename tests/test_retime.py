@@ -65,6 +65,46 @@ def test_each_outermost_call_that_can_be_made_again_is_timed_once_at_one_thread(
     assert torch.equal(torch.get_rng_state(), state)
 
 
+def test_the_calls_are_timed_on_a_thread_of_their_own_whatever_the_callers_stack():
+    # Anomaly detection stores the stack with every node a timed call makes: the stack the
+    # timing holds is the same few frames from a command line or a notebook's deep stack.
+    def deep(depth: int):
+        return retime.retime_ops(torch, ops(ROWS[:1])) if depth <= 0 else deep(depth - 1)
+
+    shallow, far_down = retime.retime_ops(torch, ops(ROWS[:1])), deep(40)
+    assert shallow["stack_frames"] == far_down["stack_frames"] < 20
+
+
+def test_an_error_while_re_timing_reaches_the_caller():
+    with pytest.raises(KeyError):
+        retime.retime_ops(torch, ops(ROWS).drop(columns=["parent_op"]))
+
+
+def test_a_forward_calls_inputs_require_grad_without_being_leaves():
+    # A call on a leaf that requires grad makes the leaf's gradient accumulator (with
+    # anomaly detection, a stored stack too) each time: a model's activations make none.
+    call, _ = retime._rebuilt(torch, torch.Generator().manual_seed(0), *ROWS[0][2:6], grad=True)
+    inputs = [t for t in call.__defaults__[1] if isinstance(t, torch.Tensor)]
+    assert len(inputs) == 3 and all(t.requires_grad and not t.is_leaf for t in inputs)
+    assert call().grad_fn is not None
+
+
+def test_each_round_times_every_call_before_the_next_round_begins(monkeypatch):
+    # A spell in which the machine runs slow then slows one round of many calls, not every
+    # round of one.
+    order: list[int] = []
+    timed = retime._Timing.round
+
+    def logged(self, clock):
+        order.append(id(self))
+        return timed(self, clock)
+
+    monkeypatch.setattr(retime._Timing, "round", logged)
+    retime.retime_ops(torch, ops(ROWS))
+    each = len(dict.fromkeys(order))
+    assert each > 3 and order == order[:each] * retime.ROUNDS
+
+
 def test_a_call_that_changes_its_inputs_gets_them_back_before_each_timing():
     # A scale below one a thousand times over would leave denormal numbers, slow on a CPU.
     rows = [(0, -1, "aten::mul_", "[[1024],[]]", '["float","Scalar"]', '["","0.5"]', 0, 1, "Optimization")]

@@ -30,8 +30,10 @@ import json
 import math
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -93,9 +95,29 @@ def retime_ops(torch: Any, ops: pd.DataFrame, *, budget_ns: int = RETIME_CPU_BUD
     job's thread count, "ops": [{"name", "input_dims", "input_types", "concrete_inputs",
     "one_thread_ns", and for calls of the Forward phase made with autograd, "no_grad_ns": the
     same call without it, and "deeper_ns": with it, "deeper_frames" further down the stack}],
-    "covered_share": the share of the outermost calls' recorded time
-    re-timed, "stack_frames": the Python frames above each timed call, "cost": what
-    re-timing took, wall and CPU ns}``."""
+    "covered_share": the share of the outermost calls' recorded time re-timed, "stack_frames": the Python frames
+    above each timed call, "cost": what re-timing took, wall and CPU ns}``.
+
+    The calls are made on a thread of their own (``clock`` is read there): its stack is the
+    same few frames whoever called (a command line, a notebook's deep stack), and anomaly
+    detection stores that stack with every node a timed call makes."""
+    done: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            done["out"] = _retime(torch, ops, budget_ns, clock)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            done["error"] = exc
+
+    worker = threading.Thread(target=run, name="advisor-retime", daemon=True)
+    worker.start()
+    worker.join()
+    if "error" in done:
+        raise done["error"]
+    return done["out"]
+
+
+def _retime(torch: Any, ops: pd.DataFrame, budget_ns: int, clock: Callable[[], int]) -> dict[str, Any]:
     began_wall, began_cpu = time.perf_counter_ns(), clock()
     frame = _keyed(ops)
     top = frame[~frame["parent_op"].isin(frame["id"])]
@@ -103,8 +125,8 @@ def retime_ops(torch: Any, ops: pd.DataFrame, *, budget_ns: int = RETIME_CPU_BUD
     threads = int(torch.get_num_threads())
     out: list[dict[str, Any]] = []
     covered = 0.0
-    # The Python frames above each timed call (this function's callers, and _time, the
-    # lambdas and _graded below it): what a stack autograd's anomaly detection stores holds.
+    # The Python frames above each timed call (this thread's, and _Timing.round, the lambdas and
+    # _graded below it): what a stack autograd's anomaly detection stores holds.
     frames = _frames_here() + 4
     # Whatever a call draws from torch's generator (a scalar may ask an operator for
     # dropout), the job's random state is put back; and its thread count.
@@ -113,26 +135,48 @@ def retime_ops(torch: Any, ops: pd.DataFrame, *, budget_ns: int = RETIME_CPU_BUD
         try:
             generator = torch.Generator().manual_seed(0)
             forward = frame[frame["forward"]].groupby(list(_KEYS), sort=False).size()
-            spent = lambda: clock() - began_cpu > budget_ns  # noqa: E731
-            cut = _cut(frame, top, lambda key: _try(torch, generator, key, key in forward.index), total, spent)
+            spent = lambda: clock() - began_cpu > budget_ns
+            # Half the budget for choosing, making ready and warming the calls; the rest
+            # for the rounds that time them.
+            chosen = lambda: clock() - began_cpu > budget_ns // 2
+            cut = _cut(frame, top, lambda key: _try(torch, generator, key, key in forward.index), total, chosen)
+            timed: list[tuple[tuple[str, ...], float, dict[str, _Timing]]] = []
             for key, (wall, call, reset, plain) in cut.items():
-                if len(out) >= MAX_OPERATORS or spent():
+                if len(timed) >= MAX_OPERATORS or chosen():
                     break
                 try:
-                    row = {**dict(zip(_KEYS, key, strict=True)), "one_thread_ns": _time(call, reset, clock)}
+                    timings = {"one_thread_ns": _Timing.ready(call, reset, clock)}
                     if plain is not None:
-                        row["no_grad_ns"] = _time(plain, reset, clock)
+                        timings["no_grad_ns"] = _Timing.ready(plain, reset, clock)
                         # From DEEPER frames further down: what each frame of the stack adds
                         # (anomaly detection stores the whole stack at every node).
-                        row["deeper_ns"] = _time(lambda call=call: _nested(DEEPER, call), reset, clock)
+                        timings["deeper_ns"] = _Timing.ready(lambda call=call: _nested(DEEPER, call), reset, clock)
                 except Exception:  # noqa: BLE001 - a call that fails when made again is left out, not fatal
                     continue
-                out.append(row)
-                covered += wall
+                timed.append((key, wall, timings))
+            # Round by round across all the calls, not each call's rounds at once: a spell in
+            # which the machine runs slow (another process, the clock's frequency) then
+            # slows one round of many calls, and each keeps its fastest.
+            failed: set[tuple[str, ...]] = set()
+            for _ in range(ROUNDS):
+                for key, _wall, timings in timed:
+                    if key in failed or spent():
+                        continue
+                    try:
+                        for timing in timings.values():
+                            timing.round(clock)
+                    except Exception:  # noqa: BLE001 - as above
+                        failed.add(key)
+            for key, wall, timings in timed:
+                if key not in failed:
+                    out.append({**dict(zip(_KEYS, key, strict=True)),
+                                **{name: timing.best for name, timing in timings.items()}})
+                    covered += wall
         finally:
             torch.set_num_threads(threads)
     return {"threads": threads, "ops": out, "covered_share": round(min(covered / total, 1.0), 4) if total else 0.0,
-            "stack_frames": frames, "deeper_frames": DEEPER + 2, "cost": {"wall_ns": time.perf_counter_ns() - began_wall, "cpu_ns": clock() - began_cpu}}
+            "stack_frames": frames, "deeper_frames": DEEPER + 2,
+            "cost": {"wall_ns": time.perf_counter_ns() - began_wall, "cpu_ns": clock() - began_cpu}}
 
 
 def _nested(depth: int, call: Callable[[], Any]) -> Any:
@@ -166,7 +210,7 @@ def _keyed(ops: pd.DataFrame) -> pd.DataFrame:
 def _try(torch: Any, generator: Any, key: tuple[str, ...], forward: bool) -> tuple[Any, ...] | None:
     """The call made ready again, what puts its inputs back, and for a call of the Forward
     phase, the same call without autograd (else None). A call of the Forward phase is made
-    with its floating inputs requiring grad, as a model's parameters do, so that its time
+    with its floating inputs requiring grad, as a model's activations do, so that its time
     holds the autograd node it records (and whatever the job's autograd settings add to
     that, anomaly detection's stack capture), where that works."""
     for grad in ((True, False) if forward else (False,)):
@@ -214,26 +258,39 @@ def _cut(frame: pd.DataFrame, top: pd.DataFrame, rebuild: Callable[[tuple[str, .
     return dict(sorted(found.items(), key=lambda item: -item[1][0]))
 
 
-def _time(call: Callable[[], Any], reset: Callable[[], Any] | None, clock: Callable[[], int]) -> float:
-    """The call's fastest time on ``clock``, ns: ROUNDS timings of enough calls each. An
-    operator that changes its inputs gets them back before each timing, and fewer calls
-    in one: a scale below one applied a thousand times would leave denormal numbers, which
-    the CPU handles many times slower than the job's own."""
-    began = clock()
-    call()  # the first call warms caches and allocations up
-    once = max(clock() - began, 1)
-    if once >= LONG_CALL_NS:
-        return float(once)  # a long call is its own timing: a warm-up is little of it
-    calls = max(1, min(1000 if reset is None else 50, math.ceil(TIMING_NS / once)))
-    best = math.inf
-    for _ in range(ROUNDS):
-        if reset is not None:
-            reset()
+@dataclass
+class _Timing:
+    """One call's timing on the CPU clock, ns: its fastest of ROUNDS rounds of ``calls``
+    calls each (enough that a round lasts TIMING_NS: a single short call is mostly the
+    clock's own granularity). An operator that changes its inputs gets them back before
+    each round, and fewer calls in one: a scale below one applied a thousand times would
+    leave denormal numbers, which the CPU handles many times slower than the job's own."""
+
+    call: Callable[[], Any]
+    reset: Callable[[], Any] | None
+    calls: int
+    best: float
+
+    @classmethod
+    def ready(cls, call: Callable[[], Any], reset: Callable[[], Any] | None, clock: Callable[[], int]) -> _Timing:
+        """The call made once (it warms caches and allocations up, and sizes the rounds);
+        that first time stands where no round follows."""
         began = clock()
-        for _ in range(calls):
-            call()
-        best = min(best, (clock() - began) / calls)
-    return float(best)
+        call()
+        once = max(clock() - began, 1)
+        # A long call is its own timing: a warm-up is little of it.
+        calls = 0 if once >= LONG_CALL_NS else max(1, min(1000 if reset is None else 50, math.ceil(TIMING_NS / once)))
+        return cls(call, reset, calls, float(once))
+
+    def round(self, clock: Callable[[], int]) -> None:
+        if not self.calls:
+            return
+        if self.reset is not None:
+            self.reset()
+        began = clock()
+        for _ in range(self.calls):
+            self.call()
+        self.best = min(self.best, (clock() - began) / self.calls)
 
 
 def _rebuilt(torch: Any, generator: Any, name: str, dims: str, types: str,
@@ -369,7 +426,13 @@ def _tensor(torch: Any, generator: Any, shape: Any, kind: Any, grad: bool = Fals
         raise _Unfit(str(kind))
     dtype = getattr(torch, dtype_name)
     if dtype.is_floating_point or dtype.is_complex:
-        return torch.rand(shape, generator=generator, dtype=dtype).requires_grad_(grad)
+        made = torch.rand(shape, generator=generator, dtype=dtype)
+        # Not a leaf: a call on a leaf that requires grad makes the leaf's gradient
+        # accumulator (a node, and with anomaly detection a stack) each time its output is
+        # freed. A job's activations make none, nor its parameters while the last step's
+        # graph is still held (a loss kept until the next one replaces it) or its
+        # accumulators are.
+        return made.requires_grad_().clone() if grad else made
     # Integers and masks as zeros: an index of zero is in range wherever an index is.
     return torch.zeros(shape, dtype=dtype)
 
