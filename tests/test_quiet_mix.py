@@ -89,7 +89,7 @@ def test_the_recorded_mix_stands_where_the_machine_was_quiet_nothing_was_re_time
 
 def test_anomaly_modes_stack_capture_is_read_from_the_forward_calls_timed_with_and_without_autograd():
     from advisor.step.load import own_frames
-    from advisor.tables.autograd_anomaly import _retimed_share
+    from advisor.tables.autograd_anomaly import _retimed
 
     # Innermost first: two frames of the capture, the job's five frames to its <module>, the launcher's.
     stack = ";".join(["/lib/traceback.py(1): extract", "/lib/linecache.py(2): getline", "/torch/nn/linear.py(5): forward",
@@ -106,14 +106,34 @@ def test_anomaly_modes_stack_capture_is_read_from_the_forward_calls_timed_with_a
     assert model.pace.mix.job_frames is None  # no samples in a hand-made session: taken at 12 frames
     assert model.pace.mix.forward_autograd_ns == pytest.approx(2e6)
     forward = 1.0 / math.sqrt(2) + 2.0 + 1.0 * (1 - WAITED)  # its own work split, autograd's not; Python around
-    assert _retimed_share(model.facts) == pytest.approx(2.0 / forward, rel=1e-3)
+    assert _retimed(model.facts) == (pytest.approx(2.0 / forward, rel=1e-3), 0.0)
     # With the job's own stacks sampled, five frames deep: 2 ms less 7 frames at 0.05 ms.
     sampled = session(samples=stack)
     sampled.meta.trace_metadata["advisor"]["retimed_ops"] = retimed
     model = build_step_model(sampled)
     assert model.pace.mix.job_frames == 5
     assert model.pace.mix.forward_autograd_ns == pytest.approx(2e6 - 7 * 0.05e6)
-    assert _retimed_share(build_step_model(session(busy=False)).facts) is None
+    # A quiet run without samples: no depth to take the capture at, the samples' measure stands.
+    assert _retimed(build_step_model(session(busy=False)).facts) is None
+
+
+def test_on_a_quiet_machine_the_capture_is_taken_at_the_sampled_stacks_depth_the_launchers_part_apart():
+    from advisor.tables.autograd_anomaly import _retimed
+
+    # The job's five frames and one of the launcher's, as the samples show them.
+    stack = ";".join(["/lib/traceback.py(1): extract", "/torch/nn/linear.py(5): forward", "train.py(9): block",
+                      "train.py(20): forward", "train.py(30): main", "train.py(40): <module>",
+                      "<frozen runpy>(88): _run_code"])
+    built = session(busy=False, samples=stack)
+    retimed = built.meta.trace_metadata["advisor"]["retimed_ops"]
+    retimed.update(stack_frames=12, deeper_frames=22)
+    retimed["ops"][0].update(one_thread_ns=3e6, no_grad_ns=1e6, deeper_ns=4.1e6)  # 0.05 ms a frame
+    model = build_step_model(built)
+    assert model.pace.mix is None  # a quiet run keeps its recorded mix
+    own, whole = 2e6 - 7 * 0.05e6, 2e6 - 6 * 0.05e6  # at five frames, and at six
+    share, launcher = _retimed(model.facts)
+    assert share == pytest.approx(whole / 80e6, rel=1e-3)  # of the Forward phase's 80 ms a step
+    assert launcher == pytest.approx(1 - own / whole, rel=1e-3)
 
 
 CASES = REPO / "cases"
@@ -133,7 +153,9 @@ def test_a_recorded_runs_operators_are_timed_again_and_weigh_its_step(case):
     retimed = facts["retimed_ops"]
     assert retimed["covered_share"] > 0.5 and len(retimed["ops"]) >= 5
     assert _with_retimed_ops(busy, recorded, None, gpu=True) is busy  # a GPU's operators are not timed here
-    assert _with_retimed_ops({}, recorded, None, gpu=False) == {}  # nor a quiet run's
+    # Nor a quiet run's, unless its backward shows anomaly detection's NaN checks.
+    quiet = _with_retimed_ops({}, recorded, None, gpu=False)
+    assert ("retimed_ops" in quiet) == (case == "cpu_anomaly_left_on")
     recorded.meta.trace_metadata["advisor"] = {**recorded.meta.trace_metadata.get("advisor", {}), **facts}
     model = build_step_model(recorded)
     assert model.pace.source == "quiet mix"

@@ -145,13 +145,17 @@ def _with_retimed_ops(facts: dict[str, Any], session: Session | None, say: Calla
                       *, gpu: bool) -> dict[str, Any]:
     """``facts`` with the main thread's operators timed again at one thread
     (``retimed_ops``, advisor.collect.retime) where the machine was busy while the run was
-    recorded: what the step model weighs the recorded mix with."""
+    recorded: what the step model weighs the recorded mix with. And where the job left
+    autograd's anomaly detection on (its backward's NaN checks show): what its Forward
+    calls' stack capture costs, which the stack samples catch only in part."""
     torch = sys.modules.get("torch")
-    if torch is None or session is None or gpu or busy_share({"advisor": facts}) is None:
+    if torch is None or session is None or gpu:
         return facts  # a GPU's operators are not the host's to time again
-    thread = main_thread(session.events)
+    busy = busy_share({"advisor": facts}) is not None
     ev = session.events
-    if thread is None:
+    anomaly = bool(torch.is_anomaly_enabled()) or bool((ev["name"].astype(str).to_numpy() == "aten::_is_any_true").any())
+    thread = main_thread(ev)
+    if thread is None or not (busy or anomaly):
         return facts
     mine = (ev["kind"].to_numpy() == "op") & (ev["pid"].to_numpy() == thread[0]) & (ev["tid"].to_numpy() == thread[1])
     if not mine.any():
@@ -159,7 +163,8 @@ def _with_retimed_ops(facts: dict[str, Any], session: Session | None, say: Calla
     from advisor.collect.retime import retime_ops  # noqa: PLC0415
 
     if say is not None:
-        say("the machine is busy: timing the job's operators again at one thread")
+        say("the machine is busy: timing the job's operators again at one thread" if busy
+            else "anomaly detection is on: timing the job's operators again with and without autograd")
     try:
         retimed = retime_ops(torch, ev[mine])
     except Exception:  # noqa: BLE001 - the run's own figures stand without it: the recorded mix

@@ -37,7 +37,8 @@ import pandas as pd
 from advisor.session import intervals as iv
 from advisor.session.busy import busy_share
 
-__all__ = ["PARALLEL_NS", "STACK_CAPTURE_FRAMES", "Density", "QuietMix", "own_frames", "quiet_mix", "weighed_per_step"]
+__all__ = ["PARALLEL_NS", "STACK_CAPTURE_FRAMES", "Density", "QuietMix", "capture_frames", "forward_autograd_ns",
+           "own_frames", "quiet_mix", "weighed_per_step"]
 
 # An operator call shorter than this at one thread is taken to run on one thread in the job
 # too: torch splits only work larger than its grain, and a short region gains nothing.
@@ -266,21 +267,61 @@ def _quiet_calls(ops: pd.DataFrame, retimed: dict[str, Any],
     return quiet, hit & ~above, autograd
 
 
+def forward_autograd_ns(model: Any, frames: float | None = None) -> float | None:
+    """Per step, what recording autograd's graph costs the Forward phase's re-timed calls
+    (advisor.collect.retime: each timed with and without it; with anomaly detection on,
+    mostly the stack each node stores), taken at ``frames`` Python frames of stack (the
+    job's own, from its stack samples, where None), ns. None where no such call was
+    re-timed. A quiet run reads it as it is; a busy one through its QuietMix."""
+    meta = model.session.meta
+    facts = meta.trace_metadata.get("advisor") if isinstance(meta.trace_metadata, dict) else None
+    retimed = facts.get("retimed_ops") if isinstance(facts, dict) else None
+    if not isinstance(retimed, dict) or not isinstance(retimed.get("ops"), list) or not model.steps:
+        return None
+    ops = _window_ops(model)
+    if not len(ops):
+        return None
+    _, counted, autograd = _quiet_calls(ops, retimed, _job_frames(model) if frames is None else frames)
+    forward = counted & ops["graded"].to_numpy() & np.isfinite(autograd)
+    return float(autograd[forward].sum()) / model.steps if forward.any() else None
+
+
+def capture_frames(model: Any) -> tuple[float, float] | None:
+    """The median count of Python frames above the job's calls in its Forward phase, from
+    the main thread's stack samples there: the job's own (to the script's <module> frame),
+    and all of them (the launcher's too, which a stack capture under advisor also formats).
+    None where no sample was taken."""
+    stacks = _forward_stacks(model)
+    if not stacks:
+        return None
+    return float(np.median([own_frames(s) for s in stacks])), float(np.median([_all_frames(s) for s in stacks]))
+
+
 def _job_frames(model: Any) -> float | None:
     """The median count of Python frames above the job's own operator calls in its Forward
-    phase: the main thread's stack samples there, each from the first frame outside a stack
-    capture to the script's <module> frame (None where no sample was taken)."""
+    phase (capture_frames)."""
+    frames = capture_frames(model)
+    return frames[0] if frames else None
+
+
+def _forward_stacks(model: Any) -> list[str]:
+    """The main thread's stack samples in the window's Forward phase (at most 2000)."""
     f = model.facts
     ev = f.events
     if f.main_thread is None or "call_stack" not in ev:
-        return None
+        return []
     lo, hi = model.window.start_ns, model.window.end_ns
     mine = ((ev["kind"].to_numpy() == "stack") & (ev["pid"].to_numpy() == f.main_thread[0])
             & (ev["start_ns"].to_numpy() >= lo) & (ev["start_ns"].to_numpy() < hi)
             & (ev["phase"].astype(str).to_numpy() == "Forward"))
-    stacks = ev["call_stack"].to_numpy()[mine]
-    counts = [own_frames(str(stack)) for stack in stacks[:2000] if stack]
-    return float(np.median(counts)) if counts else None
+    return [str(stack) for stack in ev["call_stack"].to_numpy()[mine][:2000] if stack]
+
+
+def _all_frames(stack: str) -> float:
+    """Of a sampled stack, the frames from the first one outside a stack capture to its end."""
+    frames = stack.split(";")
+    first = next((i for i, frame in enumerate(frames) if not any(c in frame for c in STACK_CAPTURE_FRAMES)), 0)
+    return float(max(len(frames) - first, 1))
 
 
 def own_frames(stack: str) -> float:

@@ -12,7 +12,8 @@ debugging aid often left on, does two things each step:
 
 The table says both, per step: the checks from the operators (any profile that records
 nested operators, a Kineto trace too), the stack capture from the samples (a run under
-advisor). The rule autograd-anomaly-detection reads it.
+advisor), or where advisor timed the Forward phase's calls again after the run with and
+without autograd, from those. The rule autograd-anomaly-detection reads it.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import pandas as pd
 
 from advisor.session import text
 from advisor.session.attribute import name_matches
+from advisor.session.busy import busy_share
 from advisor.step.facts import Facts, coded
-from advisor.step.load import STACK_CAPTURE_FRAMES, weighed_per_step
+from advisor.step.load import STACK_CAPTURE_FRAMES, capture_frames, forward_autograd_ns, weighed_per_step
 from advisor.tables._registry import table
 from advisor.tables.python_hotspots import phase_ns, samples_in_steps
 
@@ -59,16 +61,18 @@ COLUMNS = ["checks", "checks_per_step", "check_per_step_ns", "forward_per_step_n
         "forward_per_step_ns": "The Forward phase's time per step from the step clock, ns (NaN without phases).",
         "forward_samples": "Stack samples of the main thread in the Forward phase.",
         "capture_samples": "Of those, samples inside the stack capture (traceback and linecache frames).",
-        "capture_share": "capture_samples / forward_samples (NaN without samples); on a busy machine where the "
-                         "Forward phase's calls were timed again at one thread, the share of its work autograd's "
-                         "recording takes in them (capture_retimed).",
+        "capture_share": "capture_samples / forward_samples (NaN without samples); where the Forward phase's "
+                         "calls were timed again after the run (capture_retimed), the share of its time autograd's "
+                         "recording takes in them.",
         "capture_per_step_ns": "capture_share x forward_per_step_ns: the stack capture's time per step, ns.",
         "capture_launcher_share": "Of the frames each capture formats (those outside it in the sampled stack), the "
                                   "mean share outside the script's own <module> frame: the launcher's (advisor's, "
-                                  "where it ran the script), which a run without it does not format (0 where "
-                                  "capture_retimed: that share is the job's own already).",
-        "capture_retimed": "1 where capture_share comes from calls timed again at one thread (the run was recorded "
-                           "on a busy machine), at the depth of the job's own stacks; 0 from samples.",
+                                  "where it ran the script), which a run without it does not format. Where "
+                                  "capture_retimed, the launcher's share of the capture's time (0 on a busy "
+                                  "machine: that share is the job's own already).",
+        "capture_retimed": "1 where capture_share comes from the Forward phase's calls timed again after the run "
+                           "with and without autograd, at the depth of the stacks the samples show (on a busy "
+                           "machine, at one thread, weighed as on a quiet machine); 0 from samples.",
     },
 )
 def autograd_anomaly_table(f: Facts) -> pd.DataFrame | None:
@@ -100,9 +104,9 @@ def autograd_anomaly_table(f: Facts) -> pd.DataFrame | None:
         if capture:
             outside = np.array([_launcher_share(str(stack)) if hit[i] else 0.0 for i, stack in enumerate(stacks)])
             launcher = float(outside[captured].mean())
-            retimed = _retimed_share(f)
+            retimed = _retimed(f)
             if retimed is not None:
-                share, launcher = retimed, 0.0
+                share, launcher = retimed
     if not checks and not capture:
         return empty
     forward_ns = phase_ns(f).get("Forward", np.nan)
@@ -116,19 +120,39 @@ def autograd_anomaly_table(f: Facts) -> pd.DataFrame | None:
     return pd.DataFrame([row], index=pd.Index(["anomaly detection"], name="key"))[COLUMNS]
 
 
-def _retimed_share(f: Facts) -> float | None:
-    """On a busy machine, the share of the Forward phase's work that is autograd's recording
-    (its stack capture, with anomaly detection on), from the Forward phase's calls timed
-    again at one thread with and without autograd, at the depth of the job's own stacks
-    (advisor.step.load): the stack samples of a loaded run catch the capture far less often
-    than its share of the work (the sampler waits for a core, then for Python's lock, which
-    the main thread gives up between operators). None where the run was quiet or no such
-    call was timed."""
-    mix = getattr(getattr(f.model, "pace", None), "mix", None)
-    if mix is None or not mix.forward_autograd_ns:
+def _retimed(f: Facts) -> tuple[float, float] | None:
+    """The stack capture from the Forward phase's calls timed again after the run with and
+    without autograd (advisor.collect.retime, advisor.step.load), where they were: its
+    share of the Forward phase, and the share of that the launcher's frames take. The
+    stack samples catch the capture less often than its share of the time: the sampler
+    waits for Python's lock, which the main thread gives up inside operators far more
+    than in the capture's own Python (on a loaded machine it waits for a core first).
+
+    On a busy machine: the share of the Forward phase's work as a quiet machine weighs it,
+    at the depth of the job's own stacks (the launcher's share 0: the share is the job's
+    own already). On a quiet one: the capture at the depth of every frame the samples show
+    (the launcher's too, which each capture under advisor formats), against the Forward
+    phase's time at the job's pace, and the launcher's part of it from the same calls at
+    the job's own depth. None where no such call was timed."""
+    model = f.model
+    mix = getattr(getattr(model, "pace", None), "mix", None)
+    if mix is not None:
+        if not mix.forward_autograd_ns:
+            return None
+        forward = weighed_per_step(model, f.phase_intervals("Forward"))
+        return (min(mix.forward_autograd_ns / forward, 1.0), 0.0) if forward else None
+    if model is None or busy_share(model.session.meta.trace_metadata) is not None:
+        return None  # a busy run the model does not weigh: its recorded Forward is the load's
+    frames = capture_frames(model)
+    own = forward_autograd_ns(model, frames[0]) if frames else None
+    whole = forward_autograd_ns(model, frames[1]) if frames else None
+    # The Forward phase at the job's pace (the unrecorded steps), else as recorded.
+    forward = float(phase_ns(f).get("Forward", np.nan))
+    if not forward > 0 and model.steps:
+        forward = f.phase_intervals("Forward").length / model.steps
+    if not own or not whole or not forward > 0:
         return None
-    forward = weighed_per_step(f.model, f.phase_intervals("Forward"))
-    return min(mix.forward_autograd_ns / forward, 1.0) if forward else None
+    return min(whole / forward, 1.0), min(max(1.0 - own / whole, 0.0), 1.0)
 
 
 def _launcher_share(stack: str) -> float:

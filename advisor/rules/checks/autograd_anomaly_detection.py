@@ -66,7 +66,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     check_ns, capture_ns = float(row["check_per_step_ns"]), float(row["capture_per_step_ns"])
     message = (f"Autograd's anomaly detection is on: backward checks the outputs of each of its {per_step:.0f} "
                f"functions a step for NaN ({ms(check_ns)} per step" + _check_share(ctx, checks, check_ns, step) + ")"
-               + (f", and forward stores the Python stack of every autograd node it creates ({_capture(row, share, launcher)})"
+               + (f", and forward stores the Python stack of every autograd node it creates "
+                  f"({_capture(row, share, launcher, getattr(ctx.model.pace, 'mix', None) is not None)})"
                   if share > 0 else "")
                + (". On a GPU each check also reads its answer back to the host, a wait per function."
                   if ctx.gpu_measured else "."))
@@ -86,7 +87,9 @@ def check(ctx: RuleContext) -> list[Finding]:
             row_evidence("autograd_anomaly", table, ROW, "checks_per_step", "NaN checks in backward per step"),
             row_evidence("autograd_anomaly", table, ROW, "check_per_step_ns", "the checks' host time per step"),
             row_evidence("autograd_anomaly", table, ROW, "capture_share",
-                         "the Forward phase's samples spent storing stacks") if share > 0 else None,
+                         "the Forward phase's time spent storing stacks, its calls timed again"
+                         if float(row.get("capture_retimed", 0.0) or 0.0) > 0
+                         else "the Forward phase's samples spent storing stacks") if share > 0 else None,
         ) if e is not None],
         metrics={"checks_per_step": per_step, "check_per_step_ns": check_ns, "capture_share": share,
                  "capture_per_step_ns": capture_ns * (1 - launcher) if share > 0 else 0.0},
@@ -103,11 +106,15 @@ def _check_share(ctx: RuleContext, checks: iv.Intervals, check_ns: float, step: 
     return f", {pct(check_ns / step)} of the step" if step else ""
 
 
-def _capture(row, share: float, launcher: float) -> str:
-    """What the stack capture takes of the Forward phase, and by what measure."""
+def _capture(row, share: float, launcher: float, weighed: bool) -> str:
+    """What the stack capture takes of the Forward phase, and by what measure (``weighed``:
+    the run was busy and its step weighed as on a quiet machine)."""
     capture_ns = float(row["capture_per_step_ns"])
-    if float(row.get("capture_retimed", 0.0) or 0.0) > 0:
+    retimed = float(row.get("capture_retimed", 0.0) or 0.0) > 0
+    if retimed and weighed:
         return (f"{pct(share)} of the Forward phase's work, its calls timed again at one thread with and without "
                 f"autograd after the run, as the machine was busy: about {ms(capture_ns)} per step at this run's load")
-    return (f"{pct(share)} of the Forward phase's samples, about {ms(capture_ns * (1 - launcher))} per step run "
-            f"alone; {ms(capture_ns)} under advisor, whose frames each stack also holds")
+    measure = ("of the Forward phase's time, its calls timed again after the run with and without autograd"
+               if retimed else "of the Forward phase's samples")
+    return (f"{pct(share)} {measure}, about {ms(capture_ns * (1 - launcher))} per step run alone; "
+            f"{ms(capture_ns)} under advisor, whose frames each stack also holds")
