@@ -23,7 +23,7 @@ ONE_THREAD_MS = 2.0  # the addmm at one thread; on two threads, between 1 and 2 
 
 
 def session(*, busy: bool = True, retimed: bool = True, gpu_measured: bool = False, samples: str = "",
-            allreduce: bool = False):
+            allreduce: bool = False, accumulators: int = 0):
     """Four steps of 100 ms as a loaded machine recorded them: 20 ms of loading in Python,
     then a Forward phase of one matrix multiply that waited 79 ms for its threads (and where
     ``samples`` is a stack, the main thread sampled there three times a step)."""
@@ -36,6 +36,8 @@ def session(*, busy: bool = True, retimed: bool = True, gpu_measured: bool = Fal
         t.op("aten::addmm", base + 20.5, base + 99.5, phase="Forward", **ADDMM)
         if allreduce:  # a rank of a job, waiting on the others
             t.op("c10d::allreduce_", base + 99.6, base + 99.9, phase="Forward")
+        for k in range(accumulators):  # backward's, one for each parameter's gradient
+            t.op("torch::autograd::AccumulateGrad", base + 99.6 + 0.1 * k, base + 99.65 + 0.1 * k, phase="Backward")
         for k in range(3 if samples else 0):
             t.add("stack sample", "stack", base + 30 + 20 * k, base + 31 + 20 * k, phase="Forward", call_stack=samples)
     advisor: dict = {}
@@ -130,10 +132,22 @@ def test_on_a_quiet_machine_the_capture_is_taken_at_the_sampled_stacks_depth_the
     retimed["ops"][0].update(one_thread_ns=3e6, no_grad_ns=1e6, deeper_ns=4.1e6)  # 0.05 ms a frame
     model = build_step_model(built)
     assert model.pace.mix is None  # a quiet run keeps its recorded mix
-    own, whole = 2e6 - 7 * 0.05e6, 2e6 - 6 * 0.05e6  # at five frames, and at six
+    # At the job's five frames, then the launcher's one frame costing what each of the job's does.
+    own = 2e6 - 7 * 0.05e6
     share, launcher = _retimed(model.facts)
-    assert share == pytest.approx(whole / 80e6, rel=1e-3)  # of the Forward phase's 80 ms a step
-    assert launcher == pytest.approx(1 - own / whole, rel=1e-3)
+    assert share == pytest.approx(own * 6 / 5 / 80e6, rel=1e-3)  # of the Forward phase's 80 ms a step
+    assert launcher == pytest.approx(1 / 6, rel=1e-3)
+
+
+def test_the_parameters_gradient_accumulators_made_each_step_count_in_the_forwards_autograd_time():
+    built = session(accumulators=3)
+    retimed = built.meta.trace_metadata["advisor"]["retimed_ops"]
+    retimed.update(deeper_frames=22, accumulator={"ns": 0.1e6, "deeper_ns": 0.1e6 + 22 * 0.01e6})
+    retimed["ops"][0].update(one_thread_ns=3e6, no_grad_ns=1e6, deeper_ns=3e6)
+    # The multiply's node (2 ms), and three accumulators a step at 0.1 ms each.
+    assert build_step_model(built).pace.mix.forward_autograd_ns == pytest.approx(2e6 + 3 * 0.1e6)
+    retimed.pop("accumulator")
+    assert build_step_model(built).pace.mix.forward_autograd_ns == pytest.approx(2e6)
 
 
 CASES = REPO / "cases"

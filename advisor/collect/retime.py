@@ -95,7 +95,9 @@ def retime_ops(torch: Any, ops: pd.DataFrame, *, budget_ns: int = RETIME_CPU_BUD
     job's thread count, "ops": [{"name", "input_dims", "input_types", "concrete_inputs",
     "one_thread_ns", and for calls of the Forward phase made with autograd, "no_grad_ns": the
     same call without it, and "deeper_ns": with it, "deeper_frames" further down the stack}],
-    "covered_share": the share of the outermost calls' recorded time re-timed, "stack_frames": the Python frames
+    "accumulator": where such calls were timed, what making a parameter's gradient
+    accumulator adds to one (``ns``, and ``deeper_ns`` further down), "covered_share": the
+    share of the outermost calls' recorded time re-timed, "stack_frames": the Python frames
     above each timed call, "cost": what re-timing took, wall and CPU ns}``.
 
     The calls are made on a thread of their own (``clock`` is read there): its stack is the
@@ -172,11 +174,31 @@ def _retime(torch: Any, ops: pd.DataFrame, budget_ns: int, clock: Callable[[], i
                     out.append({**dict(zip(_KEYS, key, strict=True)),
                                 **{name: timing.best for name, timing in timings.items()}})
                     covered += wall
+            accumulator = _accumulator(torch, clock) if any("no_grad_ns" in row for row in out) else None
         finally:
             torch.set_num_threads(threads)
-    return {"threads": threads, "ops": out, "covered_share": round(min(covered / total, 1.0), 4) if total else 0.0,
+    return {"threads": threads, "ops": out, **({"accumulator": accumulator} if accumulator else {}),
+            "covered_share": round(min(covered / total, 1.0), 4) if total else 0.0,
             "stack_frames": frames, "deeper_frames": DEEPER + 2,
             "cost": {"wall_ns": time.perf_counter_ns() - began_wall, "cpu_ns": clock() - began_cpu}}
+
+
+def _accumulator(torch: Any, clock: Callable[[], int]) -> dict[str, float]:
+    """What a parameter's gradient accumulator adds to the forward call that makes it, ns,
+    at this stack and DEEPER frames further down: the same call on a leaf that requires
+    grad, whose accumulator nothing else holds, and on a tensor made from one. A job makes
+    its parameters' accumulators afresh each step (backward lets them go), each a node, and
+    with anomaly detection a stored stack, while the timed calls' inputs make none."""
+    leaf, made = torch.ones(1).requires_grad_(), torch.ones(1).requires_grad_().clone()
+    timings = [_Timing.ready(call, None, clock) for call in (
+        lambda: _graded(torch, True, lambda: torch.neg(leaf)), lambda: _graded(torch, True, lambda: torch.neg(made)),
+        lambda: _nested(DEEPER, lambda: _graded(torch, True, lambda: torch.neg(leaf))),
+        lambda: _nested(DEEPER, lambda: _graded(torch, True, lambda: torch.neg(made))))]
+    for _ in range(ROUNDS):
+        for timing in timings:
+            timing.round(clock)
+    on_leaf, on_made, deeper_leaf, deeper_made = (timing.best for timing in timings)
+    return {"ns": max(on_leaf - on_made, 0.0), "deeper_ns": max(deeper_leaf - deeper_made, 0.0)}
 
 
 def _nested(depth: int, call: Callable[[], Any]) -> Any:
@@ -429,9 +451,8 @@ def _tensor(torch: Any, generator: Any, shape: Any, kind: Any, grad: bool = Fals
         made = torch.rand(shape, generator=generator, dtype=dtype)
         # Not a leaf: a call on a leaf that requires grad makes the leaf's gradient
         # accumulator (a node, and with anomaly detection a stack) each time its output is
-        # freed. A job's activations make none, nor its parameters while the last step's
-        # graph is still held (a loss kept until the next one replaces it) or its
-        # accumulators are.
+        # freed. A job's activations make none; its parameters' are counted apart
+        # (_accumulator), once a step each.
         return made.requires_grad_().clone() if grad else made
     # Integers and masks as zeros: an index of zero is in range wherever an index is.
     return torch.zeros(shape, dtype=dtype)

@@ -224,8 +224,9 @@ def _window_ops(model: Any) -> pd.DataFrame:
 def _quiet_calls(ops: pd.DataFrame, retimed: dict[str, Any],
                  job_frames: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per call, its quiet time (NaN where not re-timed), whether it counts (re-timed, and
-    no call around it was), and what autograd added to it (NaN where not timed without),
-    taken at ``job_frames`` where the calls were timed at two depths of the stack."""
+    no call around it was), and what autograd added to it (NaN where not timed without;
+    with the parameters' gradient accumulators the calls make), taken at ``job_frames``
+    where the calls were timed at two depths of the stack."""
     table = pd.DataFrame([{**{k: str(o.get(k, "")) for k in _KEYS}, "one_thread_ns": float(o["one_thread_ns"]),
                            "no_grad_ns": _number(o.get("no_grad_ns")) or np.nan,
                            "deeper_ns": _number(o.get("deeper_ns")) or np.nan}
@@ -237,13 +238,8 @@ def _quiet_calls(ops: pd.DataFrame, retimed: dict[str, Any],
     joined = ops[list(_KEYS)].merge(table, on=list(_KEYS), how="left")
     one = joined["one_thread_ns"].to_numpy(dtype=np.float64)
     autograd = np.maximum(one - joined["no_grad_ns"].to_numpy(dtype=np.float64), 0.0)
-    # What each frame of the stack adds to a node (anomaly detection stores the stack), from
-    # the same call timed further down: the job's stacks are not the re-timing's.
-    timed_at, deeper = _number(retimed.get("stack_frames")), _number(retimed.get("deeper_frames"))
-    if job_frames and timed_at and deeper:
-        per_frame = np.maximum(joined["deeper_ns"].to_numpy(dtype=np.float64) - one, 0.0) / deeper
-        at_job = np.maximum(autograd + np.nan_to_num(per_frame) * (job_frames - timed_at), 0.0)
-        autograd = np.where(np.isfinite(autograd), at_job, autograd)
+    at_job = _at_frames(autograd, one, joined["deeper_ns"].to_numpy(dtype=np.float64), retimed, job_frames)
+    autograd = np.where(np.isfinite(autograd), at_job, autograd)
     threads = max(_number(retimed.get("threads")) or 1.0, 1.0)
     cores = _number(retimed.get("cores")) or threads
     split = math.sqrt(max(min(threads, cores), 1.0))
@@ -264,7 +260,34 @@ def _quiet_calls(ops: pd.DataFrame, retimed: dict[str, Any],
         if (nxt == above).all():
             break
         above = nxt
-    return quiet, hit & ~above, autograd
+    counted = hit & ~above
+    # The parameters' gradient accumulators, made afresh each step (one AccumulateGrad that
+    # backward runs for each), which the re-timed calls' inputs did not make: spread over
+    # the counted calls made with autograd, by their autograd time.
+    acc = retimed.get("accumulator") if isinstance(retimed.get("accumulator"), dict) else {}
+    each = _number(acc.get("ns"))
+    graded = counted & ops["graded"].to_numpy() & np.isfinite(autograd)
+    made = int(np.count_nonzero(ops["name"].to_numpy() == "torch::autograd::AccumulateGrad"))
+    if each is not None and made and graded.any():
+        each = float(_at_frames(each, each, _number(acc.get("deeper_ns")) or each, retimed, job_frames))
+        weights = autograd[graded] if autograd[graded].sum() > 0 else np.ones(int(graded.sum()))
+        added = made * each * weights / weights.sum()
+        quiet, autograd = quiet.copy(), autograd.copy()
+        quiet[graded] += added
+        autograd[graded] += added
+    return quiet, counted, autograd
+
+
+def _at_frames(value: Any, here: Any, deeper: Any, retimed: dict[str, Any], frames: float | None) -> Any:
+    """``value`` (ns, timed at the re-timing's stack) taken at ``frames`` frames of stack:
+    what each frame adds to a node (anomaly detection stores the stack) is the difference
+    between the same call timed ``here`` and ``deeper`` (deeper_frames further down); the
+    job's stacks are not the re-timing's. ``value`` as it is where ``frames`` is None."""
+    timed_at, deeper_frames = _number(retimed.get("stack_frames")), _number(retimed.get("deeper_frames"))
+    if not (frames and timed_at and deeper_frames):
+        return value
+    per_frame = np.nan_to_num(np.maximum(np.asarray(deeper, dtype=np.float64) - here, 0.0) / deeper_frames)
+    return np.maximum(value + per_frame * (frames - timed_at), 0.0)
 
 
 def forward_autograd_ns(model: Any, frames: float | None = None) -> float | None:

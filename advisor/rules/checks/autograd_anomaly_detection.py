@@ -32,7 +32,11 @@ def check(ctx: RuleContext) -> list[Finding]:
     per_step = float(row["checks_per_step"])
     if not per_step >= ctx.threshold("min_checks_per_step"):
         return []
-    share = float(row["capture_share"]) if row["forward_samples"] >= ctx.threshold("min_samples") else 0.0
+    # Too few samples to read a share from, unless the capture was timed (the samples then
+    # only say how deep the stacks are).
+    retimed = float(row.get("capture_retimed", 0.0) or 0.0) > 0
+    enough = row["forward_samples"] >= ctx.threshold("min_samples") or (retimed and row["capture_samples"] > 0)
+    share = float(row["capture_share"]) if enough else 0.0
     share = share if share == share else 0.0  # NaN: no samples
     checks = iv.intersect(ctx.model.host_ranges(r"^aten::(isnan|_is_any_true)$"),
                           ctx.model.host_ranges(r"^autograd::engine::evaluate_function"))
@@ -114,7 +118,9 @@ def _capture(row, share: float, launcher: float, weighed: bool) -> str:
     if retimed and weighed:
         return (f"{pct(share)} of the Forward phase's work, its calls timed again at one thread with and without "
                 f"autograd after the run, as the machine was busy: about {ms(capture_ns)} per step at this run's load")
-    measure = ("of the Forward phase's time, its calls timed again after the run with and without autograd"
-               if retimed else "of the Forward phase's samples")
-    return (f"{pct(share)} {measure}, about {ms(capture_ns * (1 - launcher))} per step run alone; "
+    # Timed again, the capture is said in time only: at the depth of every frame a stack
+    # holds under advisor it can reach all of the Forward phase the share is capped at.
+    measure = ("its calls timed again after the run with and without autograd" if retimed
+               else f"{pct(share)} of the Forward phase's samples")
+    return (f"{measure}, about {ms(capture_ns * (1 - launcher))} per step run alone; "
             f"{ms(capture_ns)} under advisor, whose frames each stack also holds")
