@@ -290,12 +290,12 @@ def _at_frames(value: Any, here: Any, deeper: Any, retimed: dict[str, Any], fram
     return np.maximum(value + per_frame * (frames - timed_at), 0.0)
 
 
-def forward_autograd_ns(model: Any, frames: float | None = None) -> float | None:
+def forward_autograd_ns(model: Any) -> float | None:
     """Per step, what recording autograd's graph costs the Forward phase's re-timed calls
     (advisor.collect.retime: each timed with and without it; with anomaly detection on,
-    mostly the stack each node stores), taken at ``frames`` Python frames of stack (the
-    job's own, from its stack samples, where None), ns. None where no such call was
-    re-timed. A quiet run reads it as it is; a busy one through its QuietMix."""
+    mostly the stack each node stores), taken at the depth of the job's own stacks (from
+    its stack samples), ns. None where no such call was re-timed. A quiet run reads it as
+    it is; a busy one through its QuietMix."""
     meta = model.session.meta
     facts = meta.trace_metadata.get("advisor") if isinstance(meta.trace_metadata, dict) else None
     retimed = facts.get("retimed_ops") if isinstance(facts, dict) else None
@@ -304,7 +304,7 @@ def forward_autograd_ns(model: Any, frames: float | None = None) -> float | None
     ops = _window_ops(model)
     if not len(ops):
         return None
-    _, counted, autograd = _quiet_calls(ops, retimed, _job_frames(model) if frames is None else frames)
+    _, counted, autograd = _quiet_calls(ops, retimed, _job_frames(model))
     forward = counted & ops["graded"].to_numpy() & np.isfinite(autograd)
     return float(autograd[forward].sum()) / model.steps if forward.any() else None
 

@@ -130,10 +130,11 @@ def _retimed(f: Facts) -> tuple[float, float] | None:
 
     On a busy machine: the share of the Forward phase's work as a quiet machine weighs it,
     at the depth of the job's own stacks (the launcher's share 0: the share is the job's
-    own already). On a quiet one: the capture at the depth of every frame the samples show
-    (the launcher's too, which each capture under advisor formats), against the Forward
-    phase's time at the job's pace, and the launcher's part of it from the same calls at
-    the job's own depth. None where no such call was timed."""
+    own already). On a quiet one: the capture at the depth of the job's own stacks, with
+    the launcher's frames above them (which each capture under advisor also formats) at
+    the same cost a frame, against the Forward phase's time at the job's pace; the
+    launcher's share is its frames' share of every frame the samples show. None where no
+    such call was timed."""
     model = f.model
     mix = getattr(getattr(model, "pace", None), "mix", None)
     if mix is not None:
@@ -144,7 +145,7 @@ def _retimed(f: Facts) -> tuple[float, float] | None:
     if model is None or busy_share(model.session.meta.trace_metadata) is not None:
         return None  # a busy run the model does not weigh: its recorded Forward is the load's
     frames = capture_frames(model)
-    own = forward_autograd_ns(model, frames[0]) if frames else None
+    own = forward_autograd_ns(model) if frames else None
     # The launcher's frames cost the capture what the job's own do, frame for frame: the
     # capture formats every frame alike, and a chain of 20 frames more above the plain
     # script added 16.5 ms to its 17-19 ms step (117 nodes a step, 7 us a frame each), where
