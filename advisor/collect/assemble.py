@@ -34,6 +34,7 @@ from advisor.session import (
     concat_events,
     empty_events,
     insert_unrelated,
+    one_of,
     text,
 )
 from advisor.session.attribute import main_thread
@@ -153,7 +154,7 @@ def _with_retimed_ops(facts: dict[str, Any], session: Session | None, say: Calla
         return facts  # a GPU's operators are not the host's to time again
     busy = busy_share({"advisor": facts}) is not None
     ev = session.events
-    anomaly = bool(torch.is_anomaly_enabled()) or bool((ev["name"].astype(str).to_numpy() == "aten::_is_any_true").any())
+    anomaly = bool(torch.is_anomaly_enabled()) or bool(one_of(ev["name"], ("aten::_is_any_true",)).any())
     thread = main_thread(ev)
     if thread is None or not (busy or anomaly):
         return facts

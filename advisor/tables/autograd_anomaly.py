@@ -71,8 +71,8 @@ COLUMNS = ["checks", "checks_per_step", "check_per_step_ns", "forward_per_step_n
                                   "capture_retimed, the launcher's share of the capture's time (0 on a busy "
                                   "machine: that share is the job's own already).",
         "capture_retimed": "1 where capture_share comes from the Forward phase's calls timed again after the run "
-                           "with and without autograd, at the depth of the stacks the samples show (on a busy "
-                           "machine, at one thread, weighed as on a quiet machine); 0 from samples.",
+                           "with and without autograd, at the depth of the job's own stacks the samples show (on "
+                           "a busy machine, at one thread, weighed as on a quiet machine); 0 from samples.",
     },
 )
 def autograd_anomaly_table(f: Facts) -> pd.DataFrame | None:
